@@ -1,0 +1,169 @@
+"""`validate --plan-only`: the seed examples through the CLI, exit codes, one-line errors."""
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from validator.units import GiB, MiB
+
+ROOT = Path(__file__).resolve().parents[1]
+GQA = str(ROOT / "tests/data/configs/seed-gqa/config.json")
+MHA = str(ROOT / "tests/data/configs/seed-mha/config.json")
+
+
+def validate(*args: str, cwd=ROOT):
+    return subprocess.run([sys.executable, "-m", "validator", *args], cwd=cwd, capture_output=True, text=True,
+                          timeout=60)
+
+
+def plan_json(*args: str) -> dict:
+    r = validate("--plan-only", "--json", *args)
+    assert r.returncode in (0, 1), r.stderr
+    return json.loads(r.stdout)
+
+
+def direct(model: str, T: int, N: int, *extra: str) -> dict:
+    return plan_json("--model", model, "--kv-cache-bytes", "200GiB", "--block-size", "16",
+                     "--max-model-len", str(T), "--max-num-seqs", str(N), *extra)
+
+
+@pytest.mark.parametrize("model,T,N,expected", [
+    (GQA, 2048, 8, 2 * GiB), (MHA, 2048, 8, 8 * GiB), (GQA, 8192, 8, 8 * GiB), (GQA, 2048, 16, 4 * GiB),
+    (GQA, 2560, 8, int(2.5 * GiB)), (MHA, 2560, 8, 10 * GiB),
+])
+def test_seed_totals(model, T, N, expected):
+    p = direct(model, T, N)
+    assert p["kv_payload_bytes_at_limits"] == expected
+    assert p["kv_bytes_at_limits"] == expected  # multiples of 16: no block rounding
+    assert p["fits"] is True
+
+
+def test_keys_of_the_json_contract():
+    p = direct(GQA, 2048, 8)
+    for key in ("kv_bytes_per_token", "block_size", "blocks_per_seq", "num_blocks", "usable_blocks",
+                "kv_cache_tokens", "max_concurrency", "max_model_len", "max_num_seqs", "kv_bytes_at_limits",
+                "kv_payload_bytes_at_limits", "ledger", "fits", "reasons", "vllm_args"):
+        assert key in p
+    assert p["kv_bytes_per_token"] == 131_072
+    assert p["num_blocks"] == 200 * GiB // (16 * 131_072) and p["usable_blocks"] == p["num_blocks"] - 1
+    args = p["vllm_args"]
+    assert args[args.index("--max-model-len") + 1] == "2048"
+    assert args[args.index("--max-num-seqs") + 1] == "8"
+    assert args[args.index("--kv-cache-memory-bytes") + 1] == str(200 * GiB)
+
+
+@pytest.mark.parametrize("T,blocks,allocated,payload", [(18, 2, 4 * MiB, int(2.25 * MiB)),
+                                                        (33, 3, 6 * MiB, int(4.125 * MiB))])
+def test_paged_examples(T, blocks, allocated, payload):
+    p = direct(GQA, T, 1)
+    assert p["blocks_per_seq"] == blocks
+    assert p["kv_bytes_at_limits"] == allocated
+    assert p["kv_payload_bytes_at_limits"] == payload
+
+
+def test_counter_example_refused_with_ledger_and_ways_out():
+    r = validate("--plan-only", "--json", "--model", GQA, "--gpu-memory-bytes", "22GiB",
+                 "--gpu-memory-utilization", "1.0", "--weights-bytes", str(int(13.04 * GiB)),
+                 "--workspace-bytes", "3GiB", "--block-size", "16", "--max-model-len", "8192",
+                 "--max-num-seqs", "8")
+    assert r.returncode == 1
+    p = json.loads(r.stdout)
+    assert p["fits"] is False and p["reasons"]
+    assert round(p["ledger"]["required_bytes"] / GiB, 2) == 24.04
+    assert p["ledger"]["budget_bytes"] == 22 * GiB
+    ways = {w["way"]: w for w in p["ways_out"]}
+    assert set(ways) == {"shorter context", "fewer sequences", "fp8 KV cache", "more GPUs"}
+    # each way out must itself fit when planned
+    for w in ways.values():
+        extra = []
+        if w["way"] == "fp8 KV cache":
+            extra = ["--kv-cache-dtype", "fp8"]
+        if w["way"] == "more GPUs":
+            extra = ["--tensor-parallel-size", str(w["tensor_parallel_size"])]
+        q = validate("--plan-only", "--json", "--model", GQA, "--gpu-memory-bytes", "22GiB",
+                     "--gpu-memory-utilization", "1.0", "--weights-bytes", str(int(13.04 * GiB)),
+                     "--workspace-bytes", "3GiB", "--block-size", "16", "--max-model-len",
+                     str(w["max_model_len"]), "--max-num-seqs", str(w["max_num_seqs"]), *extra)
+        assert q.returncode == 0, (w, q.stdout)
+    text = validate("--plan-only", "--model", GQA, "--gpu-memory-bytes", "22GiB", "--gpu-memory-utilization", "1",
+                    "--weights-bytes", str(int(13.04 * GiB)), "--workspace-bytes", "3GiB", "--block-size", "16",
+                    "--max-model-len", "8192", "--max-num-seqs", "8")
+    assert text.returncode == 1
+    assert "24.040 GiB" in text.stdout and "DOES NOT FIT" in text.stdout
+
+
+def test_qwen3_8b_profile_ledger():
+    r = validate("--plan-only", "--json", "--profile", "profiles/qwen3-8b.yaml")
+    assert r.returncode == 0, r.stdout + r.stderr
+    p = json.loads(r.stdout)
+    assert p["kv_bytes_per_token"] == 147_456
+    L = p["ledger"]
+    assert L["budget_bytes"] == int(80e9 * 0.92)
+    assert L["kv_cache_bytes"] == L["budget_bytes"] - L["weights_bytes"] - L["workspace_bytes"]
+    assert p["num_blocks"] == L["kv_cache_bytes"] // (16 * 147_456)
+    # the derived concurrency fills the usable blocks without exceeding them
+    assert p["max_num_seqs"] * p["blocks_per_seq"] <= p["usable_blocks"] < (p["max_num_seqs"] + 1) * p["blocks_per_seq"]
+    text = validate("--plan-only", "--profile", "profiles/qwen3-8b.yaml").stdout
+    assert "Memory ledger" in text and "FITS" in text
+
+
+def test_qwen3_8b_32_sequences_of_16k_do_not_fit_on_80gb():
+    r = validate("--plan-only", "--json", "--profile", "profiles/qwen3-8b.yaml", "--max-num-seqs", "32")
+    assert r.returncode == 1
+    p = json.loads(r.stdout)
+    assert p["kv_payload_bytes_at_limits"] == 72 * GiB
+
+
+def test_derives_max_num_seqs_from_max_model_len():
+    p = plan_json("--model", GQA, "--kv-cache-bytes", "10GiB", "--block-size", "16", "--max-model-len", "8192")
+    # 10 GiB / 2 MiB per block = 5120 blocks, 5119 usable, 512 per sequence -> 9
+    assert (p["num_blocks"], p["usable_blocks"], p["blocks_per_seq"], p["max_num_seqs"]) == (5120, 5119, 512, 9)
+
+
+def test_derives_max_model_len_from_max_num_seqs():
+    p = plan_json("--model", GQA, "--kv-cache-bytes", "10GiB", "--block-size", "16", "--max-num-seqs", "9")
+    assert p["max_model_len"] == 5119 // 9 * 16 == 9088
+
+
+def test_caps_at_max_position_embeddings():
+    r = validate("--plan-only", "--model", GQA, "--kv-cache-bytes", "10GiB", "--max-model-len", "200000")
+    assert r.returncode == 2
+    assert "max_position_embeddings" in r.stderr and "Traceback" not in r.stderr
+
+
+@pytest.mark.parametrize("args,needle", [
+    (["--plan-only"], "--profile"),
+    (["--plan-only", "--model", "/nonexistent/x"], "config.json"),
+    (["--plan-only", "--model", GQA, "--kv-cache-bytes", "lots"], "--kv-cache-bytes"),
+    (["--plan-only", "--model", GQA, "--kv-cache-bytes", "1GiB", "--kv-cache-dtype", "fp3"], "kv_cache_dtype"),
+    (["--plan-only", "--profile", "nope.yaml"], "nope.yaml"),
+    (["--plan-only", "--model", GQA, "--kv-cache-bytes", "1GiB", "--platform", "cpu", "--block-size", "16"],
+     "multiple of 32"),
+    (["--plan-only", "--model", GQA], "kv_cache_bytes"),
+])
+def test_bad_input_is_one_line_exit_2(args, needle):
+    r = validate(*args)
+    assert r.returncode == 2
+    assert needle in r.stderr
+    assert len(r.stderr.strip().splitlines()) == 1 and "Traceback" not in r.stderr
+
+
+def test_unknown_profile_key_names_the_field(tmp_path):
+    f = tmp_path / "p.yaml"
+    f.write_text("model:\n  path: x\ncache:\n  blok_size: 16\n")
+    r = validate("--plan-only", "--profile", str(f))
+    assert r.returncode == 2
+    assert "cache.blok_size" in r.stderr
+
+
+def test_not_modelled_is_refused_by_name(tmp_path):
+    cfg = {"architectures": ["JambaForCausalLM"], "model_type": "jamba", "num_hidden_layers": 4,
+           "num_attention_heads": 8, "num_key_value_heads": 2, "hidden_size": 512,
+           "layer_types": ["mamba", "mamba", "mamba", "full_attention"], "torch_dtype": "bfloat16"}
+    (tmp_path / "config.json").write_text(json.dumps(cfg))
+    r = validate("--plan-only", "--model", str(tmp_path), "--kv-cache-bytes", "1GiB", "--max-model-len", "1024")
+    assert r.returncode == 2
+    assert r.stderr.startswith("validate: error: not modelled: linear layers")

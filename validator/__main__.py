@@ -1,0 +1,3 @@
+from validator.cli import main
+
+main()

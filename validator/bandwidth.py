@@ -1,0 +1,66 @@
+"""Decode bandwidth (seed 003): KV is stored once and read every step.
+
+With prefix S, input P, H = S + P and G output tokens there are
+n_d = G - 1 decode steps; step j reads H + j cached positions.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+from validator.model_shape import ModelShape, embedding_bytes
+
+
+@dataclass(frozen=True)
+class DecodeReads:
+    token_reads: int      # sum over decode steps of cached positions read
+    bytes_read: int
+    bytes_added: int      # KV written during decode
+    bytes_stored: int     # KV held at the end
+
+    @property
+    def read_to_stored(self) -> float:
+        return self.bytes_read / self.bytes_stored
+
+
+def decode_reads(c_kv: int, prompt: int, output: int, prefix: int = 0) -> DecodeReads:
+    h = prefix + prompt
+    n_d = max(output - 1, 0)
+    token_reads = n_d * h + n_d * (n_d - 1) // 2
+    return DecodeReads(token_reads, c_kv * token_reads, c_kv * n_d, c_kv * (h + n_d))
+
+
+def weight_read_bytes(weights: int, shape: ModelShape) -> int:
+    """Weights read per step: all but an untied input embedding (looked up by row)."""
+    emb = embedding_bytes(shape)
+    if emb is None or shape.tie_word_embeddings:
+        return weights
+    return weights - emb
+
+
+def crossover_batch(weight_reads: int, c_kv: int, context: int) -> int:
+    """Smallest batch whose KV reads per step pass the weight reads: ceil(R_W / (c_KV * H))."""
+    return math.ceil(weight_reads / (c_kv * context))
+
+
+def step_floor_seconds(weight_reads: int, kv_reads: int, bandwidth_bytes_per_s: int) -> float:
+    """A decode step cannot beat reading its weights and KV once at full bandwidth."""
+    return (weight_reads + kv_reads) / bandwidth_bytes_per_s
+
+
+def at_limits(shape: ModelShape, layout, max_model_len: int, max_num_seqs: int, weights: int | None,
+              tp: int, bandwidth_bytes_per_s: int | None) -> dict:
+    """Per-rank figures at the planned limits: every sequence at full length."""
+    kv_step = max_num_seqs * layout.payload_bytes(max_model_len)
+    out = {"kv_read_bytes_per_step": kv_step, "weight_read_bytes_per_step": None,
+           "crossover_batch": None, "decode_step_floor_ms": None,
+           "memory_bandwidth_bytes_per_s": bandwidth_bytes_per_s}
+    if weights is None:
+        return out
+    rw = -(-weight_read_bytes(weights, shape) // tp)
+    out["weight_read_bytes_per_step"] = rw
+    out["crossover_batch"] = math.ceil(rw / layout.payload_bytes(max_model_len))
+    if bandwidth_bytes_per_s:
+        out["decode_step_floor_ms"] = step_floor_seconds(rw, kv_step, bandwidth_bytes_per_s) * 1e3
+    return out

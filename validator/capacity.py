@@ -1,0 +1,174 @@
+"""vLLM's KV-cache capacity, computed as vLLM 0.32 computes it (no vLLM import).
+
+``v1/core/kv_cache_utils.py`` groups layers, sizes one pool block as the
+widest group's pages, divides the KV byte budget by it, holds one block back
+(the null block), and reports capacity per request at ``max_model_len``.
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from dataclasses import dataclass
+from functools import cached_property
+
+from validator.errors import InputError, NotModelled
+from validator.kv_spec import FullAttentionSpec, KVSpec, MLASpec, SlidingWindowSpec, cdiv
+from validator.model_shape import DTYPE_BYTES, FULL, SLIDING, ModelShape
+
+KV_DTYPE_BYTES = {"fp8": 1, "fp8_e4m3": 1, "fp8_e5m2": 1, "fp8_inc": 1, "int8": 1,
+                  "bfloat16": 2, "float16": 2, "half": 2, "float32": 4, "float": 4}
+
+
+def kv_dtype_bytes(kv_cache_dtype: str, model_dtype: str) -> int:
+    if kv_cache_dtype == "auto":
+        return DTYPE_BYTES[model_dtype]
+    if kv_cache_dtype not in KV_DTYPE_BYTES:
+        raise NotModelled(f"kv_cache_dtype {kv_cache_dtype!r} (modelled: auto, "
+                          + ", ".join(sorted(KV_DTYPE_BYTES)) + ")")
+    return KV_DTYPE_BYTES[kv_cache_dtype]
+
+
+def kv_heads_per_rank(shape: ModelShape, tp: int) -> int:
+    """vLLM splits KV heads across ranks, and replicates them when TP > KV heads."""
+    if shape.num_attention_heads % tp:
+        raise InputError(f"tensor_parallel_size: {tp} does not divide num_attention_heads "
+                         f"({shape.num_attention_heads}); pick a divisor")
+    h = shape.num_kv_heads
+    if h % tp and tp % h:
+        raise InputError(f"tensor_parallel_size: {tp} and num_key_value_heads ({h}) must divide one another")
+    return max(1, h // tp)
+
+
+def layer_specs(shape: ModelShape, block_size: int, kv_cache_dtype: str = "auto",
+                tp: int = 1) -> list[KVSpec]:
+    """One spec per decoder layer that holds KV, as one rank sees it."""
+    if shape.kv_shared_layers:
+        raise NotModelled("cross-layer KV sharing (num_kv_shared_layers)")
+    if shape.moe and shape.mla is None:
+        pass  # MoE changes weights, not the KV cache
+    b = kv_dtype_bytes(kv_cache_dtype, shape.dtype)
+    specs: list[KVSpec] = []
+    for kind in shape.layer_kinds:
+        if kind not in (FULL, SLIDING):
+            raise NotModelled(f"{kind} layers ({shape.architecture}: per-request state "
+                              "or chunked local attention); read the capacity from vLLM's start-up log")
+        if shape.mla is not None:
+            if kind == SLIDING:
+                raise NotModelled("sliding-window MLA layers")
+            specs.append(MLASpec(block_size=block_size, latent_size=shape.mla.latent_dim, dtype_bytes=b))
+            continue
+        h = kv_heads_per_rank(shape, tp)
+        if kind == SLIDING:
+            specs.append(SlidingWindowSpec(block_size=block_size, num_kv_heads=h, head_size=shape.head_dim,
+                                           dtype_bytes=b, sliding_window=shape.sliding_window))
+        else:
+            specs.append(FullAttentionSpec(block_size=block_size, num_kv_heads=h, head_size=shape.head_dim,
+                                           dtype_bytes=b))
+    return specs
+
+
+@dataclass(frozen=True)
+class KVGroup:
+    spec: KVSpec
+    num_layers: int
+
+
+def group_layers(specs: list[KVSpec]) -> tuple[KVGroup, ...]:
+    """vLLM's KV cache groups: one for uniform models; for hybrids, each kind
+    split into groups of equal layer count (the "1" of an n:1 pattern, or the
+    larger count when the two are within 1.5x)."""
+    counts = Counter(specs)  # frozen dataclasses: equal specs merge
+    if len(counts) == 1:
+        spec, n = next(iter(counts.items()))
+        return (KVGroup(spec, n),)
+    if len({s.page_size_bytes for s in counts}) != 1:
+        raise NotModelled("hybrid layers with different page sizes (vLLM packs them block-outermost)")
+    sizes = list(counts.values())
+    group_size = min(sizes)
+    if max(sizes) < group_size * 1.5:
+        group_size = max(sizes)
+    groups = []
+    for spec, n in counts.items():
+        num_groups = cdiv(n, group_size)
+        for i in range(num_groups):
+            groups.append(KVGroup(spec, len(range(i, n, num_groups))))
+    return tuple(groups)
+
+
+@dataclass(frozen=True)
+class KVLayout:
+    """The model's KV cache as vLLM lays it out on one rank."""
+
+    groups: tuple[KVGroup, ...]
+    max_concurrent_batches: int = 1  # 2 with async scheduling (the GPU default), 1 on CPU
+
+    @classmethod
+    def from_specs(cls, specs: list[KVSpec], max_concurrent_batches: int = 1) -> "KVLayout":
+        if not specs:
+            raise NotModelled("a model without attention layers")
+        return cls(group_layers(specs), max_concurrent_batches)
+
+    @property
+    def block_size(self) -> int:
+        return self.groups[0].spec.block_size
+
+    @cached_property
+    def bytes_per_block(self) -> int:
+        """One pool block: the widest group's pages side by side (vLLM's divisor)."""
+        return max(g.num_layers * g.spec.page_size_bytes for g in self.groups)
+
+    @property
+    def kv_bytes_per_token(self) -> int:
+        """c_KV: bytes one position adds across all layers while it is held."""
+        return sum(g.num_layers * g.spec.bytes_per_token for g in self.groups)
+
+    @property
+    def is_hybrid(self) -> bool:
+        return len({type(g.spec) for g in self.groups}) > 1 or any(
+            isinstance(g.spec, SlidingWindowSpec) for g in self.groups)
+
+    def num_blocks(self, kv_bytes: int, override: int | None = None) -> int:
+        if override is not None:
+            return override
+        return max(kv_bytes // self.bytes_per_block, 0)
+
+    def blocks_per_request(self, max_model_len: int, max_num_batched_tokens: int) -> int:
+        in_flight = self.max_concurrent_batches * max_num_batched_tokens
+        return sum(g.spec.blocks_per_request(max_model_len, in_flight) for g in self.groups)
+
+    def max_concurrency(self, num_blocks: int, max_model_len: int, max_num_batched_tokens: int) -> float:
+        """vLLM's figure: all blocks (null block included) over blocks per request."""
+        return num_blocks / self.blocks_per_request(max_model_len, max_num_batched_tokens)
+
+    def kv_cache_tokens(self, num_blocks: int, max_model_len: int, max_num_batched_tokens: int) -> int:
+        """vLLM's "KV cache size: N tokens" = int(max_concurrency * max_model_len)."""
+        return int(self.max_concurrency(num_blocks, max_model_len, max_num_batched_tokens) * max_model_len)
+
+    def largest_model_len(self, usable_blocks: int, upper: int, max_num_batched_tokens: int,
+                          num_seqs: int = 1) -> int:
+        """Largest length in [1, upper] whose num_seqs requests fit in usable blocks (0 if none).
+
+        With num_seqs=1 this is vLLM's "estimated maximum model length".
+        """
+        def fits(n: int) -> bool:
+            return num_seqs * self.blocks_per_request(n, max_num_batched_tokens) <= usable_blocks
+        if upper < 1 or not fits(1):
+            return 0
+        lo, hi, best = 1, upper, 1
+        while lo <= hi:
+            mid = (lo + hi) // 2
+            if fits(mid):
+                best, lo = mid, mid + 1
+            else:
+                hi = mid - 1
+        return best
+
+    def payload_bytes(self, tokens: int) -> int:
+        """Bytes actually written for one request of `tokens` positions (no rounding)."""
+        total = 0
+        for g in self.groups:
+            held = tokens
+            if isinstance(g.spec, SlidingWindowSpec):
+                held = min(tokens, g.spec.sliding_window)
+            total += g.num_layers * g.spec.bytes_per_token * held
+        return total

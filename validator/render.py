@@ -1,0 +1,90 @@
+"""The plan for people: the memory ledger and the limits as a plain-text table."""
+
+from __future__ import annotations
+
+from validator.units import GiB, human
+
+
+def _g(n: int | None) -> str:
+    return "n/a" if n is None else f"{n / GiB:,.3f} GiB"
+
+
+def plan_text(plan_json: dict) -> str:
+    p = plan_json
+    m = p["model"]
+    L = p["ledger"]
+    rows: list[tuple[str, str, str]] = []
+
+    def row(label: str, value: str, note: str = "") -> None:
+        rows.append((label, value, note))
+
+    out = [f"model      {m['architecture']} ({m['model_type']}): {m['num_layers']} layers [{m['layer_kinds']}], "
+           f"{m['num_attention_heads']} query heads, {m['num_kv_heads']} KV heads, head_dim {m['head_dim']} "
+           f"({m['head_dim_source']}), {m['dtype']}"]
+    if m["sliding_window"]:
+        out.append(f"           sliding window {m['sliding_window']} tokens")
+    out.append(f"platform   {p['platform']}, tensor parallel {p['tensor_parallel_size']}, "
+               f"KV dtype {p['kv_cache_dtype']}")
+    out.append("")
+    out.append("KV cache per rank")
+    out.append(f"  per token            {p['kv_bytes_per_token']:>14,} B  ({human(p['kv_bytes_per_token'])})")
+    out.append(f"  block                {p['block_size']:>14,} tokens, {p['bytes_per_block']:,} B per pool block "
+               f"({len(p['kv_groups'])} group{'s' if len(p['kv_groups']) > 1 else ''})")
+    out.append(f"  blocks               {p['num_blocks']:>14,} (usable {p['usable_blocks']:,}: one is vLLM's null block)")
+    out.append(f"  KV tokens (vLLM)     {p['kv_cache_tokens']:>14,}")
+    out.append(f"  max concurrency      {p['max_concurrency']:>14.2f}x at {p['max_model_len']:,} tokens (vLLM's figure)")
+    out.append("")
+    out.append("Limits")
+    src = p.get("limits_source", {})
+    out.append(f"  max_model_len        {p['max_model_len']:>14,}  {src.get('max_model_len') or ''}")
+    out.append(f"  max_num_seqs         {p['max_num_seqs']:>14,}  {src.get('max_num_seqs') or ''}")
+    out.append(f"  max_num_batched_tok  {p['max_num_batched_tokens']:>14,}")
+    out.append(f"  blocks per sequence  {p['blocks_per_seq']:>14,}")
+    out.append("")
+    out.append(f"Memory ledger ({L['mode']})")
+    if L["gpu_memory_bytes"] is not None:
+        row("GPU memory", _g(L["gpu_memory_bytes"]))
+    if L["budget_bytes"] is not None:
+        row(f"x utilization {L['gpu_memory_utilization']:g}", _g(L["budget_bytes"]), "budget")
+    row("- weights", _g(L["weights_bytes"]), L["weights_source"] or "")
+    if L["workspace_bytes"] is not None:
+        row("- workspace", _g(L["workspace_bytes"]), "activations, CUDA graphs, non-torch")
+    row("= KV cache", _g(L["kv_cache_bytes"]))
+    row("KV at limits", _g(L["kv_bytes_at_limits"]),
+        f"allocated, block-rounded ({p['max_num_seqs']} x {p['max_model_len']:,} tokens)")
+    row("  payload", _g(L["kv_payload_bytes_at_limits"]), "unrounded")
+    row("  null block", _g(L["null_block_bytes"]))
+    row("headroom", _g(L["kv_headroom_bytes"]), "KV cache - null block - KV at limits")
+    if L.get("required_bytes") is not None:
+        budget = L["budget_bytes"]
+        cmp = "" if budget is None else ("<=" if L["required_bytes"] <= budget else ">") + f" budget {_g(budget)}"
+        row("required", _g(L["required_bytes"]), f"weights + workspace + KV at limits {cmp}")
+    w = max(len(r[0]) for r in rows)
+    for label, value, note in rows:
+        out.append(f"  {label:<{w}}  {value:>16}  {note}")
+    bw = p.get("bandwidth") or {}
+    if bw.get("weight_read_bytes_per_step") is not None:
+        out.append("")
+        out.append("Decode bandwidth at the limits (per rank, all sequences at full length)")
+        out.append(f"  weight reads / step  {_g(bw['weight_read_bytes_per_step'])}")
+        out.append(f"  KV reads / step      {_g(bw['kv_read_bytes_per_step'])}")
+        out.append(f"  KV passes weights at batch {bw['crossover_batch']}")
+        if bw.get("decode_step_floor_ms") is not None:
+            out.append(f"  decode step floor    {bw['decode_step_floor_ms']:.2f} ms at "
+                       f"{bw['memory_bandwidth_bytes_per_s'] / 1e12:g} TB/s")
+    for n in p.get("notes", []):
+        out.append(f"note: {n}")
+    out.append("")
+    if p["fits"]:
+        out.append(f"FITS: {p['max_num_seqs']} sequences x {p['max_model_len']:,} tokens")
+    else:
+        out.append("DOES NOT FIT")
+        for r in p["reasons"]:
+            out.append(f"  - {r}")
+        if p["ways_out"]:
+            out.append("ways out (measure again after any of them):")
+            for w_ in p["ways_out"]:
+                out.append(f"  - {w_['way']}: {w_['text']}")
+    env = " ".join(f"{k}={v}" for k, v in p["vllm_env"].items())
+    out.append("vllm serve args: " + (env + " " if env else "") + " ".join(p["vllm_args"]))
+    return "\n".join(out)
