@@ -167,3 +167,20 @@ def test_not_modelled_is_refused_by_name(tmp_path):
     r = validate("--plan-only", "--model", str(tmp_path), "--kv-cache-bytes", "1GiB", "--max-model-len", "1024")
     assert r.returncode == 2
     assert r.stderr.startswith("validate: error: not modelled: linear layers")
+
+
+@pytest.mark.parametrize("P,G,token_reads,gib_read", [(8192, 1025, 8_912_384, 1224), (2048, 2048, 6_286_337, None)])
+def test_cumulative_reads_through_the_cli(P, G, token_reads, gib_read):
+    p = plan_json("--profile", "profiles/qwen3-8b.yaml", "--prompt-tokens", str(P), "--output-tokens", str(G))
+    rq = p["bandwidth"]["request"]
+    assert rq["token_reads"] == token_reads
+    if gib_read:
+        assert round(rq["kv_bytes_read"] / GiB) == gib_read
+        assert rq["kv_bytes_added_in_decode"] == 144 * MiB
+
+
+@pytest.mark.parametrize("H,b_star", [(8192, 13), (2048, 51)])
+def test_crossover_batch_through_the_cli(H, b_star):
+    p = plan_json("--profile", "profiles/qwen3-8b.yaml", "--max-model-len", str(H))
+    assert p["bandwidth"]["weight_read_bytes_per_step"] == 15_136_811_008
+    assert p["bandwidth"]["crossover_batch"] == b_star

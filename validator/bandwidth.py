@@ -50,12 +50,19 @@ def step_floor_seconds(weight_reads: int, kv_reads: int, bandwidth_bytes_per_s: 
 
 
 def at_limits(shape: ModelShape, layout, max_model_len: int, max_num_seqs: int, weights: int | None,
-              tp: int, bandwidth_bytes_per_s: int | None) -> dict:
-    """Per-rank figures at the planned limits: every sequence at full length."""
+              tp: int, bandwidth_bytes_per_s: int | None, request: tuple[int, int] | None = None) -> dict:
+    """Per-rank figures at the planned limits (every sequence at full length), and for one
+    (prompt, output) request when given."""
     kv_step = max_num_seqs * layout.payload_bytes(max_model_len)
     out = {"kv_read_bytes_per_step": kv_step, "weight_read_bytes_per_step": None,
            "crossover_batch": None, "decode_step_floor_ms": None,
-           "memory_bandwidth_bytes_per_s": bandwidth_bytes_per_s}
+           "memory_bandwidth_bytes_per_s": bandwidth_bytes_per_s, "request": None}
+    if request is not None:
+        r = decode_reads(layout.kv_bytes_per_token, prompt=request[0], output=request[1])
+        out["request"] = {"prompt_tokens": request[0], "output_tokens": request[1], "decode_steps": max(request[1] - 1, 0),
+                          "token_reads": r.token_reads, "kv_bytes_read": r.bytes_read,
+                          "kv_bytes_added_in_decode": r.bytes_added, "kv_bytes_stored": r.bytes_stored,
+                          "read_to_stored": round(r.read_to_stored, 1)}
     if weights is None:
         return out
     rw = -(-weight_read_bytes(weights, shape) // tp)

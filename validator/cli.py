@@ -12,6 +12,7 @@ import sys
 
 from validator import profile as profiles
 from validator.errors import EXIT_FAIL, EXIT_INPUT, EXIT_OK, InputError, KvgateError
+from validator.launch import Terminated
 from validator.units import parse_bytes
 
 DEFAULT_PROFILE = "profiles/tiny-cpu.yaml"
@@ -55,6 +56,8 @@ def build_parser() -> argparse.ArgumentParser:
     g.add_argument("--max-num-batched-tokens", type=int)
     g.add_argument("--tensor-parallel-size", type=int)
     g.add_argument("--num-gpu-blocks-override", type=int)
+    g.add_argument("--prompt-tokens", type=int, help="workload prompt length (also: bandwidth figures)")
+    g.add_argument("--output-tokens", type=int, help="workload output length (also: bandwidth figures)")
     return ap
 
 
@@ -68,6 +71,7 @@ _FLAG_FIELDS = {
     "max_num_batched_tokens": ("limits", "max_num_batched_tokens"),
     "tensor_parallel_size": ("hardware", "tensor_parallel_size"),
     "num_gpu_blocks_override": ("cache", "num_gpu_blocks_override"),
+    "prompt_tokens": ("workload", "prompt_tokens"), "output_tokens": ("workload", "output_tokens"),
 }
 
 
@@ -79,9 +83,6 @@ def resolve_profile(args) -> profiles.Profile:
     else:
         raise InputError("--profile: give a profile, or --model with the plan flags")
     changes = {_FLAG_FIELDS[k]: getattr(args, k) for k in _FLAG_FIELDS}
-    if args.profile is None and args.kv_cache_bytes is not None and args.gpu_memory_bytes is None \
-            and args.platform is None:
-        pass  # a direct KV budget plans the same on either platform
     return profiles.override(prof, changes)
 
 
@@ -107,6 +108,9 @@ def main(argv: list[str] | None = None) -> int:
         print(f"validate: error: {e}", file=sys.stderr)
         code = e.exit_code
     except KeyboardInterrupt:
-        print("validate: interrupted", file=sys.stderr)
+        print("validate: interrupted (Ctrl-C); vLLM stopped, partial results kept", file=sys.stderr)
         code = 130
+    except Terminated as e:
+        print(f"validate: terminated ({e}); vLLM stopped, partial results kept", file=sys.stderr)
+        code = 143
     sys.exit(code)

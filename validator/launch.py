@@ -77,14 +77,24 @@ class LaunchSpec:
         return argv + list(self.extra_args)
 
 
-def validate_extra_args(args: list[str], planned: list[str]) -> None:
-    """Extra flags may not silently change what the plan decided."""
-    owned = {a for a in planned if a.startswith("--")} | {"--host", "--port", "--model", "--api-key"}
+# flags that decide capacity or where the server listens: the plan and the launcher own them
+OWNED_FLAGS = {
+    "--max-model-len", "--max-num-seqs", "--max-num-batched-tokens", "--block-size", "--kv-cache-dtype",
+    "--gpu-memory-utilization", "--kv-cache-memory-bytes", "--num-gpu-blocks-override",
+    "--tensor-parallel-size", "-tp", "--dtype", "--host", "--port", "--model", "--api-key",
+    "--served-model-name", "--async-scheduling", "--no-async-scheduling",
+}
+
+
+def validate_extra_args(args: list[str]) -> None:
+    """Extra flags may not silently change what the plan decided, nor smuggle in a shell."""
     for a in args:
         flag = a.split("=", 1)[0]
-        if flag in owned:
+        if flag in OWNED_FLAGS:
             raise InputError(f"vllm.extra_args: {flag} is set by the plan or the launcher; "
                              "change the profile field instead")
+        if "\n" in a or "\x00" in a:
+            raise InputError(f"vllm.extra_args: {a!r} contains a newline or NUL byte")
 
 
 def _descendants(pid: int) -> list[int]:

@@ -44,6 +44,7 @@ class PlanInput:
     dtype: str = "auto"                        # vLLM --dtype
     workload_len: int | None = None            # prompt + output of the profile's workload
     workload_concurrency: int | None = None
+    workload_request: tuple[int, int] | None = None  # (prompt, output) for the bandwidth figures
 
 
 @dataclass
@@ -290,7 +291,7 @@ def make_plan(inp: PlanInput, explore: bool = True) -> Plan:
         vllm_env=env, limits_source=source,
     )
     plan.bandwidth = bandwidth.at_limits(shape, layout, mml, mns, inp.weights_bytes,
-                                         inp.tensor_parallel_size, inp.memory_bandwidth)
+                                         inp.tensor_parallel_size, inp.memory_bandwidth, inp.workload_request)
     if not fits and explore:
         plan.ways_out = ways_out(inp, plan)
     return plan
@@ -363,6 +364,7 @@ def plan_input_from_profile(profile: Profile) -> PlanInput:
         num_gpu_blocks_override=g("cache", "num_gpu_blocks_override"),
         async_scheduling=g("vllm", "async_scheduling"), memory_bandwidth=g("hardware", "memory_bandwidth"),
         dtype=g("model", "dtype"), workload_len=wl_len, workload_concurrency=g("workload", "concurrency"),
+        workload_request=(wl_p, wl_o) if wl_p and wl_o else None,
     )
 
 

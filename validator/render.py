@@ -69,6 +69,11 @@ def plan_text(plan_json: dict) -> str:
         out.append(f"  weight reads / step  {_g(bw['weight_read_bytes_per_step'])}")
         out.append(f"  KV reads / step      {_g(bw['kv_read_bytes_per_step'])}")
         out.append(f"  KV passes weights at batch {bw['crossover_batch']}")
+        rq = bw.get("request")
+        if rq:
+            out.append(f"  one request of {rq['prompt_tokens']:,} + {rq['output_tokens']:,} tokens: "
+                       f"{rq['token_reads']:,} token-reads = {_g(rq['kv_bytes_read'])} read, "
+                       f"{_g(rq['kv_bytes_stored'])} stored ({rq['read_to_stored']:g}x)")
         if bw.get("decode_step_floor_ms") is not None:
             out.append(f"  decode step floor    {bw['decode_step_floor_ms']:.2f} ms at "
                        f"{bw['memory_bandwidth_bytes_per_s'] / 1e12:g} TB/s")

@@ -76,7 +76,7 @@ def _print_checks(checks) -> None:
 def launch_spec(profile, plan) -> LaunchSpec:
     g = profile.get
     extra = g("vllm", "extra_args") or []
-    validate_extra_args(extra, plan.vllm_args)
+    validate_extra_args(extra)
     key_env = g("vllm", "api_key_env")
     api_key = None
     if key_env:

@@ -68,8 +68,14 @@ def phase_of(line: str) -> int | None:
     return None
 
 
+# errors that only wrap the root cause reported earlier in the log
+_WRAPPERS = ("Engine core initialization failed", "EngineDeadError", "See root cause above",
+             "EngineCore encountered an issue")
+
+
 def parse_log(text: str, facts: StartupFacts | None = None) -> StartupFacts:
     f = facts or StartupFacts()
+    errors: list[str] = []
     for line in text.splitlines():
         if m := _KV_TOKENS.search(line):
             f.kv_cache_tokens = _int(m.group(1))
@@ -80,7 +86,10 @@ def parse_log(text: str, facts: StartupFacts | None = None) -> StartupFacts:
         if m := _ERROR.match(line.strip()):
             kind, msg = m.groups()
             if kind and "Warning" not in kind:
-                f.fatal_error = f"{kind}: {msg}"[:2000]
+                errors.append(f"{kind}: {msg}"[:2000])
+    if errors:
+        roots = [e for e in errors if not any(w in e for w in _WRAPPERS)]
+        f.fatal_error = roots[0] if roots else errors[-1]
     return f
 
 

@@ -1,0 +1,50 @@
+"""Shared fixtures: tiny models built once per session into models/ (cached across runs)."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+MODELS = ROOT / "models"
+
+
+@pytest.fixture(scope="session")
+def tiny_model():
+    """tiny_model(name) -> path of a built tiny checkpoint."""
+    from validator.tinymodels import ensure_tiny_model
+
+    def get(name: str) -> Path:
+        return ensure_tiny_model(name, MODELS / name)
+    return get
+
+
+def alive_pids(pids) -> list[int]:
+    out = []
+    for p in pids:
+        try:
+            with open(f"/proc/{p}/stat") as f:
+                state = f.read().rsplit(")", 1)[1].split()[0]
+            if state != "Z":
+                out.append(p)
+        except OSError:
+            pass
+    return out
+
+
+def processes_mentioning(text: str) -> list[int]:
+    """Live processes whose command line contains text (orphan detection)."""
+    out = []
+    for d in os.listdir("/proc"):
+        if not d.isdigit() or int(d) == os.getpid():
+            continue
+        try:
+            with open(f"/proc/{d}/cmdline", "rb") as f:
+                cmd = f.read().replace(b"\0", b" ").decode(errors="replace")
+        except OSError:
+            continue
+        if text in cmd and alive_pids([int(d)]):
+            out.append(int(d))
+    return out
