@@ -48,3 +48,20 @@ def processes_mentioning(text: str) -> list[int]:
         if text in cmd and alive_pids([int(d)]):
             out.append(int(d))
     return out
+
+
+@pytest.fixture(scope="session")
+def tiny_server(tiny_model, tmp_path_factory):
+    """One real vLLM for the load tests: tiny GQA model, 64 usable blocks of 32, prefix caching on,
+    the prefix cache resettable (dev mode). Yields the Server."""
+    from validator.launch import LaunchSpec, Server
+
+    spec = LaunchSpec(model=str(tiny_model("tiny-gqa")), served_name="tiny",
+                      vllm_args=["--block-size", "32", "--max-model-len", "1024", "--max-num-seqs", "8",
+                                 "--max-num-batched-tokens", "2048", "--num-gpu-blocks-override", "65"],
+                      env={"VLLM_CPU_KVCACHE_SPACE": "1", "VLLM_SERVER_DEV_MODE": "1"},
+                      extra_args=["--enforce-eager"], startup_timeout_s=300)
+    server = Server(spec, tmp_path_factory.mktemp("tiny-server"))
+    with server:
+        server.wait_ready()
+        yield server

@@ -1,0 +1,146 @@
+"""A loopback stub of vLLM's streaming /v1/completions, for two jobs real vLLM cannot do:
+measuring the load generator's own overhead (tokens as fast as the client reads them, or
+at a set pace) and injecting faults on demand.
+
+Plain asyncio HTTP/1.1 with keep-alive and chunked SSE, events shaped exactly like
+vLLM 0.32's. Run: python benchmarks/stub_server.py --port 0 [--ttft-ms 0 --itl-ms 0]
+(prints "listening on PORT"). Faults: --fault 5xx|malformed|cut|slow-headers|more-tokens|
+fewer-tokens|error-event [--fault-every N].
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import sys
+import time
+
+FAULTS = ("none", "5xx", "malformed", "cut", "slow-headers", "more-tokens", "fewer-tokens", "error-event")
+
+
+class Stub:
+    def __init__(self, ttft_ms: float = 0.0, itl_ms: float = 0.0, fault: str = "none", fault_every: int = 1,
+                 batch: int = 64):
+        self.ttft = ttft_ms / 1e3
+        self.itl = itl_ms / 1e3
+        self.fault = fault
+        self.fault_every = max(fault_every, 1)
+        self.batch = batch            # events written per drain when not paced
+        self.n = 0
+        self.events_sent = 0
+
+    def token_event(self, rid: str, model: str, finish: str | None) -> bytes:
+        fr = "null" if finish is None else json.dumps(finish)
+        return (f'data: {{"id":"{rid}","object":"text_completion","created":0,"model":"{model}",'
+                f'"choices":[{{"index":0,"text":" tok","logprobs":null,"finish_reason":{fr},'
+                f'"stop_reason":null}}],"usage":null}}\n\n').encode()
+
+    async def handle(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        try:
+            while True:
+                head = await reader.readuntil(b"\r\n\r\n")
+                lines = head.decode("latin-1").split("\r\n")
+                method, path, _ = lines[0].split(" ", 2)
+                headers = {k.strip().lower(): v.strip() for k, _, v in (h.partition(":") for h in lines[1:] if h)}
+                body = await reader.readexactly(int(headers.get("content-length", "0")))
+                if path == "/health":
+                    writer.write(b"HTTP/1.1 200 OK\r\nContent-Length: 0\r\n\r\n")
+                    continue
+                if method != "POST" or not path.endswith("/completions"):
+                    writer.write(b"HTTP/1.1 404 Not Found\r\nContent-Length: 0\r\n\r\n")
+                    continue
+                await self.stream(json.loads(body), writer)
+                await writer.drain()
+        except (asyncio.IncompleteReadError, ConnectionError, ValueError):
+            pass
+        finally:
+            writer.close()
+
+    async def stream(self, req: dict, writer: asyncio.StreamWriter) -> None:
+        self.n += 1
+        fault = self.fault if self.n % self.fault_every == 0 else "none"
+        rid = f"cmpl-{self.n}"
+        model = req.get("model", "stub")
+        prompt = req.get("prompt", "")
+        p_tokens = len(prompt) if isinstance(prompt, list) else len(str(prompt).split())
+        g = int(req.get("max_tokens", 16))
+        if fault == "5xx":
+            msg = b'{"error":"stub: injected 503"}'
+            writer.write(b"HTTP/1.1 503 Service Unavailable\r\nContent-Type: application/json\r\n"
+                         b"Content-Length: %d\r\n\r\n%s" % (len(msg), msg))
+            return
+        if fault == "slow-headers":
+            await asyncio.sleep(3600)
+        writer.write(b"HTTP/1.1 200 OK\r\nContent-Type: text/event-stream\r\nTransfer-Encoding: chunked\r\n\r\n")
+        served = g + 2 if fault == "more-tokens" else (max(g - 2, 1) if fault == "fewer-tokens" else g)
+
+        def chunk(data: bytes) -> None:
+            writer.write(b"%x\r\n%s\r\n" % (len(data), data))
+
+        if self.ttft:
+            await asyncio.sleep(self.ttft)
+        pending = []
+        for i in range(served):
+            if fault == "cut" and i == served // 2:
+                await writer.drain()
+                writer.transport.abort()  # the connection drops mid-stream
+                return
+            if fault == "malformed" and i == 1:
+                pending.append(b'data: {"id": "broken", "choices": [{\n\n')
+                continue
+            if fault == "error-event" and i == 1:
+                pending.append(b'data: {"error": {"message": "stub: injected error", "code": 500}}\n\n')
+                break
+            pending.append(self.token_event(rid, model, "length" if i == served - 1 else None))
+            if self.itl or len(pending) >= self.batch:
+                chunk(b"".join(pending))
+                self.events_sent += len(pending)
+                pending = []
+                await writer.drain()
+                if self.itl:
+                    await asyncio.sleep(self.itl)
+        usage = {"prompt_tokens": p_tokens, "total_tokens": p_tokens + served, "completion_tokens": served}
+        pending.append(f'data: {{"id":"{rid}","object":"text_completion","created":0,"model":"{model}",'
+                       f'"choices":[],"usage":{json.dumps(usage, separators=(",", ":"))}}}\n\n'.encode())
+        pending.append(b"data: [DONE]\n\n")
+        chunk(b"".join(pending))
+        self.events_sent += len(pending)
+        writer.write(b"0\r\n\r\n")
+
+
+async def serve(stub: Stub, host: str = "127.0.0.1", port: int = 0, ready=None):
+    server = await asyncio.start_server(stub.handle, host, port, backlog=4096)
+    port = server.sockets[0].getsockname()[1]
+    if ready:
+        ready(port)
+    async with server:
+        await server.serve_forever()
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--host", default="127.0.0.1")
+    ap.add_argument("--port", type=int, default=0)
+    ap.add_argument("--ttft-ms", type=float, default=0.0)
+    ap.add_argument("--itl-ms", type=float, default=0.0)
+    ap.add_argument("--fault", choices=FAULTS, default="none")
+    ap.add_argument("--fault-every", type=int, default=1)
+    ap.add_argument("--max-seconds", type=float, default=3600.0, help="the stub stops by itself after this")
+    a = ap.parse_args()
+    if a.host not in ("127.0.0.1", "::1", "localhost"):
+        sys.exit("stub_server: binds loopback only")
+    stub = Stub(a.ttft_ms, a.itl_ms, a.fault, a.fault_every)
+
+    async def run():
+        task = asyncio.create_task(serve(stub, a.host, a.port, lambda p: print(f"listening on {p}", flush=True)))
+        await asyncio.sleep(a.max_seconds)
+        task.cancel()
+    try:
+        asyncio.run(run())
+    except KeyboardInterrupt:
+        pass
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,170 @@
+"""`loadgen`: streaming load against any OpenAI-compatible server on this machine.
+
+Writes OUT/records.jsonl (one line per finished request, as it finishes) and
+OUT/summary.json, and prints the summary. Exit 0 done, 1 some requests failed,
+2 bad input, 3 the server could not be reached at all, 130 interrupted.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import ipaddress
+import json
+import os
+import socket
+import sys
+import time
+from pathlib import Path
+from urllib.parse import urlparse
+
+import aiohttp
+
+from loadgen.client import OpenAIStream
+from loadgen.records import RecordWriter
+from loadgen.runner import RunConfig, Runner, tokenize_lengths
+from loadgen.stats import format_summary, summarize
+from loadgen.workload import Lengths, WorkloadError, from_dataset, multi_turn, shared_prefix, synthetic
+
+
+class UsageError(Exception):
+    pass
+
+
+def require_loopback(url: str) -> None:
+    """Load goes only to this machine: every address the host resolves to must be loopback."""
+    u = urlparse(url)
+    if u.scheme not in ("http", "https") or not u.hostname:
+        raise UsageError(f"--url: {url!r} is not an http(s) URL")
+    try:
+        infos = socket.getaddrinfo(u.hostname, u.port or 80, proto=socket.IPPROTO_TCP)
+    except socket.gaierror as e:
+        raise UsageError(f"--url: cannot resolve {u.hostname}: {e}") from None
+    for info in infos:
+        if not ipaddress.ip_address(info[4][0].split("%")[0]).is_loopback:
+            raise UsageError(f"--url: {u.hostname} is not a loopback address; load tests only target this "
+                             "machine (127.0.0.0/8, ::1)")
+
+
+class _Parser(argparse.ArgumentParser):
+    def error(self, message: str):
+        self.exit(2, f"loadgen: error: {message} (see loadgen --help)\n")
+
+
+def build_parser() -> argparse.ArgumentParser:
+    ap = _Parser(prog="loadgen", description=__doc__.splitlines()[0])
+    ap.add_argument("--url", required=True, help="server base URL, e.g. http://127.0.0.1:8000")
+    ap.add_argument("--model", required=True, help="model name the server answers to")
+    mode = ap.add_mutually_exclusive_group()
+    mode.add_argument("--concurrency", type=int, help="closed loop: requests in flight (default 1)")
+    mode.add_argument("--rate", type=float, help="open loop: requests per second")
+    ap.add_argument("--burstiness", type=float, default=1.0, help="gamma shape of arrivals; 1 = Poisson")
+    ap.add_argument("--requests", type=int, help="how many requests (default 100 unless --duration)")
+    ap.add_argument("--duration", type=float, help="seconds during which requests start")
+    ap.add_argument("--ramp-up", type=float, default=0.0, help="seconds to reach full concurrency or rate")
+    ap.add_argument("--warmup", type=int, default=0, help="first N requests left out of the statistics")
+    ap.add_argument("--prompt-tokens", default="256", help="N, uniform:LO:HI or normal:MEAN:STD[:LO:HI]")
+    ap.add_argument("--output-tokens", default="128", help="as --prompt-tokens; served exactly (ignore_eos)")
+    ap.add_argument("--prefix-groups", type=int, help="shared-prefix workload: number of prefixes")
+    ap.add_argument("--prefix-tokens", type=int, help="shared-prefix length (the run salt included)")
+    ap.add_argument("--turns", type=int, help="multi-turn: turns per conversation (prompt grows with history)")
+    ap.add_argument("--dataset", help="replay a JSONL file of {prompt, output_tokens}")
+    ap.add_argument("--chat", action="store_true", help="use /v1/chat/completions (text prompts)")
+    ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--salt", help="run salt (default: random, so a repeated run does not hit the prefix cache)")
+    ap.add_argument("--api-key-env", help="environment variable holding the API key")
+    ap.add_argument("--timeout", type=float, default=300.0, help="seconds per request in all")
+    ap.add_argument("--read-timeout", type=float, default=60.0, help="seconds without a byte before a request fails")
+    ap.add_argument("--out", required=True, help="directory for records.jsonl and summary.json")
+    ap.add_argument("--quiet", action="store_true")
+    return ap
+
+
+def make_workload(a):
+    try:
+        out = Lengths.parse(a.output_tokens, "--output-tokens")
+        n = a.requests if a.requests is not None else (100 if a.duration is None else 1_000_000)
+        if a.dataset:
+            return from_dataset(a.dataset, default_output=out.sample(__import__("numpy").random.default_rng(a.seed)),
+                                limit=n)
+        if a.chat:
+            raise UsageError("--chat needs text prompts: use --dataset with text prompts")
+        prompt = Lengths.parse(a.prompt_tokens, "--prompt-tokens")
+        if a.turns:
+            if a.turns < 2:
+                raise UsageError("--turns must be at least 2")
+            convs = max(1, n // a.turns)
+            return multi_turn(convs, a.turns, prompt, Lengths.parse(32, "user"), out.max, seed=a.seed, salt=a.salt)
+        if a.prefix_groups or a.prefix_tokens:
+            if not (a.prefix_groups and a.prefix_tokens):
+                raise UsageError("--prefix-groups and --prefix-tokens go together")
+            return shared_prefix(n, a.prefix_groups, a.prefix_tokens, prompt, out, seed=a.seed, salt=a.salt)
+        return synthetic(n, prompt, out, seed=a.seed, salt=a.salt)
+    except WorkloadError as e:
+        raise UsageError(str(e)) from None
+
+
+def progress_printer(quiet: bool):
+    tty = sys.stderr.isatty()
+    last = [0.0]
+
+    def show(p: dict) -> None:
+        if quiet:
+            return
+        line = (f"[{p['run']}] {p['elapsed']:7.1f}s  done {p['done']}  ok {p['ok']}  errors {p['errors']}  "
+                f"in flight {p['in_flight']}  chunks {p['tokens']}")
+        if tty:
+            print("\r" + line, end="", file=sys.stderr, flush=True)
+        elif time.monotonic() - last[0] >= 5:  # CI logs: a plain line every 5 s
+            last[0] = time.monotonic()
+            print(line, file=sys.stderr, flush=True)
+    return show
+
+
+async def _main(a, workload, cfg: RunConfig, out: Path) -> dict:
+    key = os.environ.get(a.api_key_env) if a.api_key_env else None
+    conn = aiohttp.TCPConnector(limit=0, force_close=False)
+    async with aiohttp.ClientSession(connector=conn) as session:
+        await tokenize_lengths(session, a.url, a.model, [s for s in workload.items if hasattr(s, "prompt")],
+                               headers={"Authorization": f"Bearer {key}"} if key else None)
+        transport = OpenAIStream(session, a.url, a.model, api_key=key, request_timeout=a.timeout,
+                                 read_timeout=a.read_timeout)
+        with RecordWriter(out / "records.jsonl") as w:
+            runner = Runner(transport, w, name="loadgen", progress=progress_printer(a.quiet))
+            result = await runner.run(workload, cfg)
+    summary = summarize(result.records, result.ended_at - result.started_at)
+    summary.update(window=list(result.window), interrupted=result.interrupted, workload=result.workload,
+                   config=result.config, url=a.url, model=a.model)
+    (out / "summary.json").write_text(json.dumps(summary, indent=2))
+    return summary
+
+
+def main(argv: list[str] | None = None) -> int:
+    a = build_parser().parse_args(argv)
+    try:
+        require_loopback(a.url)
+        workload = make_workload(a)
+        cfg = RunConfig(concurrency=a.concurrency if a.rate is None else None, rate=a.rate,
+                        burstiness=a.burstiness, max_requests=a.requests, duration=a.duration,
+                        ramp_up=a.ramp_up, warmup=a.warmup, seed=a.seed)
+        if cfg.rate is None and cfg.concurrency is None:
+            cfg.concurrency = 1
+        if cfg.max_requests is None and cfg.duration is None:
+            cfg.max_requests = 100
+        cfg.check()
+    except (UsageError, ValueError) as e:
+        print(f"loadgen: error: {e}", file=sys.stderr)
+        return 2
+    out = Path(a.out)
+    out.mkdir(parents=True, exist_ok=True)
+    try:
+        summary = asyncio.run(_main(a, workload, cfg, out))
+    except KeyboardInterrupt:
+        print(f"\nloadgen: interrupted; finished requests are in {out / 'records.jsonl'}", file=sys.stderr)
+        return 130
+    if not a.quiet and sys.stderr.isatty():
+        print(file=sys.stderr)
+    print(format_summary(summary))
+    if summary["ok"] == 0 and summary["requests"] > 0:
+        return 3
+    return 1 if summary["failed"] else 0

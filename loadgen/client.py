@@ -1,0 +1,123 @@
+"""The transport: one streaming request to an OpenAI-compatible server.
+
+The caller owns the aiohttp session. ``send`` fills the record it is given and
+never raises (except ``CancelledError``, after marking the record): every
+failure becomes ``record.error``.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from dataclasses import dataclass
+from typing import Protocol
+
+import aiohttp
+
+from loadgen.records import RequestRecord
+from loadgen.sse import StreamParser
+
+
+@dataclass
+class RequestSpec:
+    id: str
+    prompt: list[int] | str
+    output_tokens: int
+    prompt_tokens: int | None = None     # asked: exact for token ids, /tokenize'd for text
+    chat: bool = False
+    group: int | None = None
+    turn: int | None = None
+    warmup: bool = False
+    want_token_ids: bool = False
+
+
+class Transport(Protocol):
+    async def send(self, spec: RequestSpec, rec: RequestRecord, t0: float) -> list[int] | None:
+        """Fill rec; return the output token ids when spec.want_token_ids (else None). Never raises."""
+
+
+class OpenAIStream:
+    """Streaming /v1/completions (token ids or text) or /v1/chat/completions."""
+
+    def __init__(self, session: aiohttp.ClientSession, base_url: str, model: str, api_key: str | None = None,
+                 request_timeout: float = 300.0, read_timeout: float = 60.0, exact_output: bool = True):
+        self.session = session
+        self.base = base_url.rstrip("/")
+        self.model = model
+        self.headers = {"Authorization": f"Bearer {api_key}"} if api_key else {}
+        self.timeout = aiohttp.ClientTimeout(total=request_timeout, sock_read=read_timeout)
+        self.request_timeout, self.read_timeout = request_timeout, read_timeout
+        self.exact_output = exact_output
+
+    def payload(self, spec: RequestSpec) -> tuple[str, dict]:
+        body: dict = {"model": self.model, "max_tokens": spec.output_tokens, "stream": True,
+                      "stream_options": {"include_usage": True}, "temperature": 0.0}
+        if self.exact_output:  # exactly output_tokens tokens, whatever the model would say
+            body.update(ignore_eos=True, min_tokens=spec.output_tokens)
+        if spec.chat:
+            text = spec.prompt if isinstance(spec.prompt, str) else None
+            if text is None:
+                raise ValueError("chat requests need a text prompt")
+            body["messages"] = [{"role": "user", "content": text}]
+            return self.base + "/v1/chat/completions", body
+        body["prompt"] = spec.prompt
+        if spec.want_token_ids:
+            body["return_token_ids"] = True
+        return self.base + "/v1/completions", body
+
+    async def send(self, spec: RequestSpec, rec: RequestRecord, t0: float) -> list[int] | None:
+        perf = time.perf_counter
+        parser = StreamParser(want_token_ids=spec.want_token_ids)
+        sent = perf()
+        rec.sent = sent - t0
+        try:
+            url, body = self.payload(spec)
+            async with self.session.post(url, json=body, headers=self.headers, timeout=self.timeout) as resp:
+                rec.status = resp.status
+                if resp.status != 200:
+                    text = (await resp.content.read(2000)).decode(errors="replace")
+                    rec.error = f"HTTP {resp.status}: {' '.join(text.split())[:300]}"
+                    return
+                feed = parser.feed
+                async for data in resp.content.iter_any():
+                    feed(data, perf() - sent)
+                parser.close(perf() - sent)
+            rec.done = perf() - sent
+        except asyncio.CancelledError:
+            rec.error = "cancelled"
+            self._finish(rec, parser, spec)
+            raise
+        except asyncio.TimeoutError:
+            rec.error = (f"timeout: no data for {self.read_timeout:g} s or over {self.request_timeout:g} s in all")
+        except aiohttp.ClientPayloadError as e:
+            rec.error = f"stream cut: {e}"
+        except (aiohttp.ClientError, OSError, ValueError) as e:
+            rec.error = f"{type(e).__name__}: {e}"
+        self._finish(rec, parser, spec)
+        return parser.token_ids
+
+    @staticmethod
+    def _finish(rec: RequestRecord, parser: StreamParser, spec: RequestSpec) -> None:
+        rec.chunk_times = parser.token_times
+        rec.text_chunks = parser.text_events
+        rec.finish_reason = parser.finish_reason
+        u = parser.usage
+        if u:
+            rec.prompt_tokens = u.get("prompt_tokens")
+            rec.output_tokens = u.get("completion_tokens")
+            details = u.get("prompt_tokens_details")
+            if isinstance(details, dict):
+                rec.cached_tokens = details.get("cached_tokens")
+        if parser.error and rec.error is None:
+            rec.error = parser.error
+        if rec.error is None and rec.status == 200:
+            if not parser.token_times:
+                rec.error = "no token in the stream"
+            elif u is None and not parser.done:
+                rec.error = "stream ended early: no usage chunk and no [DONE]"
+        mism = []
+        if spec.output_tokens is not None and rec.output_tokens is not None and rec.output_tokens != spec.output_tokens:
+            mism.append(f"output asked {spec.output_tokens} served {rec.output_tokens}")
+        if spec.prompt_tokens is not None and rec.prompt_tokens is not None and rec.prompt_tokens != spec.prompt_tokens:
+            mism.append(f"prompt asked {spec.prompt_tokens} served {rec.prompt_tokens}")
+        rec.token_mismatch = "; ".join(mism) or None

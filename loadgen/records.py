@@ -1,0 +1,114 @@
+"""Per-request records: raw timestamps only; derived metrics are computed later.
+
+Times are seconds. ``scheduled`` and ``sent`` are offsets from the run's start;
+``chunk_times`` are offsets from ``sent``: the arrival of every token-carrying
+event. TTFT, ITL, TPOT and E2E follow ``vllm bench serve``:
+
+- TTFT = first chunk_time;
+- ITL  = the gaps between consecutive chunk_times;
+- E2E  = last chunk_time (the usage chunk and [DONE] do not count);
+- TPOT = (E2E - TTFT) / (output_tokens - 1), for output_tokens > 1.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+
+
+@dataclass
+class RequestRecord:
+    id: str
+    run: str = ""
+    scheduled: float | None = None
+    sent: float | None = None
+    chunk_times: list[float] = field(default_factory=list)
+    done: float | None = None                  # offset from sent: stream closed
+    asked_prompt_tokens: int | None = None
+    asked_output_tokens: int | None = None
+    prompt_tokens: int | None = None           # from usage
+    output_tokens: int | None = None           # from usage
+    cached_tokens: int | None = None           # usage.prompt_tokens_details.cached_tokens, when sent
+    finish_reason: str | None = None
+    status: int | None = None
+    error: str | None = None
+    warmup: bool = False
+    group: int | None = None                   # shared-prefix group or conversation
+    turn: int | None = None
+    text_chunks: int | None = None
+    token_mismatch: str | None = None          # asked vs served, when they differ
+
+    @property
+    def ok(self) -> bool:
+        return self.error is None and self.status == 200 and bool(self.chunk_times)
+
+    @property
+    def ttft(self) -> float | None:
+        return self.chunk_times[0] if self.chunk_times else None
+
+    @property
+    def e2e(self) -> float | None:
+        return self.chunk_times[-1] if self.chunk_times else None
+
+    @property
+    def itl(self) -> list[float]:
+        c = self.chunk_times
+        return [b - a for a, b in zip(c, c[1:])]
+
+    @property
+    def tpot(self) -> float | None:
+        n = self.output_tokens
+        if not self.chunk_times or n is None or n < 2:
+            return None
+        return (self.chunk_times[-1] - self.chunk_times[0]) / (n - 1)
+
+    def to_json(self) -> dict:
+        d = asdict(self)
+        d["chunk_times"] = [round(x, 6) for x in self.chunk_times]
+        return d
+
+    @classmethod
+    def from_json(cls, d: dict) -> "RequestRecord":
+        known = {f for f in cls.__dataclass_fields__}
+        return cls(**{k: v for k, v in d.items() if k in known})
+
+
+class RecordWriter:
+    """Appends one JSON line per finished request and flushes it, so a crash loses nothing finished."""
+
+    def __init__(self, path: str | os.PathLike):
+        self.path = Path(path)
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        self._f = open(self.path, "a", encoding="utf-8")
+        self.count = 0
+
+    def write(self, rec: RequestRecord) -> None:
+        self._f.write(json.dumps(rec.to_json(), separators=(",", ":")) + "\n")
+        self._f.flush()
+        self.count += 1
+
+    def close(self) -> None:
+        self._f.close()
+
+    def __enter__(self) -> "RecordWriter":
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()
+
+
+def read_records(path: str | os.PathLike) -> list[RequestRecord]:
+    """Records from a JSONL file; a torn last line (a crash mid-write) is skipped."""
+    out = []
+    with open(path, encoding="utf-8") as f:
+        for line in f:
+            line = line.strip()
+            if not line:
+                continue
+            try:
+                out.append(RequestRecord.from_json(json.loads(line)))
+            except (ValueError, TypeError):
+                continue
+    return out

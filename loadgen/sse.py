@@ -1,0 +1,123 @@
+"""A pure parser for OpenAI-style streaming responses (Server-Sent Events).
+
+``feed(data, t)`` takes bytes as they arrive with their arrival time and keeps
+what a load test needs: one timestamp per token-carrying event (an event whose
+``choices`` is non-empty, even when its text is empty: the same rule as
+``vllm bench serve``), the usage chunk, the finish reason, an error, ``[DONE]``.
+
+Fast path: vLLM sends one small JSON object per event; most carry nothing but a
+token, so complete events are counted with ``bytes.count`` and only events that
+may carry more (usage, a finish reason, an error, token ids) are decoded.
+Anything unusual falls back to decoding every event, so the fast path changes
+speed, never results.
+"""
+
+from __future__ import annotations
+
+import json
+from itertools import repeat
+
+_TOKEN_MARKS = (b'"choices":[{', b'"choices": [{')
+# events that need decoding: usage, finish reason, [DONE], errors
+_SLOW_MARKS = (b'"finish_reason":"', b'"finish_reason": "', b'"usage":{', b'"usage": {', b"[DONE]", b"error")
+
+
+class StreamParser:
+    __slots__ = ("_buf", "token_times", "usage", "finish_reason", "error", "done", "token_ids",
+                 "want_token_ids", "text_events", "bad_events")
+
+    def __init__(self, want_token_ids: bool = False) -> None:
+        self._buf = b""
+        self.token_times: list[float] = []   # arrival time of each token-carrying event
+        self.usage: dict | None = None
+        self.finish_reason: str | None = None
+        self.error: str | None = None
+        self.done = False
+        self.want_token_ids = want_token_ids
+        self.token_ids: list[int] | None = [] if want_token_ids else None
+        self.text_events = 0                 # token events with non-empty text
+        self.bad_events = 0                  # events that were not valid JSON
+
+    def feed(self, data: bytes, t: float) -> None:
+        if b"\r" in data:
+            data = data.replace(b"\r\n", b"\n").replace(b"\r", b"\n")
+        buf = self._buf + data if self._buf else data
+        end = buf.rfind(b"\n\n")
+        if end < 0:
+            self._buf = buf
+            return
+        block = buf[:end]
+        self._buf = buf[end + 2:]
+        # the common form: every event one line `data: {...}`; anything else (named, multi-line,
+        # comments, truncated JSON) is decoded event by event
+        n_events = block.count(b"\n\n") + 1
+        plain = (block.count(b"\n") == 2 * (n_events - 1)
+                 and block.count(b"\n\ndata: {") + block.startswith(b"data: {") == n_events
+                 and block.count(b"}\n\n") + block.endswith(b"}") == n_events)
+        if self.want_token_ids or not plain or any(m in block for m in _SLOW_MARKS):
+            for event in block.split(b"\n\n"):
+                self._event(event, t)
+            return
+        n = block.count(_TOKEN_MARKS[0]) + block.count(_TOKEN_MARKS[1])
+        if n:
+            self.token_times.extend(repeat(t, n))
+            # text emptiness is only counted on the slow path; approximate with "not empty"
+            self.text_events += n - block.count(b'"text":""') - block.count(b'"content":""')
+        # events without choices on the fast path are keep-alive comments or empty data: nothing to keep
+
+    def close(self, t: float) -> None:
+        """The stream ended: decode a last event that had no blank line after it."""
+        if self._buf.strip():
+            buf, self._buf = self._buf, b""
+            self._event(buf, t)
+
+    def _event(self, event: bytes, t: float) -> None:
+        data_lines = []
+        name = None
+        for line in event.split(b"\n"):
+            if not line or line.startswith(b":"):
+                continue  # comment / keep-alive
+            field, _, value = line.partition(b":")
+            if value.startswith(b" "):
+                value = value[1:]
+            if field == b"data":
+                data_lines.append(value)
+            elif field == b"event":
+                name = value.decode(errors="replace")
+        if not data_lines:
+            return
+        payload = b"\n".join(data_lines).strip()
+        if payload == b"[DONE]":
+            self.done = True
+            return
+        try:
+            obj = json.loads(payload)
+        except ValueError:
+            self.bad_events += 1
+            self.error = self.error or f"malformed SSE data: {payload[:120]!r}"
+            return
+        if not isinstance(obj, dict):
+            self.bad_events += 1
+            self.error = self.error or f"unexpected SSE data: {payload[:120]!r}"
+            return
+        if name == "error" or "error" in obj or obj.get("object") == "error":
+            err = obj.get("error", obj)
+            msg = err.get("message") if isinstance(err, dict) else err
+            self.error = f"server error event: {msg}"
+            return
+        choices = obj.get("choices")
+        if choices:
+            self.token_times.append(t)
+            c = choices[0] if isinstance(choices, list) and isinstance(choices[0], dict) else {}
+            text = c.get("text")
+            if text is None and isinstance(c.get("delta"), dict):
+                text = c["delta"].get("content")
+            if text:
+                self.text_events += 1
+            if c.get("finish_reason") is not None:
+                self.finish_reason = c["finish_reason"]
+            if self.token_ids is not None and isinstance(c.get("token_ids"), list):
+                self.token_ids.extend(c["token_ids"])
+        usage = obj.get("usage")
+        if isinstance(usage, dict):
+            self.usage = usage

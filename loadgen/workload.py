@@ -1,0 +1,204 @@
+"""Workloads: what to send. Seeded and reproducible; prompts are token-id lists
+by default, so their length is exact.
+
+Every prompt starts with the run's salt (a few token ids drawn from the salt
+string), so prompts of one run can share prefixes with each other but never
+with an earlier run: a cold run is cold even when the seed repeats.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import numpy as np
+
+from loadgen.client import RequestSpec
+
+DEFAULT_ID_RANGE = (10, 500)  # clear of the low special ids; valid in any vocabulary of 500+
+SALT_TOKENS = 4
+
+
+class WorkloadError(ValueError):
+    """Bad workload input; the message names the option and the fix."""
+
+
+@dataclass(frozen=True)
+class Lengths:
+    """A length distribution: fixed N, uniform:LO:HI, normal:MEAN:STD[:LO:HI]."""
+
+    kind: str
+    a: float
+    b: float = 0.0
+    lo: int = 1
+    hi: int = 1 << 30
+
+    @classmethod
+    def parse(cls, text: str | int, option: str) -> "Lengths":
+        if isinstance(text, int):
+            text = str(text)
+        parts = str(text).split(":")
+        try:
+            if len(parts) == 1:
+                n = int(parts[0])
+                if n < 1:
+                    raise ValueError
+                return cls("fixed", n, lo=n, hi=n)
+            kind, nums = parts[0], [float(x) for x in parts[1:]]
+            if kind == "uniform" and len(nums) == 2 and 1 <= nums[0] <= nums[1]:
+                return cls("uniform", nums[0], nums[1], lo=int(nums[0]), hi=int(nums[1]))
+            if kind == "normal" and len(nums) in (2, 4) and nums[0] >= 1 and nums[1] >= 0:
+                lo, hi = (int(nums[2]), int(nums[3])) if len(nums) == 4 else (1, 1 << 30)
+                if 1 <= lo <= hi:
+                    return cls("normal", nums[0], nums[1], lo=lo, hi=hi)
+        except ValueError:
+            pass
+        raise WorkloadError(f"{option}: cannot read {text!r}; write N, uniform:LO:HI or normal:MEAN:STD[:LO:HI] "
+                            "(positive token counts)")
+
+    def sample(self, rng: np.random.Generator) -> int:
+        if self.kind == "fixed":
+            return int(self.a)
+        if self.kind == "uniform":
+            return int(rng.integers(int(self.a), int(self.b) + 1))
+        return int(np.clip(round(rng.normal(self.a, self.b)), self.lo, self.hi))
+
+    @property
+    def max(self) -> int:
+        return self.hi if self.kind != "normal" or self.hi < (1 << 30) else int(self.a + 6 * self.b)
+
+
+def salt_ids(salt: str, n: int = SALT_TOKENS, id_range=DEFAULT_ID_RANGE) -> list[int]:
+    return np.random.default_rng(hash_str(salt)).integers(*id_range, size=n).tolist()
+
+
+def hash_str(s: str) -> int:
+    """A stable 63-bit hash (Python's hash() is salted per process)."""
+    return int.from_bytes(hashlib.sha256(s.encode()).digest()[:8], "little") >> 1
+
+
+def new_salt() -> str:
+    return os.urandom(6).hex()
+
+
+@dataclass
+class Workload:
+    """A list of request specs, or conversations (lists of turns sent one after another)."""
+
+    items: list                      # RequestSpec | Conversation
+    description: str
+    salt: str
+    seed: int
+    info: dict = field(default_factory=dict)
+
+
+@dataclass
+class Conversation:
+    """Multi-turn: turn i+1's prompt is turn i's prompt + its output tokens + new user tokens."""
+
+    id: str
+    first_prompt: list[int]
+    user_turns: list[list[int]]      # new user tokens appended before turns 2..T
+    output_tokens: int
+    group: int
+
+
+def _ids(rng, n, id_range):
+    return rng.integers(*id_range, size=n).tolist()
+
+
+def synthetic(n: int, prompt: Lengths, output: Lengths, seed: int = 0, salt: str | None = None,
+              id_range=DEFAULT_ID_RANGE, prefix: str = "r") -> Workload:
+    """Independent random prompts of exact lengths."""
+    salt = salt or new_salt()
+    s = salt_ids(salt, id_range=id_range)
+    rng = np.random.default_rng(seed)
+    items = []
+    for i in range(n):
+        p = max(prompt.sample(rng), len(s) + 1)
+        items.append(RequestSpec(id=f"{prefix}{i}", prompt=s + _ids(rng, p - len(s), id_range),
+                                 prompt_tokens=p, output_tokens=output.sample(rng)))
+    return Workload(items, f"{n} random prompts ({prompt.kind}), outputs ({output.kind})", salt, seed,
+                    {"salt_tokens": len(s)})
+
+
+def shared_prefix(n: int, groups: int, prefix_tokens: int, suffix: Lengths, output: Lengths, seed: int = 0,
+                  salt: str | None = None, id_range=DEFAULT_ID_RANGE) -> Workload:
+    """Requests round-robin over `groups` prefixes of `prefix_tokens` (salt included), each
+    with its own suffix."""
+    if prefix_tokens <= SALT_TOKENS:
+        raise WorkloadError(f"--prefix-tokens: must exceed the {SALT_TOKENS}-token run salt")
+    salt = salt or new_salt()
+    s = salt_ids(salt, id_range=id_range)
+    rng = np.random.default_rng(seed)
+    prefixes = [s + _ids(rng, prefix_tokens - len(s), id_range) for _ in range(groups)]
+    items = []
+    for i in range(n):
+        g = i % groups
+        suf = suffix.sample(rng)
+        items.append(RequestSpec(id=f"p{i}", prompt=prefixes[g] + _ids(rng, suf, id_range),
+                                 prompt_tokens=prefix_tokens + suf, output_tokens=output.sample(rng), group=g))
+    return Workload(items, f"{n} requests over {groups} shared prefixes of {prefix_tokens} tokens", salt, seed,
+                    {"salt_tokens": len(s), "prefix_tokens": prefix_tokens, "groups": groups})
+
+
+def multi_turn(conversations: int, turns: int, first_prompt: Lengths, user_tokens: Lengths, output: int,
+               seed: int = 0, salt: str | None = None, id_range=DEFAULT_ID_RANGE) -> Workload:
+    salt = salt or new_salt()
+    s = salt_ids(salt, id_range=id_range)
+    rng = np.random.default_rng(seed)
+    items = []
+    for c in range(conversations):
+        first = s + _ids(rng, max(first_prompt.sample(rng), len(s) + 1) - len(s), id_range)
+        users = [_ids(rng, user_tokens.sample(rng), id_range) for _ in range(turns - 1)]
+        items.append(Conversation(id=f"c{c}", first_prompt=first, user_turns=users, output_tokens=output, group=c))
+    return Workload(items, f"{conversations} conversations x {turns} turns", salt, seed, {"salt_tokens": len(s)})
+
+
+def near_limit(max_model_len: int, max_num_seqs: int, output_tokens: int, margin: int = 0, requests: int | None = None,
+               seed: int = 0, salt: str | None = None, id_range=DEFAULT_ID_RANGE) -> Workload:
+    """max_num_seqs concurrent requests whose prompt + output = max_model_len - margin."""
+    total = max_model_len - margin
+    prompt = total - output_tokens
+    if prompt < SALT_TOKENS + 1:
+        raise WorkloadError(f"near-limit: output {output_tokens} + margin {margin} leave no prompt in "
+                            f"max_model_len {max_model_len}")
+    w = synthetic(requests or max_num_seqs, Lengths.parse(prompt, "prompt"), Lengths.parse(output_tokens, "output"),
+                  seed=seed, salt=salt, id_range=id_range, prefix="n")
+    w.description = f"near-limit: {len(w.items)} x ({prompt} + {output_tokens}) tokens at concurrency {max_num_seqs}"
+    w.info.update(concurrency=max_num_seqs, prompt_tokens=prompt, output_tokens=output_tokens)
+    return w
+
+
+def from_dataset(path: str | os.PathLike, default_output: int | None = None, limit: int | None = None) -> Workload:
+    """JSONL lines: {"prompt": "text" | [ids], "output_tokens": N, "prompt_tokens": N?, "chat": bool?}."""
+    p = Path(path)
+    if not p.is_file():
+        raise WorkloadError(f"--dataset: no such file {p}")
+    items = []
+    with open(p, encoding="utf-8") as f:
+        for n, line in enumerate(f, 1):
+            if not line.strip():
+                continue
+            try:
+                d = json.loads(line)
+                prompt = d["prompt"]
+                out = d.get("output_tokens", default_output)
+                if not (isinstance(prompt, str) or (isinstance(prompt, list) and prompt
+                                                    and all(isinstance(x, int) and x >= 0 for x in prompt))):
+                    raise ValueError("prompt must be text or a list of token ids")
+                if not isinstance(out, int) or out < 1:
+                    raise ValueError("output_tokens must be a positive integer (or pass --output-tokens)")
+            except (ValueError, KeyError, TypeError) as e:
+                raise WorkloadError(f"--dataset: {p} line {n}: {e}") from None
+            items.append(RequestSpec(id=f"d{len(items)}", prompt=prompt, output_tokens=out,
+                                     prompt_tokens=len(prompt) if isinstance(prompt, list) else d.get("prompt_tokens"),
+                                     chat=bool(d.get("chat", False))))
+            if limit and len(items) >= limit:
+                break
+    if not items:
+        raise WorkloadError(f"--dataset: {p} holds no requests")
+    return Workload(items, f"{len(items)} requests replayed from {p.name}", salt="", seed=0)

@@ -1,0 +1,108 @@
+"""The SSE parser on byte streams shaped like vLLM 0.32's, split every way."""
+
+import json
+
+import pytest
+
+from loadgen.sse import StreamParser
+
+
+def tok(i, text=" a", finish=None):
+    return ('data: ' + json.dumps({"id": "cmpl-1", "object": "text_completion", "created": 0, "model": "m",
+                                   "choices": [{"index": 0, "text": text, "logprobs": None,
+                                                "finish_reason": finish, "stop_reason": None}],
+                                   "usage": None}, separators=(",", ":")) + "\n\n").encode()
+
+
+USAGE = (b'data: {"id":"cmpl-1","object":"text_completion","created":0,"model":"m","choices":[],'
+         b'"usage":{"prompt_tokens":7,"total_tokens":11,"completion_tokens":4}}\n\n')
+DONE = b"data: [DONE]\n\n"
+STREAM = tok(0) + tok(1, text="") + tok(2) + tok(3, finish="length") + USAGE + DONE
+
+
+def run(pieces, **kw):
+    p = StreamParser(**kw)
+    for i, piece in enumerate(pieces):
+        p.feed(piece, float(i))
+    p.close(float(len(pieces)))
+    return p
+
+
+def test_whole_stream_in_one_read():
+    p = run([STREAM])
+    assert p.token_times == [0.0] * 4
+    assert p.usage["completion_tokens"] == 4 and p.finish_reason == "length" and p.done
+    assert p.error is None
+
+
+@pytest.mark.parametrize("size", [1, 2, 3, 7, 50, 101])
+def test_split_anywhere_gives_the_same_events(size):
+    pieces = [STREAM[i:i + size] for i in range(0, len(STREAM), size)]
+    p = run(pieces)
+    assert len(p.token_times) == 4
+    assert p.usage["prompt_tokens"] == 7 and p.finish_reason == "length" and p.done
+    assert p.token_times == sorted(p.token_times)
+
+
+def test_time_is_when_the_event_completes():
+    t1 = tok(1)
+    p = run([tok(0) + t1[:10], t1[10:], tok(2)])
+    assert p.token_times == [0.0, 1.0, 2.0]
+
+
+def test_empty_text_chunks_count_as_token_events():
+    # vllm bench serve counts every event with choices, whatever its text
+    p = run([tok(0, text=""), tok(1, text=""), USAGE, DONE])
+    assert len(p.token_times) == 2
+    assert p.text_events == 0
+
+
+def test_usage_chunk_is_not_a_token():
+    p = run([USAGE, DONE])
+    assert p.token_times == [] and p.usage["completion_tokens"] == 4
+
+
+def test_error_event():
+    p = run([tok(0), b'data: {"error": {"message": "boom", "code": 500}}\n\n'])
+    assert p.error == "server error event: boom"
+    p = run([b'event: error\ndata: {"message": "named"}\n\n'])
+    assert p.error.startswith("server error event")
+
+
+def test_bad_json_is_an_error_not_a_crash():
+    p = run([tok(0), b'data: {"choices": [{\n\n', tok(1)])
+    assert p.bad_events == 1 and p.error.startswith("malformed SSE data")
+    assert len(p.token_times) == 2
+
+
+def test_done_without_trailing_blank_line():
+    p = run([tok(0) + USAGE + b"data: [DONE]"])
+    assert p.done and p.usage is not None
+
+
+def test_comments_and_crlf():
+    s = STREAM.replace(b"\n", b"\r\n")
+    p = run([b": ping\r\n\r\n" + s])
+    assert len(p.token_times) == 4 and p.done
+
+
+def test_spaced_json_and_chat_deltas():
+    chat = (b'data: {"choices": [{"index": 0, "delta": {"role": "assistant", "content": ""}}]}\n\n'
+            b'data: {"choices": [{"index": 0, "delta": {"content": "hi"}}]}\n\n'
+            b'data: {"choices": [{"index": 0, "delta": {"content": "!"}, "finish_reason": "stop"}]}\n\n' + DONE)
+    p = run([chat])
+    assert len(p.token_times) == 3 and p.text_events == 2 and p.finish_reason == "stop"
+
+
+def test_token_ids_are_collected_when_asked():
+    ev = b'data: {"choices":[{"index":0,"text":"x","token_ids":[5,6]}]}\n\n'
+    p = run([ev, ev], want_token_ids=True)
+    assert p.token_ids == [5, 6, 5, 6]
+
+
+def test_fast_and_slow_paths_agree():
+    body = b"".join(tok(i) for i in range(200)) + tok(200, finish="length") + USAGE + DONE
+    fast = run([body[i:i + 4096] for i in range(0, len(body), 4096)])
+    slow = run([body], want_token_ids=True)  # forces full decoding of every event
+    assert len(fast.token_times) == len(slow.token_times) == 201
+    assert fast.usage == slow.usage and fast.finish_reason == slow.finish_reason

@@ -1,0 +1,205 @@
+"""vLLM's /metrics: Prometheus text -> flat samples, and a sampler that keeps a time series.
+
+Parsed with prometheus_client's parser. Current and older vLLM names are
+accepted; a metric the server does not export is None (with a warning once),
+never 0. Series with several label sets (engines, models) are summed.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import time
+import warnings
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from prometheus_client.parser import text_string_to_metric_families
+
+# our name -> vLLM family names, newest first
+GAUGES = {
+    "kv_cache_usage_perc": ("vllm:kv_cache_usage_perc", "vllm:gpu_cache_usage_perc"),
+    "num_requests_running": ("vllm:num_requests_running",),
+    "num_requests_waiting": ("vllm:num_requests_waiting",),
+}
+COUNTERS = {
+    "prefix_cache_queries": ("vllm:prefix_cache_queries", "vllm:gpu_prefix_cache_queries"),
+    "prefix_cache_hits": ("vllm:prefix_cache_hits", "vllm:gpu_prefix_cache_hits"),
+    "num_preemptions": ("vllm:num_preemptions", "vllm:num_preemptions_total"),
+    "prompt_tokens": ("vllm:prompt_tokens",),
+    "generation_tokens": ("vllm:generation_tokens",),
+    "request_success": ("vllm:request_success",),
+}
+HISTOGRAMS = {
+    "ttft": ("vllm:time_to_first_token_seconds",),
+    "itl": ("vllm:inter_token_latency_seconds", "vllm:time_per_output_token_seconds"),
+    "e2e": ("vllm:e2e_request_latency_seconds",),
+    "queue": ("vllm:request_queue_time_seconds",),
+}
+
+
+@dataclass
+class Histogram:
+    buckets: list[tuple[float, float]]   # (upper bound, cumulative count), sorted; +Inf last
+    count: float
+    sum: float
+
+    def minus(self, before: "Histogram | None") -> "Histogram":
+        if before is None:
+            return self
+        prev = dict(before.buckets)
+        return Histogram([(le, c - prev.get(le, 0.0)) for le, c in self.buckets],
+                         self.count - before.count, self.sum - before.sum)
+
+    def to_json(self) -> dict:
+        return {"buckets": [[le if le != float("inf") else "+Inf", c] for le, c in self.buckets],
+                "count": self.count, "sum": self.sum}
+
+    @classmethod
+    def from_json(cls, d: dict) -> "Histogram":
+        return cls([(float("inf") if le == "+Inf" else float(le), c) for le, c in d["buckets"]],
+                   d["count"], d["sum"])
+
+
+@dataclass
+class Sample:
+    t: float                                   # wall clock (time.time) when the scrape returned
+    values: dict[str, float | None]            # gauges and counters
+    by_reason: dict[str, float] = field(default_factory=dict)  # request_success by finished_reason
+    histograms: dict[str, Histogram] = field(default_factory=dict)
+
+    def to_json(self) -> dict:
+        return {"t": self.t, "values": self.values, "by_reason": self.by_reason,
+                "histograms": {k: h.to_json() for k, h in self.histograms.items()}}
+
+    @classmethod
+    def from_json(cls, d: dict) -> "Sample":
+        return cls(d["t"], d["values"], d.get("by_reason", {}),
+                   {k: Histogram.from_json(h) for k, h in d.get("histograms", {}).items()})
+
+
+def parse_metrics(text: str, t: float | None = None, with_histograms: bool = True) -> Sample:
+    fams = {}
+    for fam in text_string_to_metric_families(text):
+        fams[fam.name] = fam
+        if fam.name.endswith("_total"):  # some exporters keep the suffix on the family
+            fams.setdefault(fam.name[:-6], fam)
+    values: dict[str, float | None] = {}
+    by_reason: dict[str, float] = {}
+    for ours, names in {**GAUGES, **COUNTERS}.items():
+        fam = next((fams[n] for n in names if n in fams), None)
+        if fam is None:
+            values[ours] = None
+            continue
+        total = 0.0
+        for s in fam.samples:
+            if s.name.endswith("_created"):
+                continue
+            total += s.value
+            if ours == "request_success":
+                r = s.labels.get("finished_reason", "?")
+                by_reason[r] = by_reason.get(r, 0.0) + s.value
+        values[ours] = total
+    hists = {}
+    if with_histograms:
+        for ours, names in HISTOGRAMS.items():
+            fam = next((fams[n] for n in names if n in fams), None)
+            if fam is None:
+                continue
+            buckets: dict[float, float] = {}
+            count = total = 0.0
+            for s in fam.samples:
+                if s.name.endswith("_bucket"):
+                    le = float(s.labels["le"])
+                    buckets[le] = buckets.get(le, 0.0) + s.value
+                elif s.name.endswith("_count"):
+                    count += s.value
+                elif s.name.endswith("_sum"):
+                    total += s.value
+            hists[ours] = Histogram(sorted(buckets.items()), count, total)
+    return Sample(t if t is not None else time.time(), values, by_reason, hists)
+
+
+def missing(sample: Sample) -> list[str]:
+    return [k for k, v in sample.values.items() if v is None]
+
+
+class Sampler:
+    """Scrapes /metrics every `interval` seconds into memory and a JSONL file, until stopped.
+
+    Light samples (gauges and counters) every interval; histograms only on
+    `snapshot()` calls, which the caller makes at run boundaries.
+    """
+
+    def __init__(self, session, base_url: str, path: Path | None = None, interval: float = 0.25,
+                 timeout: float = 5.0):
+        self.session = session
+        self.url = base_url.rstrip("/") + "/metrics"
+        self.interval = interval
+        self.timeout = timeout
+        self.samples: list[Sample] = []
+        self.errors: list[str] = []
+        self._file = open(path, "a", encoding="utf-8") if path else None
+        self._task: asyncio.Task | None = None
+        self._warned: set[str] = set()
+        self.last_ok: float | None = None
+
+    async def scrape(self, with_histograms: bool = False) -> Sample | None:
+        import aiohttp
+        try:
+            async with self.session.get(self.url, timeout=aiohttp.ClientTimeout(total=self.timeout)) as r:
+                text = await r.text()
+                if r.status != 200:
+                    raise aiohttp.ClientError(f"HTTP {r.status}")
+        except (asyncio.TimeoutError, OSError, Exception) as e:  # noqa: BLE001 - any failure is a missed sample
+            if isinstance(e, asyncio.CancelledError):
+                raise
+            self.errors.append(f"{time.time():.3f} {type(e).__name__}: {e}")
+            return None
+        s = parse_metrics(text, with_histograms=with_histograms)
+        self.last_ok = s.t
+        for m in missing(s):
+            if m not in self._warned:
+                self._warned.add(m)
+                warnings.warn(f"/metrics has no {m}; it is reported as not measured", stacklevel=2)
+        self.samples.append(s)
+        if self._file:
+            self._file.write(json.dumps(s.to_json(), separators=(",", ":")) + "\n")
+            self._file.flush()
+        return s
+
+    async def snapshot(self) -> Sample | None:
+        return await self.scrape(with_histograms=True)
+
+    async def _loop(self) -> None:
+        while True:
+            t = time.monotonic()
+            await self.scrape()
+            await asyncio.sleep(max(self.interval - (time.monotonic() - t), 0.0))
+
+    def start(self) -> None:
+        self._task = asyncio.create_task(self._loop())
+
+    async def stop(self) -> None:
+        if self._task:
+            self._task.cancel()
+            await asyncio.gather(self._task, return_exceptions=True)
+            self._task = None
+        if self._file:
+            self._file.flush()
+
+    def close(self) -> None:
+        if self._file:
+            self._file.close()
+            self._file = None
+
+
+def read_samples(path: str | Path) -> list[Sample]:
+    out = []
+    with open(path, encoding="utf-8") as f:
+        for line in f:
+            try:
+                out.append(Sample.from_json(json.loads(line)))
+            except (ValueError, KeyError, TypeError):
+                continue
+    return out
