@@ -80,26 +80,39 @@ class Stub:
 
         if self.ttft:
             await asyncio.sleep(self.ttft)
-        pending = []
-        for i in range(served):
-            if fault == "cut" and i == served // 2:
-                await writer.drain()
-                writer.transport.abort()  # the connection drops mid-stream
-                return
-            if fault == "malformed" and i == 1:
-                pending.append(b'data: {"id": "broken", "choices": [{\n\n')
-                continue
-            if fault == "error-event" and i == 1:
-                pending.append(b'data: {"error": {"message": "stub: injected error", "code": 500}}\n\n')
-                break
-            pending.append(self.token_event(rid, model, "length" if i == served - 1 else None))
-            if self.itl or len(pending) >= self.batch:
-                chunk(b"".join(pending))
-                self.events_sent += len(pending)
-                pending = []
-                await writer.drain()
-                if self.itl:
-                    await asyncio.sleep(self.itl)
+        pending: list[bytes] = []
+        if fault == "none" and not self.itl:
+            # the fast path for throughput runs: identical events, pre-built HTTP chunks
+            ev = self.token_event(rid, model, None)
+            full = b"".join([ev] * self.batch)
+            full_chunk = b"%x\r\n%s\r\n" % (len(full), full)
+            k, rest = divmod(served - 1, self.batch)
+            for _ in range(k):
+                writer.write(full_chunk)
+                if writer.transport.get_write_buffer_size() > 1 << 20:
+                    await writer.drain()
+            self.events_sent += k * self.batch
+            pending = [ev] * rest + [self.token_event(rid, model, "length")]
+        else:
+            for i in range(served):
+                if fault == "cut" and i == served // 2:
+                    await writer.drain()
+                    writer.transport.abort()  # the connection drops mid-stream
+                    return
+                if fault == "malformed" and i == 1:
+                    pending.append(b'data: {"id": "broken", "choices": [{\n\n')
+                    continue
+                if fault == "error-event" and i == 1:
+                    pending.append(b'data: {"error": {"message": "stub: injected error", "code": 500}}\n\n')
+                    break
+                pending.append(self.token_event(rid, model, "length" if i == served - 1 else None))
+                if self.itl or len(pending) >= self.batch:
+                    chunk(b"".join(pending))
+                    self.events_sent += len(pending)
+                    pending = []
+                    await writer.drain()
+                    if self.itl:
+                        await asyncio.sleep(self.itl)
         usage = {"prompt_tokens": p_tokens, "total_tokens": p_tokens + served, "completion_tokens": served}
         pending.append(f'data: {{"id":"{rid}","object":"text_completion","created":0,"model":"{model}",'
                        f'"choices":[],"usage":{json.dumps(usage, separators=(",", ":"))}}}\n\n'.encode())

@@ -14,8 +14,10 @@ from __future__ import annotations
 
 import json
 import os
-from dataclasses import asdict, dataclass, field
+from dataclasses import dataclass, field
 from pathlib import Path
+
+import numpy as np
 
 
 @dataclass
@@ -65,8 +67,9 @@ class RequestRecord:
         return (self.chunk_times[-1] - self.chunk_times[0]) / (n - 1)
 
     def to_json(self) -> dict:
-        d = asdict(self)
-        d["chunk_times"] = [round(x, 6) for x in self.chunk_times]
+        # built by hand: dataclasses.asdict deep-copies the (long) chunk_times list
+        d = {f: getattr(self, f) for f in self.__dataclass_fields__}
+        d["chunk_times"] = np.round(np.asarray(self.chunk_times, dtype=float), 6).tolist()
         return d
 
     @classmethod

@@ -18,6 +18,7 @@ import json
 from itertools import repeat
 
 _TOKEN_MARKS = (b'"choices":[{', b'"choices": [{')
+_EMPTY_TEXT = (b'"text":""', b'"text": ""', b'"content":""', b'"content": ""')
 # events that need decoding: usage, finish reason, [DONE], errors
 _SLOW_MARKS = (b'"finish_reason":"', b'"finish_reason": "', b'"usage":{', b'"usage": {', b"[DONE]", b"error")
 
@@ -48,22 +49,47 @@ class StreamParser:
             return
         block = buf[:end]
         self._buf = buf[end + 2:]
-        # the common form: every event one line `data: {...}`; anything else (named, multi-line,
-        # comments, truncated JSON) is decoded event by event
-        n_events = block.count(b"\n\n") + 1
-        plain = (block.count(b"\n") == 2 * (n_events - 1)
-                 and block.count(b"\n\ndata: {") + block.startswith(b"data: {") == n_events
-                 and block.count(b"}\n\n") + block.endswith(b"}") == n_events)
-        if self.want_token_ids or not plain or any(m in block for m in _SLOW_MARKS):
-            for event in block.split(b"\n\n"):
-                self._event(event, t)
+        if self.want_token_ids:
+            self._slow(block, t)
             return
+        # the common case, vLLM's compact form: every event a one-line token event with a null
+        # finish reason and null usage. Six C-speed scans decide it; nothing is decoded.
+        k = block.count(b"\n\ndata: {") + 1
+        if (block.startswith(b"data: {") and block.endswith(b"}")
+                and block.count(b'"choices":[{') == k and block.count(b'"finish_reason":null') == k
+                and block.count(b'"usage":null') == k and block.count(b"\n") == 2 * (k - 1)
+                and block.count(b"}\n\n") == k - 1):
+            self.token_times.extend(repeat(t, k))
+            self.text_events += k - block.count(b'"text":""') - block.count(b'"content":""')
+            return
+        # events before the first one that may carry more than a token are counted; the rest decoded
+        cut = min((i for i in (block.find(m) for m in _SLOW_MARKS) if i >= 0), default=-1)
+        if cut < 0:
+            head, tail = block, b""
+        else:
+            start = block.rfind(b"\n\n", 0, cut)
+            head, tail = (block[:start], block[start + 2:]) if start >= 0 else (b"", block)
+        if head and not self._count(head, t):
+            self._slow(head, t)
+        if tail:
+            self._slow(tail, t)
+
+    def _count(self, block: bytes, t: float) -> bool:
+        """Count token events in a block of plain one-line `data: {...}` events; False if not plain."""
+        n_events = block.count(b"\n\n") + 1
+        if (block.count(b"\n") != 2 * (n_events - 1)
+                or block.count(b"\n\ndata: {") + block.startswith(b"data: {") != n_events
+                or block.count(b"}\n\n") + block.endswith(b"}") != n_events):
+            return False  # named, multi-line, comment or truncated events: decode them
         n = block.count(_TOKEN_MARKS[0]) + block.count(_TOKEN_MARKS[1])
         if n:
             self.token_times.extend(repeat(t, n))
-            # text emptiness is only counted on the slow path; approximate with "not empty"
-            self.text_events += n - block.count(b'"text":""') - block.count(b'"content":""')
-        # events without choices on the fast path are keep-alive comments or empty data: nothing to keep
+            self.text_events += n - sum(block.count(e) for e in _EMPTY_TEXT)
+        return True
+
+    def _slow(self, block: bytes, t: float) -> None:
+        for event in block.split(b"\n\n"):
+            self._event(event, t)
 
     def close(self, t: float) -> None:
         """The stream ended: decode a last event that had no blank line after it."""
