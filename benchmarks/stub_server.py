@@ -34,7 +34,7 @@ class Stub:
         fr = "null" if finish is None else json.dumps(finish)
         return (f'data: {{"id":"{rid}","object":"text_completion","created":0,"model":"{model}",'
                 f'"choices":[{{"index":0,"text":" tok","logprobs":null,"finish_reason":{fr},'
-                f'"stop_reason":null}}],"usage":null}}\n\n').encode()
+                f'"stop_reason":null,"prompt_token_ids":null,"token_ids":null}}]}}\n\n').encode()
 
     async def handle(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         try:
@@ -115,7 +115,8 @@ class Stub:
                         await asyncio.sleep(self.itl)
         usage = {"prompt_tokens": p_tokens, "total_tokens": p_tokens + served, "completion_tokens": served}
         pending.append(f'data: {{"id":"{rid}","object":"text_completion","created":0,"model":"{model}",'
-                       f'"choices":[],"usage":{json.dumps(usage, separators=(",", ":"))}}}\n\n'.encode())
+                       f'"choices":[],"usage":{json.dumps(usage, separators=(",", ":"))},'
+                       f'"system_fingerprint":"stub"}}\n\n'.encode())
         pending.append(b"data: [DONE]\n\n")
         chunk(b"".join(pending))
         self.events_sent += len(pending)

@@ -52,16 +52,17 @@ class StreamParser:
         if self.want_token_ids:
             self._slow(block, t)
             return
-        # the common case, vLLM's compact form: every event a one-line token event with a null
-        # finish reason and null usage. Six C-speed scans decide it; nothing is decoded.
-        k = block.count(b"\n\ndata: {") + 1
-        if (block.startswith(b"data: {") and block.endswith(b"}")
-                and block.count(b'"choices":[{') == k and block.count(b'"finish_reason":null') == k
-                and block.count(b'"usage":null') == k and block.count(b"\n") == 2 * (k - 1)
-                and block.count(b"}\n\n") == k - 1):
-            self.token_times.extend(repeat(t, k))
-            self.text_events += k - block.count(b'"text":""') - block.count(b'"content":""')
+        # the common case, vLLM's compact form: one-line token events with a null finish reason,
+        # counted with a few C-speed scans; the stream's end (last token, usage, [DONE]) is
+        # split off and decoded
+        if self._all_tokens(block, t):
             return
+        last = block.rfind(b'"finish_reason":null')
+        if last >= 0:
+            nl = block.find(b"\n\n", last)
+            if nl >= 0 and self._all_tokens(block[:nl], t):
+                self._slow(block[nl + 2:], t)
+                return
         # events before the first one that may carry more than a token are counted; the rest decoded
         cut = min((i for i in (block.find(m) for m in _SLOW_MARKS) if i >= 0), default=-1)
         if cut < 0:
@@ -73,6 +74,17 @@ class StreamParser:
             self._slow(head, t)
         if tail:
             self._slow(tail, t)
+
+    def _all_tokens(self, block: bytes, t: float) -> bool:
+        """True (and counted) if every event is a one-line token event with a null finish reason."""
+        k = block.count(b"\n\ndata: {") + 1
+        if (block.startswith(b"data: {") and block.endswith(b"}") and block.count(b"\n") == 2 * (k - 1)
+                and block.count(b'"choices":[{') == k and block.count(b'"finish_reason":null') == k
+                and block.count(b"}\n\n") == k - 1):
+            self.token_times.extend(repeat(t, k))
+            self.text_events += k - block.count(b'"text":""') - block.count(b'"content":""')
+            return True
+        return False
 
     def _count(self, block: bytes, t: float) -> bool:
         """Count token events in a block of plain one-line `data: {...}` events; False if not plain."""

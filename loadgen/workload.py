@@ -126,20 +126,23 @@ def synthetic(n: int, prompt: Lengths, output: Lengths, seed: int = 0, salt: str
 
 
 def shared_prefix(n: int, groups: int, prefix_tokens: int, suffix: Lengths, output: Lengths, seed: int = 0,
-                  salt: str | None = None, id_range=DEFAULT_ID_RANGE) -> Workload:
+                  salt: str | None = None, id_range=DEFAULT_ID_RANGE, suffix_seed: int = 0,
+                  id_prefix: str = "p") -> Workload:
     """Requests round-robin over `groups` prefixes of `prefix_tokens` (salt included), each
-    with its own suffix."""
+    with its own suffix. The prefixes depend on (salt, seed) only; `suffix_seed` draws other
+    suffixes over the same prefixes (a primer and a measured run)."""
     if prefix_tokens <= SALT_TOKENS:
         raise WorkloadError(f"--prefix-tokens: must exceed the {SALT_TOKENS}-token run salt")
     salt = salt or new_salt()
     s = salt_ids(salt, id_range=id_range)
     rng = np.random.default_rng(seed)
     prefixes = [s + _ids(rng, prefix_tokens - len(s), id_range) for _ in range(groups)]
+    rng = np.random.default_rng([seed, suffix_seed, 1])
     items = []
     for i in range(n):
         g = i % groups
         suf = suffix.sample(rng)
-        items.append(RequestSpec(id=f"p{i}", prompt=prefixes[g] + _ids(rng, suf, id_range),
+        items.append(RequestSpec(id=f"{id_prefix}{i}", prompt=prefixes[g] + _ids(rng, suf, id_range),
                                  prompt_tokens=prefix_tokens + suf, output_tokens=output.sample(rng), group=g))
     return Workload(items, f"{n} requests over {groups} shared prefixes of {prefix_tokens} tokens", salt, seed,
                     {"salt_tokens": len(s), "prefix_tokens": prefix_tokens, "groups": groups})

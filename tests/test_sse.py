@@ -1,6 +1,7 @@
 """The SSE parser on byte streams shaped like vLLM 0.32's, split every way."""
 
 import json
+from pathlib import Path
 
 import pytest
 
@@ -8,10 +9,12 @@ from loadgen.sse import StreamParser
 
 
 def tok(i, text=" a", finish=None):
+    """A token event shaped as vLLM 0.32 sends it (see tests/data/vllm-0.32-completions-stream.txt)."""
     return ('data: ' + json.dumps({"id": "cmpl-1", "object": "text_completion", "created": 0, "model": "m",
                                    "choices": [{"index": 0, "text": text, "logprobs": None,
-                                                "finish_reason": finish, "stop_reason": None}],
-                                   "usage": None}, separators=(",", ":")) + "\n\n").encode()
+                                                "finish_reason": finish, "stop_reason": None,
+                                                "prompt_token_ids": None, "token_ids": None}]},
+                                  separators=(",", ":")) + "\n\n").encode()
 
 
 USAGE = (b'data: {"id":"cmpl-1","object":"text_completion","created":0,"model":"m","choices":[],'
@@ -106,3 +109,15 @@ def test_fast_and_slow_paths_agree():
     slow = run([body], want_token_ids=True)  # forces full decoding of every event
     assert len(fast.token_times) == len(slow.token_times) == 201
     assert fast.usage == slow.usage and fast.finish_reason == slow.finish_reason
+
+
+RECORDED = (Path(__file__).parent / "data" / "vllm-0.32-completions-stream.txt").read_bytes()
+
+
+@pytest.mark.parametrize("size", [1, 13, 100, 4096])
+def test_recorded_vllm_stream(size):
+    """6 tokens asked with ignore_eos from the tiny model; some events carry empty text."""
+    p = run([RECORDED[i:i + size] for i in range(0, len(RECORDED), size)])
+    assert len(p.token_times) == 6
+    assert p.usage == {"prompt_tokens": 5, "total_tokens": 11, "completion_tokens": 6}
+    assert p.finish_reason == "length" and p.done and p.error is None

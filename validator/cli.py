@@ -41,6 +41,7 @@ def build_parser() -> argparse.ArgumentParser:
     ap.add_argument("--json", action="store_true", help="print one JSON object instead of tables")
     ap.add_argument("--out", help="run directory for logs and reports (default: runs/<profile>-<time>)")
     ap.add_argument("--url", help="validate a server kvgate did not start (facts from its /metrics)")
+    ap.add_argument("--report", metavar="DIR", help="judge a saved run directory again, without a server")
     g = ap.add_argument_group("plan overrides (flags win over the profile)")
     g.add_argument("--model", help="checkpoint directory or config.json")
     g.add_argument("--platform", choices=["cpu", "gpu"])
@@ -88,6 +89,9 @@ def resolve_profile(args) -> profiles.Profile:
 
 def run(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
+    if args.report:
+        from validator.session import rejudge
+        return rejudge(args.report, args.json)
     from validator.plan import make_plan, plan_input_from_profile
     from validator.render import plan_text
 

@@ -9,6 +9,7 @@ turns SIGTERM/SIGHUP into an exception so those paths run their ``finally``.
 from __future__ import annotations
 
 import os
+import shutil
 import signal
 import socket
 import subprocess
@@ -64,6 +65,7 @@ class LaunchSpec:
     port: int | None = None
     api_key: str | None = None
     startup_timeout_s: float = 600.0
+    nice: int = 0
 
     def argv(self, port: int) -> list[str]:
         if self.command:
@@ -74,6 +76,8 @@ class LaunchSpec:
         argv = [*base, "--host", self.host, "--port", str(port), *self.vllm_args]
         if self.served_name:
             argv += ["--served-model-name", self.served_name]
+        if self.nice and shutil.which("nice"):
+            argv = ["nice", "-n", str(self.nice), *argv]  # nice execs the server: same pid, same group
         return argv + list(self.extra_args)
 
 

@@ -79,8 +79,11 @@ SCHEMA: dict[str, dict[str, Field]] = {
         "concurrency": Field("int", None, "Concurrent requests of the near-limit workload.", minimum=1),
         "margin_tokens": Field("int", 0, "Tokens left free below max_model_len by the near-limit workload.",
                                minimum=0),
+        "waves": Field("int", 2, "Requests per run = waves x max_num_seqs (closed loop at max_num_seqs).",
+                       minimum=1, maximum=1000),
         "prefix_groups": Field("int", 1, "Shared prefixes in the warm run.", minimum=1),
-        "prefix_tokens": Field("int", None, "Shared prefix length in the warm run.", minimum=1),
+        "prefix_tokens": Field("int", None, "Shared prefix length in the warm run (salt included); default: "
+                               "half the prompt, whole blocks.", minimum=1),
         "seed": Field("int", 0, "Seed for prompts and arrivals."),
     },
     "slo": {
@@ -98,8 +101,35 @@ SCHEMA: dict[str, dict[str, Field]] = {
         "port": Field("int", None, "Port; default: a free one.", minimum=1, maximum=65535),
         "api_key_env": Field("str", None, "Name of the environment variable holding the API key."),
         "startup_timeout_s": Field("float", 600.0, "Seconds to wait for /health.", minimum=1),
+        "nice": Field("int", 0, "Run vLLM at this lower CPU priority (nice 0-19): on a small CPU box vLLM's "
+                      "busy loops otherwise starve kvgate's own clock.", minimum=0, maximum=19),
         "async_scheduling": Field("bool", None, "vLLM async scheduling (GPU default on, CPU off); it doubles "
                                   "the in-flight tokens a sliding-window layer holds."),
+    },
+    "observe": {
+        "scrape_interval_s": Field("float", 0.25, "Seconds between /metrics samples during a run.",
+                                   minimum=0.01, maximum=60),
+        "request_timeout_s": Field("float", 300.0, "Seconds one request may take in all.", minimum=1),
+        "read_timeout_s": Field("float", 60.0, "Seconds without a byte before a request (or scrape) fails.",
+                                minimum=0.1),
+        "run_timeout_s": Field("float", 1800.0, "Seconds one run (cold, warm, probe) may take.", minimum=1),
+    },
+    "tolerances": {
+        "kv_peak_below": Field("float", 0.2, "How far (fraction of the predicted peak) the observed KV peak may "
+                               "fall short: samples can miss the top. It may never exceed the prediction.",
+                               minimum=0, maximum=1),
+        "kv_timeline_blocks": Field("float", None, "Median |observed - predicted| KV blocks over a run's "
+                                    "samples; default: max_num_seqs (one block per sequence of clock skew).",
+                                    minimum=0),
+        "min_kv_utilization": Field("float", 0.8, "The cold run's observed KV peak over usable blocks must reach "
+                                    "this: the planned limits are near capacity. 0 turns the check off.",
+                                    minimum=0, maximum=1),
+        "prefix_hit_tokens": Field("int", 0, "Allowed |observed - predicted| prefix-cache hit tokens per run.",
+                                   minimum=0),
+        "max_preemptions": Field("int", 0, "Preemptions allowed in the cold and warm runs.", minimum=0),
+        "latency_abs_ms": Field("float", 50.0, "Client vs server latency: slack around the server's histogram "
+                                "bucket, in ms ...", minimum=0),
+        "latency_rel": Field("float", 0.25, "... plus this fraction of the bucket's upper bound.", minimum=0),
     },
 }
 

@@ -67,15 +67,16 @@ class Sample:
     values: dict[str, float | None]            # gauges and counters
     by_reason: dict[str, float] = field(default_factory=dict)  # request_success by finished_reason
     histograms: dict[str, Histogram] = field(default_factory=dict)
+    t_sent: float | None = None                # when the scrape was sent: the value is from [t_sent, t]
 
     def to_json(self) -> dict:
-        return {"t": self.t, "values": self.values, "by_reason": self.by_reason,
+        return {"t": self.t, "t_sent": self.t_sent, "values": self.values, "by_reason": self.by_reason,
                 "histograms": {k: h.to_json() for k, h in self.histograms.items()}}
 
     @classmethod
     def from_json(cls, d: dict) -> "Sample":
         return cls(d["t"], d["values"], d.get("by_reason", {}),
-                   {k: Histogram.from_json(h) for k, h in d.get("histograms", {}).items()})
+                   {k: Histogram.from_json(h) for k, h in d.get("histograms", {}).items()}, d.get("t_sent"))
 
 
 def parse_metrics(text: str, t: float | None = None, with_histograms: bool = True) -> Sample:
@@ -120,6 +121,25 @@ def parse_metrics(text: str, t: float | None = None, with_histograms: bool = Tru
     return Sample(t if t is not None else time.time(), values, by_reason, hists)
 
 
+_WANTED = tuple(n for names in (*GAUGES.values(), *COUNTERS.values()) for n in names)
+_WANTED_H = tuple(n for names in HISTOGRAMS.values() for n in names)
+
+
+def wanted_lines(text: str, with_histograms: bool) -> str:
+    """Only the families kvgate reads (vLLM exports hundreds of lines; parsing them all would
+    steal time from the load generator sharing this event loop)."""
+    names = _WANTED + _WANTED_H if with_histograms else _WANTED
+    keep = []
+    for line in text.splitlines():
+        if line.startswith("#"):
+            parts = line.split(" ", 3)
+            if len(parts) > 2 and parts[2].startswith(names):
+                keep.append(line)
+        elif line.startswith(names):
+            keep.append(line)
+    return "\n".join(keep) + "\n"
+
+
 def missing(sample: Sample) -> list[str]:
     return [k for k, v in sample.values.items() if v is None]
 
@@ -146,6 +166,7 @@ class Sampler:
 
     async def scrape(self, with_histograms: bool = False) -> Sample | None:
         import aiohttp
+        t_sent = time.time()
         try:
             async with self.session.get(self.url, timeout=aiohttp.ClientTimeout(total=self.timeout)) as r:
                 text = await r.text()
@@ -156,7 +177,9 @@ class Sampler:
                 raise
             self.errors.append(f"{time.time():.3f} {type(e).__name__}: {e}")
             return None
-        s = parse_metrics(text, with_histograms=with_histograms)
+        t_done = time.time()
+        s = parse_metrics(wanted_lines(text, with_histograms), t=t_done, with_histograms=with_histograms)
+        s.t_sent = t_sent
         self.last_ok = s.t
         for m in missing(s):
             if m not in self._warned:

@@ -1,11 +1,14 @@
-"""One `validate` run: plan -> launch (or --url) -> start-up cross-check.
+"""One `validate` run: plan -> launch (or --url) -> start-up cross-check -> cold, warm and
+probe runs -> checks -> verdict and report.
 
-Everything recorded goes to the run directory as it happens (plan.json,
-vllm.log, startup.json), so an interrupted run keeps what it saw.
+Everything recorded goes to the run directory as it happens (plan.json, profile.json,
+vllm.log, startup.json, runs/*, metrics.jsonl), so an interrupted or failed run keeps
+what it saw, and `validate --report DIR` can judge it again without a server.
 """
 
 from __future__ import annotations
 
+import asyncio
 import json
 import os
 import sys
@@ -15,12 +18,12 @@ import urllib.request
 from pathlib import Path
 from urllib.parse import urlparse
 
+from validator import report
 from validator.errors import EXIT_FAIL, EXIT_INFRA, EXIT_OK, InfraError, InputError
-from validator.launch import LaunchSpec, Server, ServerFailed, install_signal_handlers, validate_extra_args
+from validator.launch import LaunchSpec, Server, ServerFailed, Terminated, install_signal_handlers, \
+    validate_extra_args
 from validator.render import plan_text
 from validator.startup import StartupFacts, cross_check, parse_cache_config_info, parse_log
-
-LOOPBACK = ("127.", "localhost", "::1", "[::1]")
 
 
 def _say(msg: str) -> None:
@@ -53,42 +56,53 @@ def server_facts(base_url: str, api_key: str | None, facts: StartupFacts | None 
     try:
         parse_cache_config_info(http_get(base_url + "/metrics"), f)
     except (urllib.error.URLError, OSError) as e:
-        raise InfraError(f"--url: cannot read {base_url}/metrics: {e}") from None
+        raise InfraError(f"cannot read {base_url}/metrics: {e}") from None
     try:
         models = json.loads(http_get(base_url + "/v1/models", api_key=api_key))
         data = models.get("data") or []
         if data and isinstance(data[0].get("max_model_len"), int):
             f.max_model_len = data[0]["max_model_len"]
+            f.served_model = data[0].get("id")
     except (urllib.error.URLError, OSError, ValueError, AttributeError):
         pass
     return f
 
 
-def _print_checks(checks) -> None:
-    w = max(len(c.name) for c in checks)
-    print(f"{'check':<{w}}  {'predicted':>20}  {'reported':>20}  result")
+def print_checks(checks: list[dict]) -> None:
+    w = max(len(c["name"]) for c in checks)
+    print(f"{'check':<{w}}  {'expected':>22}  {'observed':>22}  result")
     for c in checks:
-        res = "n/a" if c.passed is None else ("ok" if c.passed else "MISMATCH")
-        obs = "not reported" if c.observed is None else c.observed
-        print(f"{c.name:<{w}}  {c.expected!s:>20}  {obs!s:>20}  {res}")
+        res = "n/a" if c["passed"] is None else ("ok" if c["passed"] else "FAIL")
+        print(f"{c['name']:<{w}}  {report._fmt(c['expected'])[:22]:>22}  {report._fmt(c['observed'])[:22]:>22}  {res}")
 
 
 def launch_spec(profile, plan) -> LaunchSpec:
     g = profile.get
     extra = g("vllm", "extra_args") or []
     validate_extra_args(extra)
-    key_env = g("vllm", "api_key_env")
-    api_key = None
-    if key_env:
-        api_key = os.environ.get(key_env)
-        if not api_key:
-            raise InputError(f"vllm.api_key_env: the environment variable {key_env} is empty or not set")
-    host = g("vllm", "host")
+    api_key = _api_key(profile)
     return LaunchSpec(
         model=g("model", "path"), served_name=g("model", "served_name"), vllm_args=list(plan.vllm_args),
         env={**plan.vllm_env, "VLLM_SERVER_DEV_MODE": "1", **(g("vllm", "env") or {})},
-        extra_args=extra, python=g("vllm", "python"), command=g("vllm", "command"), host=host,
-        port=g("vllm", "port"), api_key=api_key, startup_timeout_s=g("vllm", "startup_timeout_s"))
+        extra_args=extra, python=g("vllm", "python"), command=g("vllm", "command"), host=g("vllm", "host"),
+        port=g("vllm", "port"), api_key=api_key, startup_timeout_s=g("vllm", "startup_timeout_s"),
+        nice=g("vllm", "nice"))
+
+
+def _api_key(profile) -> str | None:
+    key_env = profile.get("vllm", "api_key_env")
+    if not key_env:
+        return None
+    key = os.environ.get(key_env)
+    if not key:
+        raise InputError(f"vllm.api_key_env: the environment variable {key_env} is empty or not set")
+    return key
+
+
+def _require_loopback(url: str) -> None:
+    host = urlparse(url).hostname or ""
+    if not (host.startswith("127.") or host in ("localhost", "::1")):
+        raise InputError(f"--url: {url} is not a loopback address; kvgate only loads servers on this machine")
 
 
 def run_session(args, profile, plan) -> int:
@@ -97,70 +111,140 @@ def run_session(args, profile, plan) -> int:
         print(json.dumps(pj, indent=2) if args.json else plan_text(pj))
         _say("the plan does not fit: not launching (exit 1)")
         return EXIT_FAIL
+    if args.url:
+        _require_loopback(args.url)
     run_dir = run_dir_for(args, profile)
     run_dir.mkdir(parents=True, exist_ok=True)
     write_json(run_dir / "plan.json", pj)
+    write_json(run_dir / "profile.json", {"name": profile.name, "values": profile.values})
     install_signal_handlers()
-    result = {"verdict": "error", "plan": pj, "startup": None, "checks": [], "run_dir": str(run_dir)}
+    state = {"startup": None, "startup_checks": [], "runs": [], "error": None}
+    code = EXIT_INFRA
     try:
         if args.url:
-            facts, checks = _check_url(args.url, profile)
-            result["startup"] = {"url": args.url, "facts": facts.to_json()}
+            code = _with_server(args, profile, plan, run_dir, state, None, args.url.rstrip("/"))
         else:
             spec = launch_spec(profile, plan)
             server = Server(spec, run_dir, progress=_say)
             try:
                 server.start()
-                result["startup"] = {"argv": server.saved_argv, "url": server.url}
-                write_json(run_dir / "startup.json", result["startup"])
+                state["startup"] = {"argv": server.saved_argv, "url": server.url}
+                write_json(run_dir / "startup.json", state["startup"])
                 try:
                     server.wait_ready()
                 except ServerFailed as e:
                     facts = e.facts or StartupFacts()
-                    result["startup"]["facts"] = facts.to_json()
-                    _refusal(plan, facts, result)
+                    state["startup"]["facts"] = facts.to_json()
+                    state["startup"]["refusal"] = _refusal(plan, facts)
                     raise
-                facts = parse_log(server.log_text())
-                facts = server_facts(server.url, spec.api_key, facts)
-                result["startup"]["facts"] = facts.to_json()
-                checks = cross_check(pj, facts)
+                code = _with_server(args, profile, plan, run_dir, state, server, server.url)
             finally:
                 server.stop()
                 _say(f"vLLM stopped (pids {server.pids})")
-        result["checks"] = [c.to_json() for c in checks]
-        failed = [c for c in checks if c.passed is False]
-        result["verdict"] = "fail" if failed else "pass"
-        if args.json:
-            print(json.dumps(result, indent=2, default=str))
-        else:
-            _print_checks(checks)
-            print(f"verdict: {result['verdict']} ({len(failed)} of {len(checks)} checks failed); run dir {run_dir}")
-        return EXIT_FAIL if failed else EXIT_OK
     except InfraError as e:
-        result["error"] = str(e)
+        state["error"] = str(e)
         _say(f"error: {e}")
-        return EXIT_INFRA
+        code = EXIT_INFRA
+    except (KeyboardInterrupt, Terminated) as e:
+        state["error"] = f"interrupted ({type(e).__name__})"
+        raise
     finally:
-        write_json(run_dir / "startup.json", result)
+        write_json(run_dir / "startup.json", {**(state["startup"] or {}), "checks": state["startup_checks"]})
+        if not args.launch_only:
+            _final_report(run_dir, plan.to_json(), profile.name, profile.values, state)
+    if args.launch_only:
+        return code
+    rep_code = finish(state["report"], run_dir, args.json)
+    return EXIT_INFRA if code == EXIT_INFRA else rep_code
 
 
-def _refusal(plan, facts: StartupFacts, result: dict) -> None:
+def _with_server(args, profile, plan, run_dir: Path, state: dict, server: Server | None, url: str) -> int:
+    api_key = _api_key(profile)
+    facts = parse_log(server.log_text()) if server else StartupFacts()
+    facts = server_facts(url, api_key, facts)
+    state["startup"] = {**(state["startup"] or {"url": url}), "facts": facts.to_json()}
+    checks = [c.to_json() for c in cross_check(plan.to_json(), facts)]
+    state["startup_checks"] = checks
+    if args.launch_only:
+        failed = [c for c in checks if c["passed"] is False]
+        if args.json:
+            print(json.dumps({"verdict": "fail" if failed else "pass", "plan": plan.to_json(),
+                              "startup": state["startup"], "checks": checks, "run_dir": str(run_dir)},
+                             indent=2, default=str))
+        else:
+            print_checks(checks)
+            print(f"verdict: {'fail' if failed else 'pass'} ({len(failed)} of {len(checks)} checks failed); "
+                  f"run dir {run_dir}")
+        return EXIT_FAIL if failed else EXIT_OK
+    from validator.runs import execute, plan_runs
+    model = profile.get("model", "served_name") or facts.served_model or profile.get("model", "path")
+    specs = plan_runs(plan.to_json(), profile)
+    alive = server.alive if server else None
+    asyncio.run(execute(specs, url, model, run_dir, profile, _say, api_key=api_key, alive=alive))
+    return EXIT_OK  # the verdict is decided by _final_report
+
+
+def _final_report(run_dir: Path, plan: dict, profile_name: str, profile_values: dict, state: dict) -> dict:
+    from validator.compare import judge
+    from validator.runs import load_runs
+    runs = load_runs(run_dir)
+    checks, figures = judge(plan, runs, profile_values) if runs else ([], {})
+    all_checks = state["startup_checks"] + [c.to_json() for c in checks]
+    error = state.get("error")
+    if not error and not runs:
+        error = "no run was recorded"
+    rep = report.build(plan, state.get("startup"), runs, figures, all_checks, error, profile_name)
+    latency = {r.name: {"ttft": figures[r.name]["ttft_ms"], "itl": figures[r.name]["itl_ms"]} for r in runs}
+    report.write_all(run_dir, rep, latency)
+    state["report"] = rep
+    return rep
+
+
+def finish(rep: dict, run_dir: Path, as_json: bool) -> int:
+    if as_json:
+        print(json.dumps(rep, indent=1, default=str))
+    else:
+        if rep["checks"]:
+            print_checks(rep["checks"])
+        print(f"verdict: {rep['verdict']}" + (f" ({rep['error']})" if rep.get("error") else "")
+              + f"; report {run_dir / 'report.html'}")
+    return {"pass": EXIT_OK, "fail": EXIT_FAIL}.get(rep["verdict"], EXIT_INFRA)
+
+
+def rejudge(run_dir: str, as_json: bool) -> int:
+    """`validate --report DIR`: judge a saved run again, without a server."""
+    d = Path(run_dir)
+    try:
+        plan = json.loads((d / "plan.json").read_text())
+        prof = json.loads((d / "profile.json").read_text())
+    except FileNotFoundError as e:
+        raise InputError(f"--report: {d} is not a kvgate run directory (no {Path(e.filename).name})") from None
+    except ValueError as e:
+        raise InputError(f"--report: {d}: unreadable JSON: {e}") from None
+    startup = {}
+    if (d / "startup.json").exists():
+        startup = json.loads((d / "startup.json").read_text())
+    from validator.profile import from_dict
+    saved = prof["values"]
+    # re-validated, so a run saved by an older kvgate gets today's defaults for new fields
+    values = from_dict({**saved.get("", {}), **{k: v for k, v in saved.items() if k}}).values
+    facts = StartupFacts(**{k: v for k, v in (startup.get("facts") or {}).items()
+                            if k in StartupFacts.__dataclass_fields__})
+    state = {"startup": startup, "startup_checks": [c.to_json() for c in cross_check(plan, facts)]
+             if startup.get("facts") else [], "error": None}
+    old = d / "report.json"
+    if old.exists():
+        state["error"] = json.loads(old.read_text()).get("error")
+    rep = _final_report(d, plan, prof["name"], values, state)
+    return finish(rep, d, as_json)
+
+
+def _refusal(plan, facts: StartupFacts) -> dict:
     """When vLLM refuses to start, put what it said next to what the plan said."""
     said = facts.fatal_error or "no error line"
     _say(f"vLLM said: {said}")
     if facts.refused_estimated_max_model_len is not None:
         _say(f"vLLM's estimated maximum model length {facts.refused_estimated_max_model_len}; "
              f"the plan: max_model_len {plan.max_model_len}, fits={plan.fits}")
-    result["refusal"] = {"vllm_said": said, "vllm_estimated_max_model_len": facts.refused_estimated_max_model_len,
-                         "plan_fits": plan.fits, "plan_reasons": plan.reasons}
-
-
-def _check_url(url: str, profile):
-    host = urlparse(url).hostname or ""
-    if not (host.startswith("127.") or host in ("localhost", "::1")):
-        raise InputError(f"--url: {url} is not a loopback address; kvgate only loads servers on this machine")
-    key_env = profile.get("vllm", "api_key_env")
-    facts = server_facts(url.rstrip("/"), os.environ.get(key_env) if key_env else None)
-    from validator.plan import make_plan, plan_input_from_profile
-    plan = make_plan(plan_input_from_profile(profile))
-    return facts, cross_check(plan.to_json(), facts)
+    return {"vllm_said": said, "vllm_estimated_max_model_len": facts.refused_estimated_max_model_len,
+            "plan_fits": plan.fits, "plan_reasons": plan.reasons}

@@ -39,6 +39,7 @@ class StartupFacts:
     cache_dtype: str | None = None
     enable_prefix_caching: bool | None = None
     max_model_len: int | None = None               # from /v1/models
+    served_model: str | None = None                # from /v1/models
     refused_estimated_max_model_len: int | None = None
     fatal_error: str | None = None
 

@@ -1,0 +1,215 @@
+"""Checks: predictions against observations, over saved data only (pure).
+
+Each check has a name, expected, observed, tolerance, passed (None: not measured)
+and a one-line explanation. A run can be re-judged later from its directory.
+"""
+
+from __future__ import annotations
+
+import math
+import statistics
+
+import numpy as np
+
+from validator.predict import Held, PrefixCacheModel, block_keys, cdiv, final_peak, kv_blocks_at
+from validator.runs import RunData
+from validator.scrape import Histogram
+from validator.startup import Check
+
+
+def _check(name, expected, observed, passed, tolerance, explanation) -> Check:
+    return Check(name, expected, observed, passed, tolerance, explanation)
+
+
+def _ordered(run: RunData):
+    return sorted((r for r in run.records if r.sent is not None), key=lambda r: r.sent)
+
+
+def held_requests(run: RunData, block_size: int) -> list[Held]:
+    out = []
+    for r in _ordered(run):
+        if not r.chunk_times or r.prompt_tokens is None:
+            continue
+        prompt = run.prompts.get(r.id)
+        keys = tuple(block_keys(prompt, block_size)) if isinstance(prompt, list) else ()
+        out.append(Held(r.sent, [r.sent + c for c in r.chunk_times], r.prompt_tokens, keys))
+    return out
+
+
+def predict_prefix(runs: list[RunData], block_size: int, usable_blocks: int) -> dict[str, dict]:
+    """Predicted hit tokens per run, simulating the cache across runs in the order they ran."""
+    model = PrefixCacheModel(block_size, usable_blocks)
+    out = {}
+    for run in runs:
+        if run.isolation == "reset":
+            model.reset()
+        hits = 0
+        per_request = {}
+        for r in _ordered(run):
+            prompt = run.prompts.get(r.id)
+            if not isinstance(prompt, list) or r.status != 200:
+                continue
+            out_tokens = r.output_tokens or 0
+            # generated blocks are cached too (never matched here: their content is unknown)
+            h = model.request(prompt, [-(i + 1) - hash(r.id) % 1_000_000 * 100_000 for i in range(out_tokens)])
+            per_request[r.id] = h
+            hits += h
+        out[run.name] = {"hit_tokens": hits, "per_request": per_request}
+    return out
+
+
+def _delta(run: RunData, key: str) -> float | None:
+    if run.before is None or run.after is None:
+        return None
+    a, b = run.before.values.get(key), run.after.values.get(key)
+    return None if a is None or b is None else b - a
+
+
+def hist_delta(run: RunData, key: str) -> Histogram | None:
+    if run.after is None or key not in run.after.histograms:
+        return None
+    before = run.before.histograms.get(key) if run.before else None
+    return run.after.histograms[key].minus(before)
+
+
+def bucket_of(h: Histogram, q: float) -> tuple[float, float] | None:
+    """The histogram bucket (lower, upper] holding quantile q (seconds)."""
+    if h is None or h.count <= 0:
+        return None
+    rank = q * h.count
+    lower = 0.0
+    for le, c in h.buckets:
+        if c >= rank:
+            return lower, le
+        lower = le
+    return lower, math.inf
+
+
+def _pct(values, q) -> float | None:
+    return float(np.percentile(np.asarray(values, dtype=float), q)) if values else None
+
+
+def run_figures(run: RunData, plan: dict) -> dict:
+    """Predicted and observed KV and timing figures of one run (for checks and the report)."""
+    bs, usable = plan["block_size"], plan["usable_blocks"]
+    held = held_requests(run, bs)
+    t0 = run.started_at
+    timeline = []
+    for s in run.samples:
+        u = s.values.get("kv_cache_usage_perc")
+        t_rel = (s.t_sent if s.t_sent is not None else s.t) - t0
+        timeline.append({"t": round(t_rel, 4), "observed": None if u is None else round(u * usable, 3),
+                         "predicted": kv_blocks_at(held, t_rel, bs),
+                         "running": s.values.get("num_requests_running"),
+                         "waiting": s.values.get("num_requests_waiting")})
+    obs = [p["observed"] for p in timeline if p["observed"] is not None]
+    errs = [abs(p["observed"] - p["predicted"]) for p in timeline if p["observed"] is not None]
+    ok = [r for r in run.records if r.ok]
+    return {
+        "requests": len(run.records), "ok": len(ok),
+        "kv_predicted_peak": final_peak(held, bs, plan["max_num_seqs"]) if held else None,
+        "kv_observed_peak": max(obs) if obs else None,
+        "kv_timeline_median_error": statistics.median(errs) if errs else None,
+        "kv_timeline": timeline,
+        "usable_blocks": usable,
+        "max_running": max((p["running"] for p in timeline if p["running"] is not None), default=None),
+        "max_waiting": max((p["waiting"] for p in timeline if p["waiting"] is not None), default=None),
+        "preemptions": _delta(run, "num_preemptions"),
+        "prefix_queries_observed": _delta(run, "prefix_cache_queries"),
+        "prefix_hits_observed": _delta(run, "prefix_cache_hits"),
+        "prompt_tokens_sent": sum(r.prompt_tokens or 0 for r in ok),
+        "ttft_ms": [r.ttft * 1e3 for r in ok],
+        "itl_ms": [g * 1e3 for r in ok for g in r.itl],
+        "token_mismatches": sum(1 for r in run.records if r.token_mismatch),
+        "errors": sum(1 for r in run.records if not r.ok),
+    }
+
+
+def judge(plan: dict, runs: list[RunData], profile_values: dict) -> tuple[list[Check], dict]:
+    tol = profile_values["tolerances"]
+    slo = profile_values["slo"]
+    n = plan["max_num_seqs"]
+    figures = {r.name: run_figures(r, plan) for r in runs}
+    prefix = predict_prefix(runs, plan["block_size"], plan["usable_blocks"])
+    checks: list[Check] = []
+    for run in runs:
+        f = figures[run.name]
+        f["prefix_hits_predicted"] = prefix[run.name]["hit_tokens"]
+        name = run.name
+        # prefix cache: queries are every prompt token; hits follow the block model
+        q_obs = f["prefix_queries_observed"]
+        checks.append(_check(f"{name}.prefix_queries", f["prompt_tokens_sent"], q_obs,
+                             None if q_obs is None else q_obs == f["prompt_tokens_sent"], "exact",
+                             "every prompt token is a prefix-cache query"))
+        h_obs, h_pred = f["prefix_hits_observed"], f["prefix_hits_predicted"]
+        checks.append(_check(f"{name}.prefix_hits", h_pred, h_obs,
+                             None if h_obs is None else abs(h_obs - h_pred) <= tol["prefix_hit_tokens"],
+                             f"<= {tol['prefix_hit_tokens']} tokens",
+                             "full cached blocks, at most len-1 tokens per prompt, across runs in order"
+                             + (" (cache reset before this run)" if run.isolation == "reset" else "")))
+        if not run.measured:
+            continue
+        pk, ob = f["kv_predicted_peak"], f["kv_observed_peak"]
+        ok_peak = None if pk is None or ob is None else (ob <= pk + 1e-6 and ob >= pk * (1 - tol["kv_peak_below"]))
+        checks.append(_check(f"{name}.kv_peak_blocks", pk, ob, ok_peak,
+                             f"never above; at most {tol['kv_peak_below']:.0%} below",
+                             "blocks of the requests in flight at full length, shared prefix blocks once"))
+        med = f["kv_timeline_median_error"]
+        tl = tol["kv_timeline_blocks"] if tol["kv_timeline_blocks"] is not None else float(n)
+        checks.append(_check(f"{name}.kv_timeline", 0, med, None if med is None else med <= tl,
+                             f"median <= {tl:g} blocks",
+                             "observed usage x usable blocks vs the client's view at each sample"))
+        if run.cache in ("cold", "warm"):
+            pre = f["preemptions"]
+            checks.append(_check(f"{name}.preemptions", f"<= {tol['max_preemptions']}", pre,
+                                 None if pre is None else pre <= tol["max_preemptions"], "count",
+                                 "at the planned limits nothing is preempted"))
+        if run.cache == "cold" and tol["min_kv_utilization"] > 0:
+            util = None if ob is None else ob / plan["usable_blocks"]
+            checks.append(_check("cold.kv_utilization", f">= {tol['min_kv_utilization']:.0%}",
+                                 None if util is None else round(util, 4),
+                                 None if util is None else util >= tol["min_kv_utilization"], "fraction",
+                                 "the planned limits fill most of the usable blocks: they are tight"))
+        if run.cache == "probe":
+            w, rmax = f["max_waiting"], f["max_running"]
+            checks.append(_check("probe.queueing", f"waiting >= 1, running <= {n}", {"waiting": w, "running": rmax},
+                                 None if w is None or rmax is None else (w >= 1 and rmax <= n), "gauge",
+                                 "more full-length requests than max_num_seqs: the excess waits"))
+        checks.append(_check(f"{name}.tokens_exact", 0, f["token_mismatches"], f["token_mismatches"] == 0,
+                             "exact", "served prompt and output tokens equal what was asked"))
+        # latency: client vs server histograms, bucket-aware
+        for metric, key in (("ttft", "ttft"), ("itl", "itl")):
+            vals = f[f"{metric}_ms"]
+            h = hist_delta(run, key)
+            for q in (50, 99):
+                c = _pct(vals, q)
+                b = bucket_of(h, q / 100) if h is not None else None
+                if c is None or b is None:
+                    checks.append(_check(f"{name}.{metric}_p{q}_client_vs_server", None, c, None, "bucket",
+                                         "not measured on one side"))
+                    continue
+                lo, hi = b[0] * 1e3, b[1] * 1e3
+                slack = tol["latency_abs_ms"] + tol["latency_rel"] * (hi if math.isfinite(hi) else lo)
+                ok = lo - slack <= c <= hi + slack
+                checks.append(_check(f"{name}.{metric}_p{q}_client_vs_server",
+                                     f"({lo:g}, {'inf' if not math.isfinite(hi) else f'{hi:g}'}] ms", round(c, 3),
+                                     ok, f"+/- {slack:.1f} ms",
+                                     "the client's percentile falls in the server histogram's bucket"))
+    # SLOs over the measured cold and warm runs
+    measured = [r for r in runs if r.cache in ("cold", "warm")]
+    ttft = [v for r in measured for v in figures[r.name]["ttft_ms"]]
+    itl = [v for r in measured for v in figures[r.name]["itl_ms"]]
+    total = sum(figures[r.name]["requests"] for r in measured)
+    errors = sum(figures[r.name]["errors"] for r in measured)
+    for key, vals, label in (("ttft_p99_ms", ttft, "TTFT"), ("itl_p99_ms", itl, "ITL")):
+        limit = slo[key]
+        obs = _pct(vals, 99)
+        checks.append(_check(f"slo.{key}", None if limit is None else f"<= {limit:g}",
+                             None if obs is None else round(obs, 3),
+                             None if limit is None or obs is None else obs <= limit, "ms",
+                             f"{label} p99 over the cold and warm runs" + ("" if limit else " (no SLO set)")))
+    rate = errors / total if total else None
+    checks.append(_check("slo.error_rate", f"<= {slo['error_rate']:g}", rate,
+                         None if rate is None else rate <= slo["error_rate"], "fraction",
+                         "failed requests over the cold and warm runs"))
+    return checks, figures

@@ -1,0 +1,231 @@
+"""The cold, warm and probe runs: built from the plan, driven with loadgen, observed with
+the sampler, saved to RUN_DIR/runs/<name>/ as they happen.
+
+Each run keeps its own records, prompts, counters and histograms; nothing is mixed.
+Between runs the counters are allowed to catch up with what the client sent.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import aiohttp
+
+from loadgen.client import OpenAIStream
+from loadgen.records import RecordWriter, RequestRecord, read_records
+from loadgen.runner import RunConfig, Runner
+from loadgen.workload import Lengths, Workload, near_limit, new_salt, shared_prefix
+from validator.errors import InfraError
+from validator.scrape import Sample, Sampler, read_samples
+
+
+@dataclass
+class RunSpec:
+    name: str                 # cold, warm-prime, warm, probe
+    cache: str                # cold | warm | probe | prime
+    workload: Workload
+    concurrency: int
+    reset_cache: bool = False
+    measured: bool = True     # prime runs feed the cache; their latencies are not judged
+    purpose: str = ""
+
+
+@dataclass
+class RunData:
+    """One run as saved: what was sent, what came back, what the server counted."""
+
+    name: str
+    cache: str
+    purpose: str
+    records: list[RequestRecord]
+    prompts: dict[str, list[int]]
+    started_at: float
+    ended_at: float
+    before: Sample | None
+    after: Sample | None
+    samples: list[Sample] = field(default_factory=list)
+    isolation: str | None = None          # "reset" | "salt" (how the cache was made cold)
+    settled: bool | None = None           # did the counters catch up with the client?
+    interrupted: bool = False
+    measured: bool = True
+    workload: dict = field(default_factory=dict)
+
+    def meta(self) -> dict:
+        return {"name": self.name, "cache": self.cache, "purpose": self.purpose, "started_at": self.started_at,
+                "ended_at": self.ended_at, "isolation": self.isolation, "settled": self.settled,
+                "interrupted": self.interrupted, "measured": self.measured, "workload": self.workload,
+                "before": self.before.to_json() if self.before else None,
+                "after": self.after.to_json() if self.after else None}
+
+
+def plan_runs(plan: dict, profile) -> list[RunSpec]:
+    """Near-limit cold run, primed shared-prefix warm run, over-limit probe."""
+    g = profile.get
+    n, mml, bs = plan["max_num_seqs"], plan["max_model_len"], plan["block_size"]
+    margin = g("workload", "margin_tokens") or 0
+    out = g("workload", "output_tokens") or min(bs, max(mml // 4, 1))
+    if g("workload", "prompt_tokens") and g("workload", "output_tokens"):
+        total = g("workload", "prompt_tokens") + out
+        margin = max(margin, mml - total)
+    waves, seed = g("workload", "waves"), g("workload", "seed")
+    prompt = mml - margin - out
+    cold = near_limit(mml, n, out, margin, requests=n * waves, seed=seed, salt=new_salt())
+    prefix = g("workload", "prefix_tokens") or max(bs, prompt // 2 // bs * bs)
+    prefix = min(prefix, prompt - 1)
+    groups = g("workload", "prefix_groups")
+    salt = new_salt()
+    suffix = Lengths.parse(prompt - prefix, "suffix")
+    o = Lengths.parse(out, "output")
+    prime = shared_prefix(groups, groups, prefix, suffix, o, seed=seed + 1, salt=salt, suffix_seed=1,
+                          id_prefix="prime")
+    warm = shared_prefix(n * waves, groups, prefix, suffix, o, seed=seed + 1, salt=salt, suffix_seed=2,
+                         id_prefix="w")
+    probe = near_limit(mml, n, out, margin, requests=2 * n, seed=seed + 2, salt=new_salt())
+    probe.description = f"probe: {2 * n} full-length requests at once, {n} over max_num_seqs"
+    return [
+        RunSpec("cold", "cold", cold, n, reset_cache=True,
+                purpose=f"near the limits: {n} x ({prompt} + {out}) tokens, {waves} waves, cache reset"),
+        RunSpec("warm-prime", "prime", prime, 1, reset_cache=True, measured=False,
+                purpose=f"puts {groups} shared prefix(es) of {prefix} tokens in the cache"),
+        RunSpec("warm", "warm", warm, n,
+                purpose=f"{n * waves} requests over the primed prefix(es): hits expected"),
+        RunSpec("probe", "probe", probe, 2 * n,
+                purpose=f"{2 * n} concurrent full-length requests: {n} must wait"),
+    ]
+
+
+async def _post_ok(session, url: str) -> bool:
+    try:
+        async with session.post(url, timeout=aiohttp.ClientTimeout(total=10)) as r:
+            return r.status == 200
+    except (aiohttp.ClientError, asyncio.TimeoutError, OSError):
+        return False
+
+
+async def _settle(sampler: Sampler, before: Sample | None, prompt: int, output: int, timeout: float = 15.0):
+    """Counters lag the last responses: poll until they have grown by what the client saw."""
+    deadline = time.monotonic() + timeout
+    while True:
+        s = await sampler.snapshot()
+        if s is not None and before is not None:
+            p0, g0 = before.values.get("prompt_tokens"), before.values.get("generation_tokens")
+            p1, g1 = s.values.get("prompt_tokens"), s.values.get("generation_tokens")
+            if None in (p0, g0, p1, g1):
+                return s, None  # the server does not export them: cannot tell
+            if p1 - p0 >= prompt and g1 - g0 >= output:
+                return s, True
+        if time.monotonic() > deadline:
+            return s, False
+        await asyncio.sleep(0.1)
+
+
+async def execute(specs: list[RunSpec], base_url: str, model: str, run_dir: Path, profile, say,
+                  api_key: str | None = None, alive=None) -> list[RunData]:
+    """Run the specs in order; `alive()` is polled so a dead server ends the runs within 2 s."""
+    g = profile.get
+    out: list[RunData] = []
+    timeout = aiohttp.ClientTimeout(total=g("observe", "read_timeout_s") + 5)
+    async with aiohttp.ClientSession(timeout=timeout) as scrape_s, \
+            aiohttp.ClientSession(connector=aiohttp.TCPConnector(limit=0)) as load_s:
+        headers = {"Authorization": f"Bearer {api_key}"} if api_key else {}
+        sampler = Sampler(scrape_s, base_url, run_dir / "metrics.jsonl",
+                          interval=g("observe", "scrape_interval_s"), timeout=g("observe", "read_timeout_s"))
+        transport = OpenAIStream(load_s, base_url, model, api_key=api_key,
+                                 request_timeout=g("observe", "request_timeout_s"),
+                                 read_timeout=g("observe", "read_timeout_s"))
+        try:
+            for spec in specs:
+                data = await _one_run(spec, transport, sampler, base_url, run_dir, scrape_s, headers, say,
+                                      g("observe", "run_timeout_s"), alive)
+                out.append(data)
+                if data.interrupted:
+                    break
+        finally:
+            await sampler.stop()
+            sampler.close()
+    return out
+
+
+async def _one_run(spec: RunSpec, transport, sampler: Sampler, base_url: str, run_dir: Path, session, headers,
+                   say, run_timeout: float, alive) -> RunData:
+    d = run_dir / "runs" / spec.name
+    d.mkdir(parents=True, exist_ok=True)
+    prompts = {s.id: s.prompt for s in spec.workload.items}
+    with open(d / "workload.jsonl", "w") as f:
+        for s in spec.workload.items:
+            f.write(json.dumps({"id": s.id, "prompt": s.prompt, "output_tokens": s.output_tokens,
+                                "group": s.group}) + "\n")
+    isolation = None
+    if spec.reset_cache:
+        isolation = "reset" if await _post_ok(session, base_url + "/reset_prefix_cache") else "salt"
+    elif spec.cache in ("cold", "probe"):
+        isolation = "salt"
+    before = await sampler.snapshot()
+    say(f"run {spec.name}: {spec.workload.description} (concurrency {spec.concurrency})")
+    n_before = len(sampler.samples)
+    sampler.start()
+    interrupted = False
+    with RecordWriter(d / "records.jsonl") as w:
+        runner = Runner(transport, w, name=spec.name)
+        task = asyncio.ensure_future(runner.run(spec.workload, RunConfig(
+            concurrency=spec.concurrency, max_requests=len(spec.workload.items), duration=run_timeout)))
+        try:
+            while not task.done():
+                await asyncio.wait({task}, timeout=0.5)
+                if alive is not None and not task.done() and not alive():
+                    task.cancel()
+                    await asyncio.gather(task, return_exceptions=True)
+                    raise ServerDied(spec.name)
+            result = task.result()
+        finally:
+            if not task.done():
+                task.cancel()
+                await asyncio.gather(task, return_exceptions=True)
+            await sampler.stop()
+    interrupted = result.interrupted
+    sent_p = sum(r.prompt_tokens or 0 for r in result.records if r.ok)
+    sent_g = sum(r.output_tokens or 0 for r in result.records if r.ok)
+    after, settled = await _settle(sampler, before, sent_p, sent_g)
+    samples = [s for s in sampler.samples[n_before:] if not s.histograms]
+    data = RunData(spec.name, spec.cache, spec.purpose, result.records, prompts, result.started_at,
+                   result.ended_at, before, after, samples, isolation, settled, interrupted, spec.measured,
+                   result.workload)
+    (d / "meta.json").write_text(json.dumps(data.meta(), indent=1, default=str))
+    ok = sum(r.ok for r in result.records)
+    say(f"run {spec.name}: {ok}/{len(result.records)} ok in {result.ended_at - result.started_at:.1f} s, "
+        f"{len(samples)} samples" + ("" if settled else ", counters did not catch up"))
+    return data
+
+
+class ServerDied(InfraError):
+    def __init__(self, run: str):
+        super().__init__(f"vLLM died during the {run} run")
+        self.run = run
+
+
+def load_runs(run_dir: Path) -> list[RunData]:
+    """Saved runs, in the order they ran, for re-judging without a server."""
+    out = []
+    all_samples = read_samples(run_dir / "metrics.jsonl") if (run_dir / "metrics.jsonl").exists() else []
+    for meta_path in sorted((run_dir / "runs").glob("*/meta.json"), key=lambda p: json.loads(p.read_text())
+                            ["started_at"]):
+        m = json.loads(meta_path.read_text())
+        d = meta_path.parent
+        prompts = {}
+        with open(d / "workload.jsonl") as f:
+            for line in f:
+                x = json.loads(line)
+                prompts[x["id"]] = x["prompt"]
+        samples = [s for s in all_samples if not s.histograms and m["started_at"] <= (s.t_sent or s.t)
+                   <= m["ended_at"] + 1.0]
+        out.append(RunData(m["name"], m["cache"], m["purpose"], read_records(d / "records.jsonl"), prompts,
+                           m["started_at"], m["ended_at"],
+                           Sample.from_json(m["before"]) if m.get("before") else None,
+                           Sample.from_json(m["after"]) if m.get("after") else None,
+                           samples, m.get("isolation"), m.get("settled"), m.get("interrupted", False),
+                           m.get("measured", True), m.get("workload", {})))
+    return out

@@ -1,0 +1,112 @@
+"""Small inline-SVG charts for the self-contained HTML report (no plotting dependency)."""
+
+from __future__ import annotations
+
+import html
+import math
+
+COLORS = ("#1f77b4", "#d62728", "#2ca02c", "#ff7f0e", "#9467bd")
+W, H, PAD_L, PAD_B, PAD_T, PAD_R = 640, 260, 56, 36, 24, 16
+
+
+def _nice_max(v: float) -> float:
+    if v <= 0:
+        return 1.0
+    e = 10 ** math.floor(math.log10(v))
+    for m in (1, 2, 2.5, 5, 10):
+        if v <= m * e:
+            return m * e
+    return 10 * e
+
+
+def _frame(title: str, x_label: str, y_label: str, x_max: float, y_max: float, body: str, legend: list,
+           kind: str) -> str:
+    pw, ph = W - PAD_L - PAD_R, H - PAD_T - PAD_B
+    ticks = []
+    for i in range(5):
+        y = PAD_T + ph - ph * i / 4
+        ticks.append(f'<line x1="{PAD_L}" y1="{y:.1f}" x2="{W - PAD_R}" y2="{y:.1f}" stroke="#eee"/>'
+                     f'<text x="{PAD_L - 6}" y="{y + 4:.1f}" text-anchor="end" font-size="11">'
+                     f'{y_max * i / 4:g}</text>')
+        x = PAD_L + pw * i / 4
+        ticks.append(f'<text x="{x:.1f}" y="{H - PAD_B + 16}" text-anchor="middle" font-size="11">'
+                     f'{x_max * i / 4:.3g}</text>')
+    leg = "".join(f'<rect x="{PAD_L + 10 + 150 * i}" y="6" width="10" height="10" fill="{c}"/>'
+                  f'<text x="{PAD_L + 24 + 150 * i}" y="15" font-size="11">{html.escape(n)}</text>'
+                  for i, (n, c) in enumerate(legend))
+    return (f'<svg class="chart" data-kind="{kind}" xmlns="http://www.w3.org/2000/svg" width="{W}" height="{H}" '
+            f'viewBox="0 0 {W} {H}" role="img" aria-label="{html.escape(title)}">'
+            f'<title>{html.escape(title)}</title>{"".join(ticks)}'
+            f'<line x1="{PAD_L}" y1="{PAD_T + ph}" x2="{W - PAD_R}" y2="{PAD_T + ph}" stroke="#333"/>'
+            f'<line x1="{PAD_L}" y1="{PAD_T}" x2="{PAD_L}" y2="{PAD_T + ph}" stroke="#333"/>{body}{leg}'
+            f'<text x="{PAD_L + pw / 2}" y="{H - 4}" text-anchor="middle" font-size="12">{html.escape(x_label)}</text>'
+            f'<text x="14" y="{PAD_T + ph / 2}" text-anchor="middle" font-size="12" '
+            f'transform="rotate(-90 14 {PAD_T + ph / 2})">{html.escape(y_label)}</text></svg>')
+
+
+def lines(title: str, series: list[tuple[str, list[tuple[float, float]]]], x_label: str, y_label: str,
+          y_max: float | None = None, hline: tuple[str, float] | None = None, step: bool = False) -> str:
+    pts = [p for _, s in series for p in s]
+    x_max = _nice_max(max((x for x, _ in pts), default=1.0))
+    y_top = _nice_max(max([y for _, y in pts] + [y_max or 0, hline[1] if hline else 0] or [1.0]))
+    pw, ph = W - PAD_L - PAD_R, H - PAD_T - PAD_B
+
+    def xy(x, y):
+        return PAD_L + pw * x / x_max, PAD_T + ph - ph * y / y_top
+    body = []
+    legend = []
+    for i, (name, s) in enumerate(series):
+        c = COLORS[i % len(COLORS)]
+        legend.append((name, c))
+        if not s:
+            continue
+        path = []
+        prev = None
+        for x, y in s:
+            px, py = xy(x, y)
+            if step and prev is not None:
+                path.append(f"L{px:.1f},{prev:.1f}")
+            path.append(f"{'M' if not path else 'L'}{px:.1f},{py:.1f}")
+            prev = py
+        body.append(f'<path class="series" data-name="{html.escape(name)}" d="{" ".join(path)}" fill="none" '
+                    f'stroke="{c}" stroke-width="1.8"/>')
+        if len(s) < 80:
+            body.extend(f'<circle cx="{xy(x, y)[0]:.1f}" cy="{xy(x, y)[1]:.1f}" r="2.2" fill="{c}"/>' for x, y in s)
+    if hline:
+        _, y = xy(0, hline[1])
+        body.append(f'<line x1="{PAD_L}" y1="{y:.1f}" x2="{W - PAD_R}" y2="{y:.1f}" stroke="#888" '
+                    f'stroke-dasharray="4 3"/><text x="{W - PAD_R - 4}" y="{y - 4:.1f}" text-anchor="end" '
+                    f'font-size="11" fill="#555">{html.escape(hline[0])}</text>')
+    return _frame(title, x_label, y_label, x_max, y_top, "".join(body), legend, "lines")
+
+
+def cdf(title: str, series: list[tuple[str, list[float]]], x_label: str) -> str:
+    pts = []
+    for name, vals in series:
+        v = sorted(vals)
+        n = len(v)
+        step = max(n // 400, 1)  # at most ~400 points a series
+        pts.append((name, [(x, (i + 1) / n) for i, x in enumerate(v) if i % step == 0 or i == n - 1]))
+    return lines(title, pts, x_label, "fraction of values <=", y_max=1.0).replace('data-kind="lines"',
+                                                                                  'data-kind="cdf"')
+
+
+def stacked_bar(title: str, parts: list[tuple[str, float]], total: float | None, unit: str = "GiB") -> str:
+    pw = W - PAD_L - PAD_R
+    top = max(sum(v for _, v in parts), total or 0, 1e-9)
+    x = PAD_L
+    body = []
+    for i, (name, v) in enumerate(parts):
+        w = pw * v / top
+        c = COLORS[i % len(COLORS)]
+        body.append(f'<rect class="bar" data-name="{html.escape(name)}" x="{x:.1f}" y="50" width="{max(w, 0):.1f}" '
+                    f'height="40" fill="{c}"/><text x="{x + 2:.1f}" y="108" font-size="11">'
+                    f'{html.escape(name)} {v:.3g} {unit}</text>')
+        x += w
+    if total:
+        tx = PAD_L + pw * total / top
+        body.append(f'<line x1="{tx:.1f}" y1="40" x2="{tx:.1f}" y2="100" stroke="#000" stroke-width="2"/>'
+                    f'<text x="{tx:.1f}" y="34" text-anchor="middle" font-size="11">budget {total:.3g} {unit}</text>')
+    return (f'<svg class="chart" data-kind="bar" xmlns="http://www.w3.org/2000/svg" width="{W}" height="130" '
+            f'viewBox="0 0 {W} 130" role="img" aria-label="{html.escape(title)}"><title>{html.escape(title)}</title>'
+            f'{"".join(body)}</svg>')
