@@ -84,8 +84,11 @@ def plan_runs(plan: dict, profile) -> list[RunSpec]:
                           id_prefix="prime")
     warm = shared_prefix(n * waves, groups, prefix, suffix, o, seed=seed + 1, salt=salt, suffix_seed=2,
                          id_prefix="w")
-    probe = near_limit(mml, n, out, margin, requests=2 * n, seed=seed + 2, salt=new_salt())
-    probe.description = f"probe: {2 * n} full-length requests at once, {n} over max_num_seqs"
+    # the probe's requests decode for half the context, so the queue lasts long enough to be sampled
+    probe_out = max((mml - margin) // 2, 1)
+    probe = near_limit(mml, n, probe_out, margin, requests=2 * n, seed=seed + 2, salt=new_salt())
+    probe.description = (f"probe: {2 * n} full-length requests ({mml - margin - probe_out} + {probe_out}) at once, "
+                         f"{n} over max_num_seqs")
     return [
         RunSpec("cold", "cold", cold, n, reset_cache=True,
                 purpose=f"near the limits: {n} x ({prompt} + {out}) tokens, {waves} waves, cache reset"),
