@@ -223,8 +223,9 @@ def load_runs(run_dir: Path) -> list[RunData]:
             for line in f:
                 x = json.loads(line)
                 prompts[x["id"]] = x["prompt"]
+        # the light samples taken while this run was in flight (the next run starts right after)
         samples = [s for s in all_samples if not s.histograms and m["started_at"] <= (s.t_sent or s.t)
-                   <= m["ended_at"] + 1.0]
+                   <= m["ended_at"]]
         out.append(RunData(m["name"], m["cache"], m["purpose"], read_records(d / "records.jsonl"), prompts,
                            m["started_at"], m["ended_at"],
                            Sample.from_json(m["before"]) if m.get("before") else None,
