@@ -138,14 +138,18 @@ def report_html(rep: dict, latency_values: dict | None = None) -> str:
                  f"({p['usable_blocks']:,} usable); vLLM args <code>{esc(' '.join(p['vllm_args']))}</code></p>")
     parts.append("<h2>Checks</h2>" + _checks_html(rep["checks"]))
     parts.append("<h2>Memory ledger</h2>")
-    ledger = [(k, (L.get(k) or 0) / GiB) for k in ("weights_bytes", "workspace_bytes", "kv_bytes_at_limits")
-              if L.get(k)]
+    pool = p["num_blocks"] * p["bytes_per_block"]
+    if L.get("budget_bytes"):  # GPU: everything the engine holds against the budget
+        keys, budget, title = ("weights_bytes", "workspace_bytes", "kv_bytes_at_limits", "null_block_bytes"), \
+            L["budget_bytes"], "GPU memory budget"
+    else:  # KV given directly: the pool only
+        keys, budget, title = ("kv_bytes_at_limits", "null_block_bytes"), pool, "KV pool"
+    unit, div = ("GiB", GiB) if budget >= GiB else ("MiB", 1024 ** 2)
+    ledger = [(k.replace("_bytes", "").replace("_", " "), L[k] / div) for k in keys if L.get(k)]
     headroom = L.get("kv_headroom_bytes")
     if headroom and headroom > 0:
-        ledger.append(("kv headroom", headroom / GiB))
-    budget = L.get("budget_bytes") or L.get("kv_cache_bytes")
-    parts.append(svg.stacked_bar("Memory ledger", [(k.replace("_bytes", "").replace("_", " "), v) for k, v in ledger],
-                                 (budget or 0) / GiB if budget else None))
+        ledger.append(("KV headroom", headroom / div))
+    parts.append(svg.stacked_bar(f"Memory ledger: {title}", ledger, budget / div, unit))
     parts.append("<table>" + "".join(f"<tr><td>{esc(k)}</td><td>{esc(_fmt(v))}</td></tr>" for k, v in L.items())
                  + "</table>")
     parts.append("<h2>KV blocks over time</h2>")

@@ -68,8 +68,9 @@ def lines(title: str, series: list[tuple[str, list[tuple[float, float]]]], x_lab
                 path.append(f"L{px:.1f},{prev:.1f}")
             path.append(f"{'M' if not path else 'L'}{px:.1f},{py:.1f}")
             prev = py
+        dash = ' stroke-dasharray="6 3" stroke-width="3"' if i == 0 and len(series) > 1 else ' stroke-width="1.8"'
         body.append(f'<path class="series" data-name="{html.escape(name)}" d="{" ".join(path)}" fill="none" '
-                    f'stroke="{c}" stroke-width="1.8"/>')
+                    f'stroke="{c}"{dash}/>')
         if len(s) < 80:
             body.extend(f'<circle cx="{xy(x, y)[0]:.1f}" cy="{xy(x, y)[1]:.1f}" r="2.2" fill="{c}"/>' for x, y in s)
     if hline:
@@ -100,8 +101,9 @@ def stacked_bar(title: str, parts: list[tuple[str, float]], total: float | None,
         w = pw * v / top
         c = COLORS[i % len(COLORS)]
         body.append(f'<rect class="bar" data-name="{html.escape(name)}" x="{x:.1f}" y="50" width="{max(w, 0):.1f}" '
-                    f'height="40" fill="{c}"/><text x="{x + 2:.1f}" y="108" font-size="11">'
-                    f'{html.escape(name)} {v:.3g} {unit}</text>')
+                    f'height="40" fill="{c}"/><rect x="{PAD_L + 160 * i}" y="104" width="10" height="10" '
+                    f'fill="{c}"/><text x="{PAD_L + 14 + 160 * i}" y="113" font-size="11">'
+                    f'{html.escape(name)} {v:.4g} {unit}</text>')
         x += w
     if total:
         tx = PAD_L + pw * total / top
