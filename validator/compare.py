@@ -89,9 +89,13 @@ def _pct(values, q) -> float | None:
     return float(np.percentile(np.asarray(values, dtype=float), q)) if values else None
 
 
-def run_figures(run: RunData, plan: dict) -> dict:
-    """Predicted and observed KV and timing figures of one run (for checks and the report)."""
-    bs, usable = plan["block_size"], plan["usable_blocks"]
+def run_figures(run: RunData, plan: dict, server_blocks: int | None = None) -> dict:
+    """Predicted and observed KV and timing figures of one run (for checks and the report).
+
+    The usage gauge is a fraction of the server's own pool: it is turned into blocks with the
+    block count the server reported (when known), not the planned one."""
+    bs = plan["block_size"]
+    usable = (server_blocks - 1) if server_blocks else plan["usable_blocks"]
     held = held_requests(run, bs)
     t0 = run.started_at
     timeline = []
@@ -128,11 +132,12 @@ def run_figures(run: RunData, plan: dict) -> dict:
     }
 
 
-def judge(plan: dict, runs: list[RunData], profile_values: dict) -> tuple[list[Check], dict]:
+def judge(plan: dict, runs: list[RunData], profile_values: dict,
+          server_blocks: int | None = None) -> tuple[list[Check], dict]:
     tol = profile_values["tolerances"]
     slo = profile_values["slo"]
     n = plan["max_num_seqs"]
-    figures = {r.name: run_figures(r, plan) for r in runs}
+    figures = {r.name: run_figures(r, plan, server_blocks) for r in runs}
     prefix = predict_prefix(runs, plan["block_size"], plan["usable_blocks"])
     checks: list[Check] = []
     for run in runs:
@@ -178,7 +183,7 @@ def judge(plan: dict, runs: list[RunData], profile_values: dict) -> tuple[list[C
                                  None if pre is None else pre <= tol["max_preemptions"], "count",
                                  "at the planned limits nothing is preempted"))
         if run.cache == "cold" and tol["min_kv_utilization"] > 0:
-            util = None if ob is None else ob / plan["usable_blocks"]
+            util = None if ob is None else ob / f["usable_blocks"]
             checks.append(_check("cold.kv_utilization", f">= {tol['min_kv_utilization']:.0%}",
                                  None if util is None else round(util, 4),
                                  None if util is None else util >= tol["min_kv_utilization"], "fraction",

@@ -155,7 +155,7 @@ def report_html(rep: dict, latency_values: dict | None = None) -> str:
     parts.append("<h2>KV blocks over time</h2>")
     for r in rep["runs"]:
         tl = r["kv_timeline"]
-        if not tl:
+        if not r["measured"]:
             continue
         obs = [(x["t"], x["observed"]) for x in tl if x["observed"] is not None]
         pred = [(x["t"], x["predicted"]) for x in tl]

@@ -188,7 +188,8 @@ def _final_report(run_dir: Path, plan: dict, profile_name: str, profile_values: 
     from validator.compare import judge
     from validator.runs import load_runs
     runs = load_runs(run_dir)
-    checks, figures = judge(plan, runs, profile_values) if runs else ([], {})
+    facts = (state.get("startup") or {}).get("facts") or {}
+    checks, figures = judge(plan, runs, profile_values, facts.get("num_gpu_blocks")) if runs else ([], {})
     all_checks = state["startup_checks"] + [c.to_json() for c in checks]
     error = state.get("error")
     if not error and not runs:
