@@ -117,3 +117,36 @@ def test_a_lie_about_kv_space_fails_the_startup_checks(tmp_path, tiny_model):
                       "startup.max_concurrency_logged"}
     blocks = {c["name"]: c for c in rep["checks"]}["startup.num_gpu_blocks"]
     assert (blocks["expected"], blocks["observed"]) == (32768, 65536)
+
+
+def test_vllm_killed_mid_run_exits_3_and_keeps_what_was_recorded(tmp_path, tiny_model):
+    import signal
+    import time
+
+    prof = yaml.safe_load((ROOT / "profiles" / "tiny-cpu.yaml").read_text())
+    prof["model"]["path"] = str(tiny_model("tiny-gqa"))
+    f = tmp_path / "p.yaml"
+    f.write_text(yaml.safe_dump(prof))
+    out = tmp_path / "run"
+    p = subprocess.Popen([sys.executable, "-m", "validator", "--profile", str(f), "--out", str(out)], cwd=ROOT,
+                         stderr=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
+    pid = None
+    for line in p.stderr:
+        if "starting vLLM (pid" in line:
+            pid = int(line.split("(pid ")[1].split(")")[0])
+        if "run probe:" in line:  # the probe runs for seconds: kill vLLM in the middle of it
+            break
+    assert pid is not None
+    os.kill(pid, signal.SIGKILL)
+    t_kill = time.monotonic()
+    rest = p.stderr.read()
+    assert p.wait(timeout=60) == 3, rest
+    assert time.monotonic() - t_kill < 15
+    assert "vLLM died during the probe run" in rest
+    rep = json.loads((out / "report.json").read_text())
+    assert rep["verdict"] == "error" and "died" in rep["error"]
+    runs = {r["name"]: r for r in rep["runs"]}
+    assert runs["cold"]["client"]["ok"] == 16 and runs["warm"]["client"]["ok"] == 16
+    assert runs["probe"]["interrupted"] is True
+    assert (out / "runs" / "probe" / "records.jsonl").exists()
+    assert (out / "metrics.jsonl").stat().st_size > 0

@@ -200,6 +200,10 @@ def judge(plan: dict, runs: list[RunData], profile_values: dict,
                                  "waiting gauge, or first tokens only after earlier requests finished)"))
         checks.append(_check(f"{name}.tokens_exact", 0, f["token_mismatches"], f["token_mismatches"] == 0,
                              "exact", "served prompt and output tokens equal what was asked"))
+        rate = f["errors"] / f["requests"] if f["requests"] else None
+        checks.append(_check(f"{name}.error_rate", f"<= {slo['error_rate']:g}", rate,
+                             None if rate is None else rate <= slo["error_rate"], "fraction",
+                             "failed requests in this run (slo.error_rate)"))
         # latency: client vs server histograms, bucket-aware (the probe's waits are its point, not latency)
         for metric, key in ((("ttft", "ttft"), ("itl", "itl")) if run.cache in ("cold", "warm") else ()):
             vals = f[f"{metric}_ms"]

@@ -109,6 +109,22 @@ async def _post_ok(session, url: str) -> bool:
         return False
 
 
+async def _server_down(session, base_url: str, alive, within: float = 2.0) -> bool:
+    """True if the process has exited, or /health stops answering, within `within` seconds."""
+    deadline = time.monotonic() + within
+    while time.monotonic() < deadline:
+        if alive is not None and not alive():
+            return True
+        try:
+            async with session.get(base_url + "/health", timeout=aiohttp.ClientTimeout(total=1)) as r:
+                if r.status == 200 and (alive is None or alive()):
+                    return False
+        except (aiohttp.ClientError, asyncio.TimeoutError, OSError):
+            pass
+        await asyncio.sleep(0.2)
+    return True
+
+
 async def _settle(sampler: Sampler, before: Sample | None, prompt: int, output: int, timeout: float = 15.0):
     """Counters lag the last responses: poll until they have grown by what the client saw."""
     deadline = time.monotonic() + timeout
@@ -190,6 +206,8 @@ async def _one_run(spec: RunSpec, transport, sampler: Sampler, base_url: str, ru
                     await asyncio.gather(task, return_exceptions=True)
                     raise ServerDied(spec.name)
             result = task.result()
+            if any(not r.ok for r in result.records) and await _server_down(session, base_url, alive):
+                raise ServerDied(spec.name)  # requests fail fast once the server is gone
         finally:
             if not task.done():
                 task.cancel()
