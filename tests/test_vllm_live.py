@@ -148,7 +148,7 @@ def test_interrupting_kvgate_stops_vllm(sig, code, tiny_model, tmp_path):
     assert not alive_pids([pid])
     assert not processes_mentioning(str(tmp_path))
     saved = json.loads((tmp_path / "run" / "startup.json").read_text())
-    assert saved["verdict"] == "error" and "argv" in saved["startup"]
+    assert saved["error"].startswith("interrupted") and "argv" in saved
 
 
 def test_url_mode_checks_a_server_kvgate_did_not_start(tiny_model, tmp_path):

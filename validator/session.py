@@ -149,7 +149,8 @@ def run_session(args, profile, plan) -> int:
         state["error"] = f"interrupted ({type(e).__name__})"
         raise
     finally:
-        write_json(run_dir / "startup.json", {**(state["startup"] or {}), "checks": state["startup_checks"]})
+        write_json(run_dir / "startup.json", {**(state["startup"] or {}), "checks": state["startup_checks"],
+                                              "error": state["error"]})
         if not args.launch_only:
             _final_report(run_dir, plan.to_json(), profile.name, profile.values, state)
     if args.launch_only:
