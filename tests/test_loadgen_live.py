@@ -109,3 +109,58 @@ def test_loadgen_cli_against_vllm(tiny_server, tmp_path):
     assert "TTFT" in r.stdout
     lines = (tmp_path / "records.jsonl").read_text().splitlines()
     assert len(lines) == 6
+
+
+async def test_duration_bounds_the_run_and_cancel_keeps_records(tiny_server, tmp_path):
+    from loadgen.records import RecordWriter, read_records
+    w = synthetic(1000, Lengths.parse(64, "p"), Lengths.parse(64, "o"), seed=6)
+    async with aiohttp.ClientSession() as s:
+        t0 = time.monotonic()
+        res = await Runner(OpenAIStream(s, tiny_server.url, "tiny")).run(
+            w, RunConfig(concurrency=2, max_requests=1000, duration=1.0, drain_timeout=10))
+        assert time.monotonic() - t0 < 12 and 0 < len(res.records) < 1000
+        assert all(r.ok for r in res.records)
+        # cancelled from outside (Ctrl-C): finished records are on disk, in-flight ones marked
+        with RecordWriter(tmp_path / "r.jsonl") as wr:
+            task = asyncio.ensure_future(Runner(OpenAIStream(s, tiny_server.url, "tiny"), wr).run(
+                synthetic(50, Lengths.parse(64, "p"), Lengths.parse(400, "o"), seed=8),
+                RunConfig(concurrency=2, max_requests=50)))
+            await asyncio.sleep(1.5)
+            task.cancel()
+            res = await task
+        assert res.interrupted
+        saved = read_records(tmp_path / "r.jsonl")
+        assert len(saved) == len(res.records) >= 2
+        assert {r.error for r in saved if not r.ok} == {"cancelled"}
+
+
+async def test_text_prompts_are_counted_by_tokenize_and_chat_works(tiny_server, tmp_path):
+    from loadgen.runner import tokenize_lengths
+    from loadgen.workload import from_dataset
+    f = tmp_path / "d.jsonl"
+    f.write_text('{"prompt": "the model serves requests with a paged cache", "output_tokens": 6}\n'
+                 '{"prompt": "prefix cache hit miss token", "output_tokens": 4, "chat": true}\n')
+    w = from_dataset(f)
+    async with aiohttp.ClientSession() as s:
+        await tokenize_lengths(s, tiny_server.url, "tiny", w.items)
+        assert all(isinstance(x.prompt_tokens, int) and x.prompt_tokens > 0 for x in w.items)
+        res = await Runner(OpenAIStream(s, tiny_server.url, "tiny")).run(w, RunConfig(concurrency=1, max_requests=2))
+    for r, spec in zip(sorted(res.records, key=lambda r: r.id), w.items):
+        assert r.ok, r.error
+        assert r.prompt_tokens == spec.prompt_tokens and r.output_tokens == spec.output_tokens
+        assert r.token_mismatch is None
+
+
+async def test_multi_turn_reuses_the_previous_turns(tiny_server):
+    from loadgen.workload import multi_turn
+    await reset_prefix_cache(tiny_server)
+    w = multi_turn(1, 3, Lengths.parse(100, "p"), Lengths.parse(20, "u"), output=40, seed=9, salt="mt")
+    async with aiohttp.ClientSession() as s:
+        before = await counters(s, tiny_server.url)
+        res = await Runner(OpenAIStream(s, tiny_server.url, "tiny")).run(w, RunConfig(concurrency=1, max_requests=3))
+        recs = sorted(res.records, key=lambda r: r.turn)
+        assert [r.prompt_tokens for r in recs] == [100, 160, 220] and all(r.ok for r in recs)
+        after = await settled(s, tiny_server.url, before, 480)
+    # turn 2 finds turn 1's prompt and generated tokens cached: floor(159 / 32) full blocks = 128 tokens;
+    # turn 3 finds floor(219 / 32) = 6 blocks = 192 tokens (the server returned the ids it generated)
+    assert after["prefix_cache_hits"] - before["prefix_cache_hits"] == 128 + 192

@@ -44,8 +44,6 @@ def layer_specs(shape: ModelShape, block_size: int, kv_cache_dtype: str = "auto"
     """One spec per decoder layer that holds KV, as one rank sees it."""
     if shape.kv_shared_layers:
         raise NotModelled("cross-layer KV sharing (num_kv_shared_layers)")
-    if shape.moe and shape.mla is None:
-        pass  # MoE changes weights, not the KV cache
     b = kv_dtype_bytes(kv_cache_dtype, shape.dtype)
     specs: list[KVSpec] = []
     for kind in shape.layer_kinds:

@@ -8,6 +8,7 @@ turns SIGTERM/SIGHUP into an exception so those paths run their ``finally``.
 
 from __future__ import annotations
 
+import atexit
 import os
 import shutil
 import signal
@@ -265,7 +266,5 @@ def stop_all() -> None:
     for s in list(_LIVE):
         s.stop(grace=2)
 
-
-import atexit  # noqa: E402  (registered once, after stop_all exists)
 
 atexit.register(stop_all)

@@ -37,7 +37,7 @@ DTYPE_BYTES = {
     "float32": 4, "float": 4, "fp32": 4,
     "float16": 2, "half": 2, "fp16": 2,
     "bfloat16": 2, "bf16": 2,
-    "fp8": 1, "fp8_e4m3": 1, "fp8_e5m2": 1, "fp8_ds_mla": None, "int8": 1, "uint8": 1,
+    "fp8": 1, "fp8_e4m3": 1, "fp8_e5m2": 1, "int8": 1, "uint8": 1,
 }
 
 _SAFETENSORS_DTYPE_BYTES = {

@@ -193,7 +193,6 @@ async def _one_run(spec: RunSpec, transport, sampler: Sampler, base_url: str, ru
     say(f"run {spec.name}: {spec.workload.description} (concurrency {spec.concurrency})")
     n_before = len(sampler.samples)
     sampler.start()
-    interrupted = False
     with RecordWriter(d / "records.jsonl") as w:
         runner = Runner(transport, w, name=spec.name)
         task = asyncio.ensure_future(runner.run(spec.workload, RunConfig(

@@ -1,0 +1,87 @@
+"""Workloads and arrivals (pure): exact lengths, salts, shared prefixes, seeded schedules."""
+
+import numpy as np
+import pytest
+
+from loadgen.runner import RunConfig, arrival_times
+from loadgen.workload import (Lengths, WorkloadError, from_dataset, multi_turn, near_limit, salt_ids,
+                              shared_prefix, synthetic)
+
+
+def test_lengths_parse_and_sample():
+    rng = np.random.default_rng(0)
+    assert Lengths.parse("384", "x").sample(rng) == 384
+    u = [Lengths.parse("uniform:10:20", "x").sample(rng) for _ in range(500)]
+    assert min(u) == 10 and max(u) == 20
+    n = [Lengths.parse("normal:100:50:60:140", "x").sample(rng) for _ in range(500)]
+    assert min(n) >= 60 and max(n) <= 140
+    for bad in ("0", "uniform:5", "normal:-1:2", "gauss:1:2", "x"):
+        with pytest.raises(WorkloadError, match="--p"):
+            Lengths.parse(bad, "--p")
+
+
+def test_prompts_have_exact_lengths_and_the_run_salt():
+    w = synthetic(20, Lengths.parse("uniform:50:80", "p"), Lengths.parse(8, "o"), seed=1, salt="a")
+    s = salt_ids("a")
+    for spec in w.items:
+        assert len(spec.prompt) == spec.prompt_tokens and spec.prompt[:4] == s
+    again = synthetic(20, Lengths.parse("uniform:50:80", "p"), Lengths.parse(8, "o"), seed=1, salt="a")
+    assert [x.prompt for x in again.items] == [x.prompt for x in w.items]  # seeded: reproducible
+    other = synthetic(20, Lengths.parse("uniform:50:80", "p"), Lengths.parse(8, "o"), seed=1, salt="b")
+    assert all(x.prompt[:4] != y.prompt[:4] for x, y in zip(w.items, other.items))  # cold stays cold
+
+
+def test_shared_prefix_groups_share_exactly_the_prefix():
+    w = shared_prefix(6, groups=2, prefix_tokens=64, suffix=Lengths.parse(16, "s"), output=Lengths.parse(4, "o"),
+                      seed=2, salt="x")
+    g0 = [x.prompt for x in w.items if x.group == 0]
+    assert all(p[:64] == g0[0][:64] and len(p) == 80 for p in g0)
+    assert g0[0][64:] != g0[1][64:]
+    g1 = [x.prompt for x in w.items if x.group == 1]
+    assert g1[0][:4] == g0[0][:4] and g1[0][4:64] != g0[0][4:64]  # same salt, other prefix
+    primer = shared_prefix(2, 2, 64, Lengths.parse(16, "s"), Lengths.parse(4, "o"), seed=2, salt="x", suffix_seed=1)
+    assert primer.items[0].prompt[:64] == g0[0][:64] and primer.items[0].prompt[64:] != g0[0][64:]
+
+
+def test_near_limit_fills_the_context():
+    w = near_limit(512, 4, 32, margin=0, requests=8)
+    assert all(len(x.prompt) + x.output_tokens == 512 for x in w.items) and len(w.items) == 8
+    with pytest.raises(WorkloadError):
+        near_limit(40, 4, 38)
+
+
+def test_multi_turn_conversations():
+    w = multi_turn(2, 3, Lengths.parse(40, "p"), Lengths.parse(8, "u"), output=16, seed=3)
+    c = w.items[0]
+    assert len(c.first_prompt) == 40 and [len(u) for u in c.user_turns] == [8, 8]
+
+
+def test_dataset_replay_and_its_errors(tmp_path):
+    f = tmp_path / "d.jsonl"
+    f.write_text('{"prompt": [11, 12, 13], "output_tokens": 5}\n{"prompt": "hello there", "output_tokens": 2}\n')
+    w = from_dataset(f)
+    assert [x.prompt_tokens for x in w.items] == [3, None]  # text: counted by the server's /tokenize
+    f.write_text('{"prompt": [11, -1], "output_tokens": 5}\n')
+    with pytest.raises(WorkloadError, match="line 1"):
+        from_dataset(f)
+
+
+def test_open_loop_schedule_is_seeded_poisson_or_bursty():
+    a = arrival_times(4000, rate=50.0, burstiness=1.0, ramp_up=0.0, seed=7)
+    gaps = np.diff([0.0] + a)
+    assert abs(gaps.mean() - 1 / 50) < 0.002
+    assert abs(gaps.std() / gaps.mean() - 1.0) < 0.1          # Poisson: coefficient of variation 1
+    bursty = np.diff([0.0] + arrival_times(4000, 50.0, 0.25, 0.0, 7))
+    assert bursty.std() / bursty.mean() > 1.6                  # gamma shape 1/4: cv 2
+    assert arrival_times(10, 50.0, 1.0, 0.0, 7) == a[:10]
+    ramp = arrival_times(200, 50.0, 1.0, ramp_up=2.0, seed=7)
+    assert sum(1 for t in ramp if t < 1.0) < sum(1 for t in a[:200] if t < 1.0)
+
+
+@pytest.mark.parametrize("kwargs,message", [
+    ({}, "exactly one of"), ({"concurrency": 2}, "bound the run"), ({"rate": 0, "max_requests": 1}, "above 0"),
+    ({"concurrency": 1, "duration": -1}, "--duration"),
+])
+def test_run_config_bounds(kwargs, message):
+    with pytest.raises(ValueError, match=message):
+        RunConfig(**kwargs).check()
