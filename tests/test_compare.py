@@ -206,3 +206,19 @@ def test_missing_metrics_are_not_measured_not_zero():
     c = broken(gone)
     assert c["cold.prefix_hits"].passed is None and c["cold.prefix_hits"].observed is None
     assert c["cold.kv_peak_blocks"].passed is None
+
+
+def test_kv_timeline_off_the_prediction_fails():
+    def low(run):
+        run.samples = [sample(100.1, 0.25, 4), sample(100.2, 0.25, 4)]  # 16 blocks while 4 x 16 were held
+    c = broken(low)
+    assert c["cold.kv_timeline"].passed is False and c["cold.kv_timeline"].observed == 48
+
+
+def test_kv_timeline_allows_for_a_stalled_client():
+    def stalled(run):
+        for r in run.records:   # all chunks arrived in one burst 0.5 s late: the client's clock trails
+            r.chunk_times = [0.02 + 0.008 * k for k in range(16)] + [0.7] * 16
+        run.samples = [sample(100.6, 1.0, 4)]
+    c = broken(stalled)
+    assert c["cold.kv_timeline"].passed is True

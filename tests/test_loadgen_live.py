@@ -71,8 +71,8 @@ async def test_asked_and_served_token_counts_are_equal(tiny_server):
 
 
 async def test_closed_loop_concurrency_is_seen_by_the_server(tiny_server):
-    # long decodes (600 tokens, seconds on this CPU) so the sampler sees the plateau despite stalls
-    w = synthetic(8, Lengths.parse(100, "p"), Lengths.parse(600, "o"), seed=4)
+    # long decodes (900 tokens, seconds on this CPU) so the sampler sees the plateau despite stalls
+    w = synthetic(8, Lengths.parse(100, "p"), Lengths.parse(900, "o"), seed=4)
     result, *_ , sampler = await run_once(tiny_server, w, RunConfig(concurrency=4, max_requests=8),
                                           sampler_interval=0.1)
     running = [s.values["num_requests_running"] for s in sampler.samples]

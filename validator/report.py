@@ -27,6 +27,8 @@ def build(plan: dict, startup: dict | None, runs: list, figures: dict, checks: l
             "isolation": r.isolation, "started_at": r.started_at, "ended_at": r.ended_at,
             "settled": r.settled, "interrupted": r.interrupted, "workload": r.workload,
             "client": _client_stats(r),
+            # physics: a decode step cannot beat reading the weights and the KV once (None without a bandwidth)
+            "decode_step_floor_ms": (plan.get("bandwidth") or {}).get("decode_step_floor_ms"),
             "server": _server_stats(r),
             "kv": {k: f.get(k) for k in ("kv_predicted_peak", "kv_observed_peak", "kv_timeline_median_error",
                                          "usable_blocks", "max_running", "max_waiting", "preemptions")},
@@ -115,10 +117,14 @@ def summary_md(rep: dict) -> str:
     for r in rep["runs"]:
         c = r["client"]
         ttft = c["ttft_ms"]["p99"] if c.get("ttft_ms") else None
+        itl = c["itl_ms"]["p50"] if c.get("itl_ms") else None
+        floor = r.get("decode_step_floor_ms")
         lines.append(f"- **{r['name']}** ({r['cache']}, cache {r['isolation'] or 'as left'}): {c['ok']}/{c['requests']} "
                      f"ok, KV peak {_fmt(r['kv']['kv_observed_peak'])} observed / {_fmt(r['kv']['kv_predicted_peak'])} "
                      f"predicted blocks, prefix hits {_fmt(r['prefix']['observed_hit_tokens'])} observed / "
-                     f"{_fmt(r['prefix']['predicted_hit_tokens'])} predicted, TTFT p99 {_fmt(ttft)} ms")
+                     f"{_fmt(r['prefix']['predicted_hit_tokens'])} predicted, TTFT p99 {_fmt(ttft)} ms, ITL p50 "
+                     f"{_fmt(itl)} ms" + (f" (decode-step floor {floor:.2f} ms)" if floor is not None else "")
+                     + (" — cut short" if r["interrupted"] else ""))
     lines += ["", checks_table(rep["checks"]), "",
               f"{len(failed)} of {len(rep['checks'])} checks failed." if failed else
               f"all {sum(c['passed'] is True for c in rep['checks'])} measured checks passed."]
