@@ -29,6 +29,15 @@ class Stub:
         self.batch = batch            # events written per drain when not paced
         self.n = 0
         self.events_sent = 0
+        self.prompt_total = 0
+        self.generation_total = 0
+
+    def metrics(self) -> bytes:
+        """A few of vLLM's metrics, deliberately not all of them (kvgate must report the rest as missing)."""
+        return (f"# TYPE vllm:num_requests_running gauge\nvllm:num_requests_running{{engine=\"0\"}} 0.0\n"
+                f"# TYPE vllm:prompt_tokens counter\nvllm:prompt_tokens_total{{engine=\"0\"}} {self.prompt_total}\n"
+                f"# TYPE vllm:generation_tokens counter\n"
+                f"vllm:generation_tokens_total{{engine=\"0\"}} {self.generation_total}\n").encode()
 
     def token_event(self, rid: str, model: str, finish: str | None) -> bytes:
         fr = "null" if finish is None else json.dumps(finish)
@@ -46,6 +55,11 @@ class Stub:
                 body = await reader.readexactly(int(headers.get("content-length", "0")))
                 if path == "/health":
                     writer.write(b"HTTP/1.1 200 OK\r\nContent-Length: 0\r\n\r\n")
+                    continue
+                if method == "GET" and path in ("/metrics", "/v1/models"):
+                    body_out = self.metrics() if path == "/metrics" else json.dumps(
+                        {"object": "list", "data": [{"id": "stub", "object": "model", "max_model_len": 512}]}).encode()
+                    writer.write(b"HTTP/1.1 200 OK\r\nContent-Length: %d\r\n\r\n%s" % (len(body_out), body_out))
                     continue
                 if method != "POST" or not path.endswith("/completions"):
                     writer.write(b"HTTP/1.1 404 Not Found\r\nContent-Length: 0\r\n\r\n")
@@ -114,6 +128,8 @@ class Stub:
                     if self.itl:
                         await asyncio.sleep(self.itl)
         usage = {"prompt_tokens": p_tokens, "total_tokens": p_tokens + served, "completion_tokens": served}
+        self.prompt_total += p_tokens
+        self.generation_total += served
         pending.append(f'data: {{"id":"{rid}","object":"text_completion","created":0,"model":"{model}",'
                        f'"choices":[],"usage":{json.dumps(usage, separators=(",", ":"))},'
                        f'"system_fingerprint":"stub"}}\n\n'.encode())

@@ -11,7 +11,7 @@ import json
 import sys
 
 from validator import profile as profiles
-from validator.errors import EXIT_FAIL, EXIT_INPUT, EXIT_OK, InputError, KvgateError
+from validator.errors import EXIT_FAIL, EXIT_INPUT, EXIT_OK, InputError, KvgateError, one_line
 from validator.launch import Terminated
 from validator.units import parse_bytes
 
@@ -20,7 +20,7 @@ DEFAULT_PROFILE = "profiles/tiny-cpu.yaml"
 
 class _Parser(argparse.ArgumentParser):
     def error(self, message: str):  # one line, exit 2
-        self.exit(EXIT_INPUT, f"validate: error: {message} (see validate --help)\n")
+        self.exit(EXIT_INPUT, f"validate: error: {one_line(message)} (see validate --help)\n")
 
 
 def _bytes(field: str):
@@ -109,7 +109,7 @@ def main(argv: list[str] | None = None) -> int:
     try:
         code = run(argv)
     except KvgateError as e:
-        print(f"validate: error: {e}", file=sys.stderr)
+        print(f"validate: error: {one_line(e)}", file=sys.stderr)
         code = e.exit_code
     except KeyboardInterrupt:
         print("validate: interrupted (Ctrl-C); vLLM stopped, partial results kept", file=sys.stderr)

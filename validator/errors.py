@@ -33,3 +33,8 @@ class InfraError(KvgateError):
     """The server could not be started, died, or stopped answering."""
 
     exit_code = EXIT_INFRA
+
+
+def one_line(message: str) -> str:
+    """The message on one printable line: user-supplied text can hold newlines or control bytes."""
+    return "".join(c if c.isprintable() else repr(c)[1:-1] for c in str(message))

@@ -89,14 +89,20 @@ def _first(cfg: dict, *names, default=None):
     return default
 
 
-def _positive_int(cfg: dict, field: str, *names, required: bool = True) -> int | None:
+MAX_LAYERS = 4096
+MAX_DIM = 1 << 24
+
+
+def _positive_int(cfg: dict, field: str, *names, required: bool = True, maximum: int = MAX_DIM) -> int | None:
     v = _first(cfg, *names)
     if v is None:
         if required:
             raise InputError(f"config.json: missing {names[0]}; the planner needs it to size the KV cache")
         return None
     if isinstance(v, bool) or not isinstance(v, int) or v <= 0:
-        raise InputError(f"config.json: {field} must be a positive integer, got {v!r}")
+        raise InputError(f"config.json: {field} must be a positive integer, got {v!r:.60}")
+    if v > maximum:
+        raise InputError(f"config.json: {field} = {v} is beyond any real model (at most {maximum}); check the file")
     return v
 
 
@@ -130,7 +136,8 @@ def shape_from_config(cfg: dict) -> ModelShape:
     arch = archs[0] if isinstance(archs, list) and archs and isinstance(archs[0], str) else "unknown"
     model_type = str(cfg.get("model_type", "unknown"))
 
-    layers = _positive_int(cfg, "num_hidden_layers", "num_hidden_layers", "n_layer", "num_layers", "n_layers")
+    layers = _positive_int(cfg, "num_hidden_layers", "num_hidden_layers", "n_layer", "num_layers", "n_layers",
+                           maximum=MAX_LAYERS)
     heads = _positive_int(cfg, "num_attention_heads", "num_attention_heads", "n_head", "num_heads")
     hidden = _positive_int(cfg, "hidden_size", "hidden_size", "n_embd", "d_model", required=False)
 
@@ -144,7 +151,7 @@ def shape_from_config(cfg: dict) -> ModelShape:
         kv_heads = 1
     else:
         kv_heads = heads
-    if kv_heads > heads or heads % kv_heads:
+    if kv_heads > heads or heads % kv_heads:  # noqa: SIM114
         raise InputError(
             f"config.json: num_key_value_heads ({kv_heads}) must divide num_attention_heads ({heads})")
 
@@ -173,7 +180,7 @@ def shape_from_config(cfg: dict) -> ModelShape:
 
     sliding_window = cfg.get("sliding_window")
     if sliding_window is not None and (isinstance(sliding_window, bool) or not isinstance(sliding_window, int)
-                                       or sliding_window <= 0):
+                                       or not 0 < sliding_window <= 1 << 40):
         raise InputError(f"config.json: sliding_window must be a positive integer or null, got {sliding_window!r}")
     kinds = _layer_kinds(cfg, layers, sliding_window)
     if SLIDING not in kinds:
@@ -182,9 +189,12 @@ def shape_from_config(cfg: dict) -> ModelShape:
         raise InputError("config.json: layer_types names sliding_attention layers but sliding_window is not set")
 
     max_pos = _positive_int(cfg, "max_position_embeddings", "max_position_embeddings", "n_positions",
-                            "max_sequence_length", "seq_length", required=False)
+                            "max_sequence_length", "seq_length", required=False, maximum=1 << 40)
     moe = any(cfg.get(k) for k in ("num_experts", "num_local_experts", "n_routed_experts", "moe_num_experts"))
     shared = cfg.get("num_kv_shared_layers") or 0
+    for key in ("intermediate_size", "vocab_size"):  # optional, but never of the wrong type
+        if cfg.get(key) is not None:
+            _positive_int(cfg, key, key, maximum=1 << 32)
     return ModelShape(
         model_type=model_type, architecture=arch, num_layers=layers, num_attention_heads=heads,
         num_kv_heads=kv_heads, head_dim=head_dim, head_dim_source=head_dim_source, dtype=dtype,
@@ -204,7 +214,7 @@ def _layer_kinds(cfg: dict, layers: int, sliding_window: int | None) -> list[str
             raise InputError(f"config.json: layer_types must list one type per layer ({layers})")
         kinds = []
         for t in types:
-            if t not in _LAYER_TYPE_KIND:
+            if not isinstance(t, str) or t not in _LAYER_TYPE_KIND:
                 raise InputError(f"config.json: unknown layer type {t!r} in layer_types")
             kinds.append(_LAYER_TYPE_KIND[t])
         # transformers writes layer_types even when sliding is off; vLLM then uses full attention
@@ -214,6 +224,8 @@ def _layer_kinds(cfg: dict, layers: int, sliding_window: int | None) -> list[str
     if "use_sliding_window" in cfg:  # Qwen2-family convention
         if cfg.get("use_sliding_window") and sliding_window is not None:
             start = cfg.get("max_window_layers", 0) or 0
+            if isinstance(start, bool) or not isinstance(start, int):
+                raise InputError(f"config.json: max_window_layers must be an integer, got {start!r:.60}")
             return [SLIDING if i >= start else FULL for i in range(layers)]
         return [FULL] * layers
     if sliding_window is None:
@@ -226,6 +238,8 @@ def _layer_kinds(cfg: dict, layers: int, sliding_window: int | None) -> list[str
         return [SLIDING if i % 2 == 0 else FULL for i in range(layers)]
     if model_type in ("gemma3", "gemma3_text"):
         pattern = cfg.get("sliding_window_pattern", 6)
+        if isinstance(pattern, bool) or not isinstance(pattern, int) or pattern <= 0:
+            raise InputError(f"config.json: sliding_window_pattern must be a positive integer, got {pattern!r:.60}")
         return [FULL if (i + 1) % pattern == 0 else SLIDING for i in range(layers)]
     return [SLIDING] * layers  # Mistral convention: a window on every layer
 

@@ -52,7 +52,8 @@ SCHEMA: dict[str, dict[str, Field]] = {
                                         minimum=0.0, maximum=1.0),
         "memory_bandwidth": Field("bytes", None, "Memory bandwidth in bytes per second, for the decode-step floor "
                                   "(H100 SXM 3.35TB, H200 4.8TB, A100-80GB 2.0TB)."),
-        "tensor_parallel_size": Field("int", 1, "GPUs one model is split across (vLLM -tp).", minimum=1),
+        "tensor_parallel_size": Field("int", 1, "GPUs one model is split across (vLLM -tp).", minimum=1,
+                                      maximum=4096),
     },
     "cache": {
         "kv_cache_bytes": Field("bytes", None, "KV budget given directly (CPU: VLLM_CPU_KVCACHE_SPACE, whole GiB; "
@@ -60,30 +61,35 @@ SCHEMA: dict[str, dict[str, Field]] = {
         "workspace": Field("bytes", "3GiB", "GPU memory besides weights and KV: activation peak, CUDA graphs, "
                            "non-torch allocations (measure and replace; default 3GiB)."),
         "block_size": Field("int", None, "Tokens per KV block (--block-size); default 16 on GPU, 128 on CPU "
-                            "(CPU needs a multiple of 32).", minimum=1),
+                            "(CPU needs a multiple of 32).", minimum=1, maximum=1 << 16),
         "kv_cache_dtype": Field("choice", "auto", "--kv-cache-dtype; fp8 variants store 1 byte per element.",
                                 choices=("auto", "fp8", "fp8_e4m3", "fp8_e5m2", "bfloat16", "float16", "int8")),
         "num_gpu_blocks_override": Field("int", None, "Force vLLM's block count (--num-gpu-blocks-override).",
-                                         minimum=1),
+                                         minimum=2, maximum=1 << 40),
         "enable_prefix_caching": Field("bool", True, "vLLM's prefix cache (on by default in vLLM)."),
     },
     "limits": {
-        "max_model_len": Field("int", None, "Context length per request; derived when empty.", minimum=1),
-        "max_num_seqs": Field("int", None, "Concurrent sequences; derived when empty.", minimum=1),
+        "max_model_len": Field("int", None, "Context length per request; derived when empty.", minimum=1,
+                               maximum=1 << 32),
+        "max_num_seqs": Field("int", None, "Concurrent sequences; derived when empty.", minimum=1,
+                              maximum=1 << 20),
         "max_num_batched_tokens": Field("int", None, "Tokens per scheduler step; default max(2048, max_num_seqs).",
-                                        minimum=1),
+                                        minimum=1, maximum=1 << 32),
     },
     "workload": {
-        "prompt_tokens": Field("int", None, "Prompt length of the near-limit workload.", minimum=1),
-        "output_tokens": Field("int", None, "Output length of the near-limit workload.", minimum=1),
-        "concurrency": Field("int", None, "Concurrent requests of the near-limit workload.", minimum=1),
+        "prompt_tokens": Field("int", None, "Prompt length of the near-limit workload.", minimum=1,
+                               maximum=1 << 32),
+        "output_tokens": Field("int", None, "Output length of the near-limit workload.", minimum=1,
+                               maximum=1 << 32),
+        "concurrency": Field("int", None, "Concurrent requests of the near-limit workload.", minimum=1,
+                             maximum=1 << 20),
         "margin_tokens": Field("int", 0, "Tokens left free below max_model_len by the near-limit workload.",
-                               minimum=0),
+                               minimum=0, maximum=1 << 32),
         "waves": Field("int", 2, "Requests per run = waves x max_num_seqs (closed loop at max_num_seqs).",
                        minimum=1, maximum=1000),
-        "prefix_groups": Field("int", 1, "Shared prefixes in the warm run.", minimum=1),
+        "prefix_groups": Field("int", 1, "Shared prefixes in the warm run.", minimum=1, maximum=1 << 16),
         "prefix_tokens": Field("int", None, "Shared prefix length in the warm run (salt included); default: "
-                               "half the prompt, whole blocks.", minimum=1),
+                               "half the prompt, whole blocks.", minimum=1, maximum=1 << 32),
         "seed": Field("int", 0, "Seed for prompts and arrivals."),
     },
     "slo": {
@@ -157,7 +163,7 @@ def _check(path: str, spec: Field, value: Any, base: Path | None) -> Any:
         return parse_bytes(value, path)
     if k == "int":
         if isinstance(value, bool) or not isinstance(value, int):
-            raise InputError(f"{path}: expected a whole number, got {value!r}")
+            raise InputError(f"{path}: expected a whole number, got {value!r:.60}")
     elif k == "float":
         if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value):
             raise InputError(f"{path}: expected a number, got {value!r}")

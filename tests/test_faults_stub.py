@@ -1,0 +1,77 @@
+"""Faults real vLLM cannot be made to produce, injected by the loopback stub
+(benchmarks/stub_server.py): every one becomes a per-request error or a flagged count, the run
+goes on, and nothing raises."""
+
+from __future__ import annotations
+
+import asyncio
+import socket
+
+import aiohttp
+import pytest
+
+from benchmarks.stub_server import Stub, serve
+from loadgen.client import OpenAIStream
+from loadgen.runner import RunConfig, Runner
+from loadgen.workload import Lengths, synthetic
+
+
+async def run_against(fault: str, every: int = 1, n: int = 6, read_timeout: float = 5.0, output: int = 8):
+    stub = Stub(fault=fault, fault_every=every, itl_ms=1.0)
+    ports = []
+    task = asyncio.create_task(serve(stub, ready=ports.append))
+    while not ports:
+        await asyncio.sleep(0.01)
+    try:
+        async with aiohttp.ClientSession() as s:
+            t = OpenAIStream(s, f"http://127.0.0.1:{ports[0]}", "stub", read_timeout=read_timeout,
+                             request_timeout=read_timeout * 2)
+            w = synthetic(n, Lengths.parse(16, "p"), Lengths.parse(output, "o"), seed=1)
+            res = await Runner(t).run(w, RunConfig(concurrency=2, max_requests=n))
+    finally:
+        task.cancel()
+        await asyncio.gather(task, return_exceptions=True)
+    return sorted(res.records, key=lambda r: int(r.id[1:]))
+
+
+@pytest.mark.parametrize("fault,expect", [
+    ("5xx", "HTTP 503"),
+    ("malformed", "malformed SSE data"),
+    ("error-event", "server error event: stub: injected error"),
+    ("cut", ("stream cut", "stream ended early")),
+])
+async def test_faults_become_request_errors(fault, expect):
+    recs = await run_against(fault, every=2)
+    bad = [r for r in recs if not r.ok]
+    good = [r for r in recs if r.ok]
+    assert len(bad) == 3 and len(good) == 3  # every 2nd request faulted, the others went through
+    for r in bad:
+        assert r.error.startswith(expect), r.error
+
+
+async def test_slow_headers_time_out_within_the_read_timeout():
+    import time
+    t0 = time.monotonic()
+    recs = await run_against("slow-headers", every=3, n=3, read_timeout=0.5)
+    assert time.monotonic() - t0 < 5
+    assert [r.error is None for r in recs] == [True, True, False]
+    assert recs[2].error.startswith("timeout")
+
+
+@pytest.mark.parametrize("fault,served", [("more-tokens", 10), ("fewer-tokens", 6)])
+async def test_wrong_token_counts_are_flagged(fault, served):
+    recs = await run_against(fault, every=1, n=2)
+    for r in recs:
+        assert r.ok and r.output_tokens == served
+        assert r.token_mismatch == f"output asked 8 served {served}"
+
+
+async def test_nothing_listening_is_a_request_error():
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        port = sock.getsockname()[1]
+    async with aiohttp.ClientSession() as s:
+        w = synthetic(2, Lengths.parse(16, "p"), Lengths.parse(4, "o"))
+        res = await Runner(OpenAIStream(s, f"http://127.0.0.1:{port}", "stub")).run(
+            w, RunConfig(concurrency=1, max_requests=2))
+    assert all(r.error and r.error.startswith("ClientConnectorError") for r in res.records)
