@@ -35,8 +35,8 @@ class Stub:
     def metrics(self) -> bytes:
         """A few of vLLM's metrics, deliberately not all of them (kvgate must report the rest as missing)."""
         return (f"# TYPE vllm:num_requests_running gauge\nvllm:num_requests_running{{engine=\"0\"}} 0.0\n"
-                f"# TYPE vllm:prompt_tokens counter\nvllm:prompt_tokens_total{{engine=\"0\"}} {self.prompt_total}\n"
-                f"# TYPE vllm:generation_tokens counter\n"
+                f"# TYPE vllm:prompt_tokens_total counter\nvllm:prompt_tokens_total{{engine=\"0\"}} {self.prompt_total}\n"
+                f"# TYPE vllm:generation_tokens_total counter\n"
                 f"vllm:generation_tokens_total{{engine=\"0\"}} {self.generation_total}\n").encode()
 
     def token_event(self, rid: str, model: str, finish: str | None) -> bytes:

@@ -46,3 +46,14 @@ def test_cross_check_flags_a_mismatch_and_unreported_values():
     missing = {c.name: c for c in cross_check(plan, StartupFacts())}
     assert missing["startup.num_gpu_blocks"].passed is None  # not measured is not a pass or a 0
     assert missing["startup.num_gpu_blocks"].observed is None
+
+
+def test_counters_parse_with_either_type_line_and_missing_ones_are_none():
+    from validator.scrape import parse_metrics
+    for type_name in ("vllm:prompt_tokens", "vllm:prompt_tokens_total"):
+        text = f'# TYPE {type_name} counter\nvllm:prompt_tokens_total{{engine="0"}} 17888\n'
+        v = parse_metrics(text).values
+        assert v["prompt_tokens"] == 17888
+        assert v["prefix_cache_hits"] is None and v["kv_cache_usage_perc"] is None
+    old = '# TYPE vllm:gpu_cache_usage_perc gauge\nvllm:gpu_cache_usage_perc{engine="0"} 0.5\n'
+    assert parse_metrics(old).values["kv_cache_usage_perc"] == 0.5  # older vLLM names are accepted

@@ -225,6 +225,7 @@ class Server:
         victims = set(_descendants(pid))
         try:
             os.killpg(pid, signal.SIGTERM)
+            os.killpg(pid, signal.SIGCONT)  # a stopped (SIGSTOP) server must wake up to handle TERM
         except ProcessLookupError:
             pass
         try:

@@ -82,8 +82,10 @@ class Sample:
 def parse_metrics(text: str, t: float | None = None, with_histograms: bool = True) -> Sample:
     fams = {}
     for fam in text_string_to_metric_families(text):
+        if not fam.samples:  # a TYPE line whose samples the parser filed under another family name
+            continue
         fams[fam.name] = fam
-        if fam.name.endswith("_total"):  # some exporters keep the suffix on the family
+        if fam.name.endswith("_total"):  # exporters differ on whether the family keeps the suffix
             fams.setdefault(fam.name[:-6], fam)
     values: dict[str, float | None] = {}
     by_reason: dict[str, float] = {}

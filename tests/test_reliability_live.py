@@ -1,0 +1,124 @@
+"""Faults around a real run: a frozen server, a port in use, nothing at --url, owned flags in
+extra_args, and stub faults through the whole `validate` job."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+import yaml
+
+from tests.conftest import alive_pids, processes_mentioning
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def tiny_profile(tiny_model, tmp_path, **changes) -> Path:
+    prof = yaml.safe_load((ROOT / "profiles" / "tiny-cpu.yaml").read_text())
+    prof["model"]["path"] = str(tiny_model("tiny-gqa"))
+    for dotted, v in changes.items():
+        sec, key = dotted.split("__")
+        prof.setdefault(sec, {})[key] = v
+    f = tmp_path / "p.yaml"
+    f.write_text(yaml.safe_dump(prof))
+    return f
+
+
+def validate(*args, timeout=300):
+    return subprocess.run([sys.executable, "-m", "validator", *args], cwd=ROOT, capture_output=True, text=True,
+                          timeout=timeout)
+
+
+@pytest.mark.vllm
+def test_frozen_server_ends_the_run_within_its_deadline(tiny_model, tmp_path):
+    f = tiny_profile(tiny_model, tmp_path, observe__read_timeout_s=3, observe__run_timeout_s=60)
+    out = tmp_path / "run"
+    p = subprocess.Popen([sys.executable, "-m", "validator", "--profile", str(f), "--out", str(out)], cwd=ROOT,
+                         stderr=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
+    pid = None
+    for line in p.stderr:
+        if "starting vLLM (pid" in line:
+            pid = int(line.split("(pid ")[1].split(")")[0])
+        if "run probe:" in line:
+            break
+    os.kill(pid, signal.SIGSTOP)  # frozen: the process exists but answers nothing
+    t0 = time.monotonic()
+    rest = p.stderr.read()
+    assert p.wait(timeout=120) == 3, rest
+    assert time.monotonic() - t0 < 45
+    assert "vLLM died during the probe run" in rest
+    rep = json.loads((out / "report.json").read_text())
+    assert rep["verdict"] == "error"
+    probe = {r["name"]: r for r in rep["runs"]}["probe"]
+    assert probe["interrupted"] and probe["client"]["failed"] >= 1
+    assert not alive_pids([pid]) and not processes_mentioning(str(out))
+
+
+def test_port_in_use_and_nothing_at_url(tiny_model, tmp_path):
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        s.listen()
+        port = s.getsockname()[1]
+        f = tiny_profile(tiny_model, tmp_path, vllm__port=port)
+        r = validate("--launch-only", "--profile", str(f), "--out", str(tmp_path / "a"))
+        assert r.returncode == 3 and "already in use" in r.stderr
+    r = validate("--profile", str(f), "--url", f"http://127.0.0.1:{port}", "--out", str(tmp_path / "b"))
+    assert r.returncode == 3 and f"cannot read http://127.0.0.1:{port}/metrics" in r.stderr
+    assert "Traceback" not in r.stderr
+    r = validate("--profile", str(f), "--url", "http://10.1.2.3:8000", "--out", str(tmp_path / "c"))
+    assert r.returncode == 2 and "not a loopback address" in r.stderr
+
+
+def test_extra_args_may_not_override_the_plan(tiny_model, tmp_path):
+    for bad in (["--max-model-len", "99999"], ["--port=1"], ["--num-gpu-blocks-override", "9"]):
+        f = tiny_profile(tiny_model, tmp_path, vllm__extra_args=bad)
+        r = validate("--launch-only", "--profile", str(f), "--out", str(tmp_path / "x"))
+        assert r.returncode == 2 and "vllm.extra_args" in r.stderr and bad[0].split("=")[0] in r.stderr
+
+
+@pytest.fixture
+def stub(request):
+    fault, every = request.param
+    p = subprocess.Popen([sys.executable, str(ROOT / "benchmarks" / "stub_server.py"), "--port", "0", "--fault",
+                          fault, "--fault-every", str(every), "--itl-ms", "1", "--max-seconds", "120"],
+                         stdout=subprocess.PIPE, text=True)
+    port = int(p.stdout.readline().split()[-1])
+    yield f"http://127.0.0.1:{port}"
+    p.terminate()
+    p.wait(timeout=10)
+
+
+@pytest.mark.parametrize("stub", [("5xx", 4)], indirect=True)
+def test_faults_through_validate_fail_clearly_beyond_the_error_budget(stub, tiny_model, tmp_path):
+    f = tiny_profile(tiny_model, tmp_path, model__served_name="stub")
+    r = validate("--profile", str(f), "--url", stub, "--out", str(tmp_path / "run"), "--json")
+    assert r.returncode == 1, r.stderr[-2000:]
+    rep = json.loads(r.stdout)
+    failed = {c["name"] for c in rep["checks"] if c["passed"] is False}
+    assert {"cold.error_rate", "warm.error_rate", "slo.error_rate"} <= failed
+    assert all(n.endswith("error_rate") for n in failed), failed
+    # the server exports only some metrics: those checks are "not measured", never 0
+    checks = {c["name"]: c for c in rep["checks"]}
+    assert checks["cold.kv_peak_blocks"]["passed"] is None and checks["cold.kv_peak_blocks"]["observed"] is None
+    assert checks["cold.prefix_hits"]["observed"] is None
+    assert {r_["name"]: r_["isolation"] for r_ in rep["runs"]}["cold"] == "salt"  # no /reset_prefix_cache
+    # within a budget that allows it, the same faults pass
+    f = tiny_profile(tiny_model, tmp_path, model__served_name="stub", slo__error_rate=0.5)
+    r = validate("--profile", str(f), "--url", stub, "--out", str(tmp_path / "run2"))
+    assert r.returncode == 0, r.stdout[-2000:]
+
+
+@pytest.mark.parametrize("stub", [("more-tokens", 3)], indirect=True)
+def test_wrong_token_counts_through_validate(stub, tiny_model, tmp_path):
+    f = tiny_profile(tiny_model, tmp_path, model__served_name="stub")
+    r = validate("--profile", str(f), "--url", stub, "--out", str(tmp_path / "run"), "--json")
+    assert r.returncode == 1
+    failed = {c["name"] for c in json.loads(r.stdout)["checks"] if c["passed"] is False}
+    assert "cold.tokens_exact" in failed and "warm.tokens_exact" in failed
