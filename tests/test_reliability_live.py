@@ -122,3 +122,27 @@ def test_wrong_token_counts_through_validate(stub, tiny_model, tmp_path):
     assert r.returncode == 1
     failed = {c["name"] for c in json.loads(r.stdout)["checks"] if c["passed"] is False}
     assert "cold.tokens_exact" in failed and "warm.tokens_exact" in failed
+
+
+@pytest.mark.vllm
+@pytest.mark.parametrize("phase,sig,code", [("run warm:", signal.SIGINT, 130), ("run probe:", signal.SIGTERM, 143)])
+def test_interrupted_during_load_keeps_a_partial_report(phase, sig, code, tiny_model, tmp_path):
+    f = tiny_profile(tiny_model, tmp_path)
+    out = tmp_path / "run"
+    p = subprocess.Popen([sys.executable, "-m", "validator", "--profile", str(f), "--out", str(out)], cwd=ROOT,
+                         stderr=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
+    pid = None
+    for line in p.stderr:
+        if "starting vLLM (pid" in line:
+            pid = int(line.split("(pid ")[1].split(")")[0])
+        if phase in line:
+            break
+    os.kill(p.pid, sig)
+    rest = p.stderr.read()
+    assert p.wait(timeout=120) == code, rest
+    assert "Traceback" not in rest
+    assert not alive_pids([pid]) and not processes_mentioning(str(out))
+    rep = json.loads((out / "report.json").read_text())
+    assert rep["verdict"] == "error" and rep["error"].startswith("interrupted")
+    assert {r["name"] for r in rep["runs"]} >= {"cold"}
+    assert (out / "runs" / "cold" / "records.jsonl").stat().st_size > 0
