@@ -16,7 +16,6 @@ import time
 import urllib.error
 import urllib.request
 from pathlib import Path
-from urllib.parse import urlparse
 
 from validator import report
 from validator.errors import EXIT_FAIL, EXIT_INFRA, EXIT_OK, InfraError, InputError
@@ -100,9 +99,11 @@ def _api_key(profile) -> str | None:
 
 
 def _require_loopback(url: str) -> None:
-    host = urlparse(url).hostname or ""
-    if not (host.startswith("127.") or host in ("localhost", "::1")):
-        raise InputError(f"--url: {url} is not a loopback address; kvgate only loads servers on this machine")
+    from loadgen.cli import UsageError, require_loopback  # one rule for both tools
+    try:
+        require_loopback(url)
+    except UsageError as e:
+        raise InputError(str(e)) from None
 
 
 def run_session(args, profile, plan) -> int:
@@ -118,7 +119,7 @@ def run_session(args, profile, plan) -> int:
     write_json(run_dir / "plan.json", pj)
     write_json(run_dir / "profile.json", {"name": profile.name, "values": profile.values})
     install_signal_handlers()
-    state = {"startup": None, "startup_checks": [], "runs": [], "error": None}
+    state = {"startup": None, "startup_checks": [], "error": None}
     code = EXIT_INFRA
     try:
         if args.url:
