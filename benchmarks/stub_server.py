@@ -14,7 +14,6 @@ import argparse
 import asyncio
 import json
 import sys
-import time
 
 FAULTS = ("none", "5xx", "malformed", "cut", "slow-headers", "more-tokens", "fewer-tokens", "error-event")
 

@@ -65,3 +65,41 @@ def tiny_server(tiny_model, tmp_path_factory):
     with server:
         server.wait_ready()
         yield server
+
+
+def run_validate(*args, timeout=600, env=None):
+    """`validate ...` as a user runs it: a subprocess from the repo root."""
+    import subprocess
+    import sys
+    return subprocess.run([sys.executable, "-m", "validator", *args], cwd=ROOT, capture_output=True, text=True,
+                          timeout=timeout, env=env)
+
+
+def validate_until(args: list[str], phase: str, timeout: float = 180):
+    """Start `validate`, read its progress until a line containing `phase`; return (process, vLLM pid)."""
+    import subprocess
+    import sys
+    import time
+    p = subprocess.Popen([sys.executable, "-m", "validator", *args], cwd=ROOT, stderr=subprocess.PIPE,
+                         stdout=subprocess.PIPE, text=True)
+    pid, deadline = None, time.monotonic() + timeout
+    for line in p.stderr:
+        if "starting vLLM (pid" in line:
+            pid = int(line.split("(pid ")[1].split(")")[0])
+        if phase in line or time.monotonic() > deadline:
+            break
+    assert pid is not None, "vLLM was not started"
+    return p, pid
+
+
+def tiny_profile_file(tiny_model, tmp_path, **changes):
+    """profiles/tiny-cpu.yaml with the model path made absolute and `section__field=value` changes."""
+    import yaml
+    prof = yaml.safe_load((ROOT / "profiles" / "tiny-cpu.yaml").read_text())
+    prof["model"]["path"] = str(tiny_model("tiny-gqa"))
+    for dotted, v in changes.items():
+        sec, key = dotted.split("__")
+        prof.setdefault(sec, {})[key] = v
+    f = tmp_path / "p.yaml"
+    f.write_text(yaml.safe_dump(prof))
+    return f

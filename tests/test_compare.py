@@ -4,7 +4,6 @@ cases, and every check shown able to fail."""
 import copy
 
 import numpy as np
-import pytest
 
 from loadgen.records import RequestRecord
 from validator.compare import bucket_of, judge

@@ -13,41 +13,20 @@ import time
 from pathlib import Path
 
 import pytest
-import yaml
-
-from tests.conftest import alive_pids, processes_mentioning
+from tests.conftest import alive_pids, processes_mentioning, run_validate, tiny_profile_file, validate_until
 
 ROOT = Path(__file__).resolve().parents[1]
 
 
-def tiny_profile(tiny_model, tmp_path, **changes) -> Path:
-    prof = yaml.safe_load((ROOT / "profiles" / "tiny-cpu.yaml").read_text())
-    prof["model"]["path"] = str(tiny_model("tiny-gqa"))
-    for dotted, v in changes.items():
-        sec, key = dotted.split("__")
-        prof.setdefault(sec, {})[key] = v
-    f = tmp_path / "p.yaml"
-    f.write_text(yaml.safe_dump(prof))
-    return f
-
-
-def validate(*args, timeout=300):
-    return subprocess.run([sys.executable, "-m", "validator", *args], cwd=ROOT, capture_output=True, text=True,
-                          timeout=timeout)
+tiny_profile = tiny_profile_file
+validate = run_validate
 
 
 @pytest.mark.vllm
 def test_frozen_server_ends_the_run_within_its_deadline(tiny_model, tmp_path):
     f = tiny_profile(tiny_model, tmp_path, observe__read_timeout_s=3, observe__run_timeout_s=60)
     out = tmp_path / "run"
-    p = subprocess.Popen([sys.executable, "-m", "validator", "--profile", str(f), "--out", str(out)], cwd=ROOT,
-                         stderr=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
-    pid = None
-    for line in p.stderr:
-        if "starting vLLM (pid" in line:
-            pid = int(line.split("(pid ")[1].split(")")[0])
-        if "run probe:" in line:
-            break
+    p, pid = validate_until(["--profile", str(f), "--out", str(out)], "run probe:")
     os.kill(pid, signal.SIGSTOP)  # frozen: the process exists but answers nothing
     t0 = time.monotonic()
     rest = p.stderr.read()
@@ -129,14 +108,7 @@ def test_wrong_token_counts_through_validate(stub, tiny_model, tmp_path):
 def test_interrupted_during_load_keeps_a_partial_report(phase, sig, code, tiny_model, tmp_path):
     f = tiny_profile(tiny_model, tmp_path)
     out = tmp_path / "run"
-    p = subprocess.Popen([sys.executable, "-m", "validator", "--profile", str(f), "--out", str(out)], cwd=ROOT,
-                         stderr=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
-    pid = None
-    for line in p.stderr:
-        if "starting vLLM (pid" in line:
-            pid = int(line.split("(pid ")[1].split(")")[0])
-        if phase in line:
-            break
+    p, pid = validate_until(["--profile", str(f), "--out", str(out)], phase)
     os.kill(p.pid, sig)
     rest = p.stderr.read()
     assert p.wait(timeout=120) == code, rest

@@ -7,20 +7,19 @@ import json
 import os
 import shutil
 import subprocess
-import sys
 import tempfile
 from pathlib import Path
 
 import pytest
 import yaml
 
+from tests.conftest import run_validate, tiny_profile_file, validate_until
+
 pytestmark = pytest.mark.vllm
 ROOT = Path(__file__).resolve().parents[1]
 
 
-def validate(*args, timeout=600, env=None):
-    return subprocess.run([sys.executable, "-m", "validator", *args], cwd=ROOT, capture_output=True, text=True,
-                          timeout=timeout, env=env)
+validate = run_validate
 
 
 @pytest.fixture(scope="module")
@@ -123,20 +122,9 @@ def test_vllm_killed_mid_run_exits_3_and_keeps_what_was_recorded(tmp_path, tiny_
     import signal
     import time
 
-    prof = yaml.safe_load((ROOT / "profiles" / "tiny-cpu.yaml").read_text())
-    prof["model"]["path"] = str(tiny_model("tiny-gqa"))
-    f = tmp_path / "p.yaml"
-    f.write_text(yaml.safe_dump(prof))
+    f = tiny_profile_file(tiny_model, tmp_path)
     out = tmp_path / "run"
-    p = subprocess.Popen([sys.executable, "-m", "validator", "--profile", str(f), "--out", str(out)], cwd=ROOT,
-                         stderr=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
-    pid = None
-    for line in p.stderr:
-        if "starting vLLM (pid" in line:
-            pid = int(line.split("(pid ")[1].split(")")[0])
-        if "run probe:" in line:  # the probe runs for seconds: kill vLLM in the middle of it
-            break
-    assert pid is not None
+    p, pid = validate_until(["--profile", str(f), "--out", str(out)], "run probe:")  # the probe lasts seconds
     os.kill(pid, signal.SIGKILL)
     t_kill = time.monotonic()
     rest = p.stderr.read()

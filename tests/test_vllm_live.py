@@ -16,7 +16,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from tests.conftest import alive_pids, processes_mentioning
+from tests.conftest import alive_pids, processes_mentioning, run_validate
 from tests.vllm_cases import CASES, REFUSAL, profile_for
 from validator.launch import LaunchSpec, Server, ServerFailed
 from validator.plan import make_plan, plan_input_from_profile
@@ -32,9 +32,7 @@ def write_profile(tmp_path: Path, profile: dict) -> Path:
     return f
 
 
-def validate(*args, timeout=300):
-    return subprocess.run([sys.executable, "-m", "validator", *args], cwd=ROOT, capture_output=True, text=True,
-                          timeout=timeout)
+validate = run_validate
 
 
 @pytest.mark.parametrize("name", sorted(CASES))

@@ -12,7 +12,7 @@ import statistics
 
 import numpy as np
 
-from validator.predict import Held, PrefixCacheModel, block_keys, cdiv, final_peak, kv_blocks_at
+from validator.predict import Held, PrefixCacheModel, block_keys, final_peak, kv_blocks_at
 from validator.runs import RunData
 from validator.scrape import Histogram
 from validator.startup import Check
