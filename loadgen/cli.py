@@ -19,6 +19,7 @@ from pathlib import Path
 from urllib.parse import urlparse
 
 import aiohttp
+import numpy as np
 
 from loadgen.client import OpenAIStream
 from loadgen.records import RecordWriter
@@ -85,8 +86,7 @@ def make_workload(a):
         out = Lengths.parse(a.output_tokens, "--output-tokens")
         n = a.requests if a.requests is not None else (100 if a.duration is None else 1_000_000)
         if a.dataset:
-            return from_dataset(a.dataset, default_output=out.sample(__import__("numpy").random.default_rng(a.seed)),
-                                limit=n)
+            return from_dataset(a.dataset, default_output=out.sample(np.random.default_rng(a.seed)), limit=n)
         if a.chat:
             raise UsageError("--chat needs text prompts: use --dataset with text prompts")
         prompt = Lengths.parse(a.prompt_tokens, "--prompt-tokens")
