@@ -111,10 +111,10 @@ def main(argv: list[str] | None = None) -> int:
     except KvgateError as e:
         print(f"validate: error: {one_line(e)}", file=sys.stderr)
         code = e.exit_code
+    except Terminated as e:  # before KeyboardInterrupt, of which it is a kind
+        print(f"validate: terminated ({e}); vLLM stopped, partial results kept", file=sys.stderr)
+        code = 143
     except KeyboardInterrupt:
         print("validate: interrupted (Ctrl-C); vLLM stopped, partial results kept", file=sys.stderr)
         code = 130
-    except Terminated as e:
-        print(f"validate: terminated ({e}); vLLM stopped, partial results kept", file=sys.stderr)
-        code = 143
     sys.exit(code)

@@ -30,8 +30,10 @@ GRACE_SECONDS = 10.0
 _LIVE: set["Server"] = set()
 
 
-class Terminated(BaseException):
-    """kvgate received SIGTERM/SIGHUP; unwinds like KeyboardInterrupt."""
+class Terminated(KeyboardInterrupt):
+    """kvgate received SIGTERM/SIGHUP. A KeyboardInterrupt, because asyncio lets only those (and
+    SystemExit) through its transports: any other exception raised by a signal handler in the
+    middle of a socket write is swallowed as a "fatal write error" and the run goes on."""
 
 
 def install_signal_handlers() -> None:

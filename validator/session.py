@@ -19,8 +19,7 @@ from pathlib import Path
 
 from validator import report
 from validator.errors import EXIT_FAIL, EXIT_INFRA, EXIT_OK, InfraError, InputError
-from validator.launch import LaunchSpec, Server, ServerFailed, Terminated, install_signal_handlers, \
-    validate_extra_args
+from validator.launch import LaunchSpec, Server, ServerFailed, install_signal_handlers, validate_extra_args
 from validator.render import plan_text
 from validator.startup import StartupFacts, cross_check, parse_cache_config_info, parse_log
 
@@ -146,7 +145,7 @@ def run_session(args, profile, plan) -> int:
         state["error"] = str(e)
         _say(f"error: {e}")
         code = EXIT_INFRA
-    except (KeyboardInterrupt, Terminated) as e:
+    except KeyboardInterrupt as e:  # Ctrl-C, or Terminated (SIGTERM/SIGHUP)
         state["error"] = f"interrupted ({type(e).__name__})"
         raise
     finally:
