@@ -72,7 +72,19 @@ class OpenAIStream:
         rec.sent = sent - t0
         try:
             url, body = self.payload(spec)
-            async with self.session.post(url, json=body, headers=self.headers, timeout=self.timeout) as resp:
+            resp_cm = None
+            for attempt in (1, 2):
+                try:
+                    resp_cm = await self.session.post(url, json=body, headers=self.headers, timeout=self.timeout)
+                    break
+                except (aiohttp.ServerDisconnectedError, aiohttp.ClientOSError):
+                    # a pooled keep-alive connection the server had closed: the request never left,
+                    # so it is sent once more on a fresh connection
+                    if attempt == 2:
+                        raise
+                    sent = perf()
+                    rec.sent = sent - t0
+            async with resp_cm as resp:
                 rec.status = resp.status
                 if resp.status != 200:
                     text = (await resp.content.read(2000)).decode(errors="replace")
