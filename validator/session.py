@@ -66,12 +66,21 @@ def server_facts(base_url: str, api_key: str | None, facts: StartupFacts | None 
     return f
 
 
+_WORD = {"pass": "pass", "fail": "FAIL", "not_measured": "not measured", "not_judged": "not judged"}
+
+
 def print_checks(checks: list[dict]) -> None:
     w = max(len(c["name"]) for c in checks)
     print(f"{'check':<{w}}  {'expected':>22}  {'observed':>22}  result")
     for c in checks:
-        res = "n/a" if c["passed"] is None else ("ok" if c["passed"] else "FAIL")
+        res = _WORD[report.status_of(c)]
         print(f"{c['name']:<{w}}  {report._fmt(c['expected'])[:22]:>22}  {report._fmt(c['observed'])[:22]:>22}  {res}")
+    # what needs attention, repeated last so it is the first thing a reader sees
+    for st in ("fail", "not_measured"):
+        for c in checks:
+            if report.status_of(c) == st:
+                print(f"{_WORD[st]}: {c['name']}: expected {report._fmt(c['expected'])}, observed "
+                      f"{report._fmt(c['observed'])} ({c['explanation']})")
 
 
 def launch_spec(profile, plan) -> LaunchSpec:
@@ -84,7 +93,7 @@ def launch_spec(profile, plan) -> LaunchSpec:
         env={**plan.vllm_env, "VLLM_SERVER_DEV_MODE": "1", **(g("vllm", "env") or {})},
         extra_args=extra, python=g("vllm", "python"), command=g("vllm", "command"), host=g("vllm", "host"),
         port=g("vllm", "port"), api_key=api_key, startup_timeout_s=g("vllm", "startup_timeout_s"),
-        nice=g("vllm", "nice"))
+        nice=g("vllm", "nice"), cpus=g("vllm", "cpus"))
 
 
 def _api_key(profile) -> str | None:
@@ -164,19 +173,18 @@ def _with_server(args, profile, plan, run_dir: Path, state: dict, server: Server
     facts = parse_log(server.log_text()) if server else StartupFacts()
     facts = server_facts(url, api_key, facts)
     state["startup"] = {**(state["startup"] or {"url": url}), "facts": facts.to_json()}
-    checks = [c.to_json() for c in cross_check(plan.to_json(), facts)]
+    checks = [c.to_json() for c in cross_check(plan.to_json(), facts, started_here=server is not None)]
     state["startup_checks"] = checks
     if args.launch_only:
-        failed = [c for c in checks if c["passed"] is False]
+        verdict = report.verdict_of(checks, None)
         if args.json:
-            print(json.dumps({"verdict": "fail" if failed else "pass", "plan": plan.to_json(),
+            print(json.dumps({"verdict": verdict, "counts": report.counts_of(checks), "plan": plan.to_json(),
                               "startup": state["startup"], "checks": checks, "run_dir": str(run_dir)},
                              indent=2, default=str))
         else:
             print_checks(checks)
-            print(f"verdict: {'fail' if failed else 'pass'} ({len(failed)} of {len(checks)} checks failed); "
-                  f"run dir {run_dir}")
-        return EXIT_FAIL if failed else EXIT_OK
+            print(f"verdict: {verdict} ({report.counts_line({'checks': checks})}); run dir {run_dir}")
+        return EXIT_OK if verdict == "pass" else EXIT_FAIL
     from validator.runs import execute, plan_runs
     model = profile.get("model", "served_name") or facts.served_model or profile.get("model", "path")
     specs = plan_runs(plan.to_json(), profile)
@@ -195,7 +203,8 @@ def _final_report(run_dir: Path, plan: dict, profile_name: str, profile_values: 
     error = state.get("error")
     if not error and not runs:
         error = "no run was recorded"
-    rep = report.build(plan, state.get("startup"), runs, figures, all_checks, error, profile_name)
+    rep = report.build(plan, state.get("startup"), runs, figures, all_checks, error, profile_name,
+                       {"rejudged": state["rejudged"]} if state.get("rejudged") else None)
     latency = {r.name: {"ttft": figures[r.name]["ttft_ms"], "itl": figures[r.name]["itl_ms"]} for r in runs}
     report.write_all(run_dir, rep, latency)
     state["report"] = rep
@@ -209,8 +218,11 @@ def finish(rep: dict, run_dir: Path, as_json: bool) -> int:
         if rep["checks"]:
             print_checks(rep["checks"])
         print(f"verdict: {rep['verdict']}" + (f" ({rep['error']})" if rep.get("error") else "")
-              + f"; report {run_dir / 'report.html'}")
-    return {"pass": EXIT_OK, "fail": EXIT_FAIL}.get(rep["verdict"], EXIT_INFRA)
+              + f"; {report.counts_line(rep)}; report {run_dir / 'report.html'}")
+        if rep.get("rejudged"):
+            print(f"(judged again; the live run said {rep['rejudged']['original_verdict']}, kept in "
+                  f"{rep['rejudged']['original_report']})")
+    return {"pass": EXIT_OK, "fail": EXIT_FAIL, "inconclusive": EXIT_FAIL}.get(rep["verdict"], EXIT_INFRA)
 
 
 def rejudge(run_dir: str, as_json: bool) -> int:
@@ -232,11 +244,23 @@ def rejudge(run_dir: str, as_json: bool) -> int:
     values = from_dict({**saved.get("", {}), **{k: v for k, v in saved.items() if k}}).values
     facts = StartupFacts(**{k: v for k, v in (startup.get("facts") or {}).items()
                             if k in StartupFacts.__dataclass_fields__})
-    state = {"startup": startup, "startup_checks": [c.to_json() for c in cross_check(plan, facts)]
+    state = {"startup": startup, "startup_checks": [c.to_json() for c in cross_check(plan, facts, started_here="argv" in startup)]
              if startup.get("facts") else [], "error": None}
-    old = d / "report.json"
-    if old.exists():
-        state["error"] = json.loads(old.read_text()).get("error")
+    # the live run's verdict is kept next to the new one, never overwritten (the first report
+    # written in this directory is the original, however often it is judged again)
+    old, original = d / "report.json", d / "report.original.json"
+    if old.exists() and not original.exists():
+        os.replace(old, original)
+    first = None
+    if original.exists():
+        try:
+            first = json.loads(original.read_text())
+        except ValueError:
+            first = None
+    if first:
+        state["error"] = first.get("error")
+        state["rejudged"] = {"original_verdict": first.get("verdict"), "original_report": original.name,
+                             "at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())}
     rep = _final_report(d, plan, prof["name"], values, state)
     return finish(rep, d, as_json)
 

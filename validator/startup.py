@@ -115,22 +115,38 @@ def parse_cache_config_info(metrics_text: str, facts: StartupFacts | None = None
 
 @dataclass
 class Check:
+    """One comparison. passed None is "not measured" (a required check without its evidence:
+    the verdict cannot be pass) unless judged is False: a check this platform or profile does not
+    judge, said with its reason (for example an SLO that was not set)."""
+
     name: str
     expected: object
     observed: object
-    passed: bool | None          # None: not measured
+    passed: bool | None          # None: not measured, or not judged
     tolerance: str = "exact"
     explanation: str = ""
+    judged: bool = True
+
+    @property
+    def status(self) -> str:
+        if self.passed is True:
+            return "pass"
+        if self.passed is False:
+            return "fail"
+        return "not_measured" if self.judged else "not_judged"
 
     def to_json(self) -> dict:
-        return asdict(self)
+        d = asdict(self)
+        d["status"] = self.status
+        return d
 
 
-def cross_check(plan: dict, facts: StartupFacts) -> list[Check]:
-    """Predicted vs reported, exact: blocks, block size, KV tokens, max concurrency, max_model_len."""
-    def check(name: str, expected, observed, explanation: str, tol: str = "exact") -> Check:
+def cross_check(plan: dict, facts: StartupFacts, started_here: bool = True) -> list[Check]:
+    """Predicted vs reported, exact: blocks, block size, KV tokens, max concurrency, max_model_len.
+    The log line is judged only for a server kvgate started (it has no log of any other)."""
+    def check(name: str, expected, observed, explanation: str, tol: str = "exact", judged: bool = True) -> Check:
         if observed is None:
-            return Check(name, expected, None, None, tol, "not reported by the server: " + explanation)
+            return Check(name, expected, None, None, tol, "not reported by the server: " + explanation, judged=judged)
         ok = expected == observed if tol == "exact" else abs(expected - observed) <= 0.005
         return Check(name, expected, observed, ok, tol, explanation)
 
@@ -145,6 +161,7 @@ def cross_check(plan: dict, facts: StartupFacts) -> list[Check]:
         check("startup.max_concurrency", plan["max_concurrency"],
               facts.kv_cache_max_concurrency, "num_gpu_blocks / blocks per request at max_model_len"),
         check("startup.max_concurrency_logged", conc_logged, facts.max_concurrency_logged,
-              "the start-up log line (2 decimals)", tol="0.005"),
+              "the start-up log line (2 decimals)", tol="0.005",
+              judged=started_here),
         check("startup.max_model_len", plan["max_model_len"], facts.max_model_len, "from /v1/models"),
     ]

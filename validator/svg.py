@@ -45,7 +45,9 @@ def _frame(title: str, x_label: str, y_label: str, x_max: float, y_max: float, b
 
 
 def lines(title: str, series: list[tuple[str, list[tuple[float, float]]]], x_label: str, y_label: str,
-          y_max: float | None = None, hline: tuple[str, float] | None = None, step: bool = False) -> str:
+          y_max: float | None = None, hline: tuple[str, float] | None = None, step: bool = False,
+          markers: tuple[str, ...] = ()) -> str:
+    """Line series; those named in `markers` are drawn as large dots only (exact readings)."""
     pts = [p for _, s in series for p in s]
     x_max = _nice_max(max((x for x, _ in pts), default=1.0))
     y_top = _nice_max(max([y for _, y in pts] + [y_max or 0, hline[1] if hline else 0] or [1.0]))
@@ -59,6 +61,10 @@ def lines(title: str, series: list[tuple[str, list[tuple[float, float]]]], x_lab
         c = COLORS[i % len(COLORS)]
         legend.append((name, c))
         if not s:
+            continue
+        if name in markers:
+            body.extend(f'<circle class="marker" data-name="{html.escape(name)}" cx="{xy(x, y)[0]:.1f}" '
+                        f'cy="{xy(x, y)[1]:.1f}" r="5" fill="none" stroke="{c}" stroke-width="2.5"/>' for x, y in s)
             continue
         path = []
         prev = None
