@@ -182,7 +182,7 @@ def test_a_lie_about_kv_space_fails_the_startup_checks(tmp_path, tiny_model):
     prof["model"]["path"] = str(tiny_model("tiny-gqa"))
     prof["cache"].pop("num_gpu_blocks_override")
     prof["vllm"]["env"] = {"VLLM_CPU_KVCACHE_SPACE": "2"}
-    prof["tolerances"]["min_kv_utilization"] = 0  # 64 of 32767 blocks: this check is not the point here
+    prof["tolerances"] = {"min_kv_utilization": 0}  # 64 of 32767 blocks: this check is not the point here
     f = tmp_path / "lie.yaml"
     f.write_text(yaml.safe_dump(prof))
     r = validate("--profile", str(f), "--out", str(tmp_path / "run"), "--json")
