@@ -10,7 +10,8 @@ import pytest
 from validator import bandwidth
 from validator.capacity import KVLayout, layer_specs
 from validator.kv_spec import FullAttentionSpec
-from validator.model_shape import estimate_weight_bytes, load_config, shape_from_config
+from validator.model_shape import load_config, shape_from_config
+from validator.weights import count_weights
 from validator.units import GiB, KiB, MiB
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -94,7 +95,7 @@ def test_qwen3_8b_32_sequences_of_16k_need_72_gib():
 
 
 def test_qwen3_8b_weights_from_config():
-    w = estimate_weight_bytes(shape("qwen3-8b"))
+    w = count_weights(shape("qwen3-8b")).total_bytes
     assert round(w / 1e9, 2) == 16.38
     assert round(w / GiB, 2) == 15.26
     # seed 003's R_W: every weight but the input embedding is read each step

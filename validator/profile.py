@@ -55,16 +55,22 @@ SCHEMA: dict[str, dict[str, Field]] = {
                                   "(H100 SXM 3.35TB, H200 4.8TB, A100-80GB 2.0TB)."),
         "tensor_parallel_size": Field("int", 1, "GPUs one model is split across (vLLM -tp).", minimum=1,
                                       maximum=4096),
+        "pipeline_parallel_size": Field("int", 1, "Pipeline stages (vLLM -pp); the ledger is rank 0's, the first "
+                                        "stage.", minimum=1, maximum=4096),
     },
     "cache": {
         "kv_cache_bytes": Field("bytes", None, "KV budget given directly (CPU: VLLM_CPU_KVCACHE_SPACE, whole GiB; "
                                 "GPU: --kv-cache-memory-bytes). Leave empty on GPU to derive it from the ledger."),
-        "workspace": Field("bytes", "3GiB", "GPU memory besides weights and KV: activation peak, CUDA graphs, "
-                           "non-torch allocations (measure and replace; default 3GiB)."),
+        "workspace": Field("bytes", None, "GPU memory besides weights and KV, given as one figure: replaces the "
+                           "modelled activation peak, non-torch and CUDA-graph terms (default: modelled per vLLM "
+                           "version, see docs/kv-accounting.md)."),
         "block_size": Field("int", None, "Tokens per KV block (--block-size); default 16 on GPU, 128 on CPU "
                             "(CPU needs a multiple of 32).", minimum=1, maximum=1 << 16),
         "kv_cache_dtype": Field("choice", "auto", "--kv-cache-dtype; fp8 variants store 1 byte per element.",
                                 choices=("auto", "fp8", "fp8_e4m3", "fp8_e5m2", "bfloat16", "float16", "int8")),
+        "pin_kv_cache": Field("bool", True, "GPU: pass the planned KV budget as --kv-cache-memory-bytes, so the "
+                              "blocks are exactly the plan's; false lets vLLM size it from "
+                              "gpu_memory_utilization (then the memory model itself is checked at start-up)."),
         "num_gpu_blocks_override": Field("int", None, "Force vLLM's block count (--num-gpu-blocks-override).",
                                          minimum=2, maximum=1 << 40),
         "enable_prefix_caching": Field("bool", True, "vLLM's prefix cache (on by default in vLLM)."),
@@ -100,6 +106,8 @@ SCHEMA: dict[str, dict[str, Field]] = {
     },
     "vllm": {
         "python": Field("path", None, "Python that has vLLM installed; default: the one running kvgate."),
+        "version": Field("str", None, "The vLLM version whose start-up memory accounting the plan follows (GPU), "
+                         "e.g. 0.19.0; default: the installed vLLM, else 0.32.0."),
         "command": Field("list[str]", None, "Server command instead of python -m vllm.entrypoints.openai.api_server "
                          "(e.g. [vllm, serve])."),
         "extra_args": Field("list[str]", [], "More vLLM flags, one list item per argv word."),

@@ -46,10 +46,16 @@ def plan_text(plan_json: dict) -> str:
         row("GPU memory", _g(L["gpu_memory_bytes"]))
     if L["budget_bytes"] is not None:
         row(f"x utilization {L['gpu_memory_utilization']:g}", _g(L["budget_bytes"]), "budget")
+    src = L.get("sources") or {}
     row("- weights", _g(L["weights_bytes"]), L["weights_source"] or "")
-    if L["workspace_bytes"] is not None:
-        row("- workspace", _g(L["workspace_bytes"]), "activations, CUDA graphs, non-torch")
-    row("= KV cache", _g(L["kv_cache_bytes"]))
+    if L.get("activation_peak_bytes") is not None:  # vLLM's start-up memory, term by term
+        row("- activation peak", _g(L["activation_peak_bytes"]), src.get("activation_peak_bytes", ""))
+        row("- non-torch", _g(L["non_torch_bytes"]), src.get("non_torch_bytes", ""))
+        row("- CUDA graphs" if L.get("cudagraph_subtracted") else "  (CUDA graphs)", _g(L["cudagraph_bytes"]),
+            src.get("cudagraph_bytes", ""))
+    elif L["workspace_bytes"] is not None:
+        row("- workspace", _g(L["workspace_bytes"]), src.get("workspace_bytes", "activations, CUDA graphs, non-torch"))
+    row("= KV cache", _g(L["kv_cache_bytes"]), src.get("kv_cache_bytes", ""))
     row("KV at limits", _g(L["kv_bytes_at_limits"]),
         f"allocated, block-rounded ({p['max_num_seqs']} x {p['max_model_len']:,} tokens)")
     row("  payload", _g(L["kv_payload_bytes_at_limits"]), "unrounded")
@@ -58,7 +64,7 @@ def plan_text(plan_json: dict) -> str:
     if L.get("required_bytes") is not None:
         budget = L["budget_bytes"]
         cmp = "" if budget is None else ("<=" if L["required_bytes"] <= budget else ">") + f" budget {_g(budget)}"
-        row("required", _g(L["required_bytes"]), f"weights + workspace + KV at limits {cmp}")
+        row("required", _g(L["required_bytes"]), f"weights + other terms + KV at limits {cmp}")
     w = max(len(r[0]) for r in rows)
     for label, value, note in rows:
         out.append(f"  {label:<{w}}  {value:>16}  {note}")

@@ -96,6 +96,23 @@ def launch_spec(profile, plan) -> LaunchSpec:
         nice=g("vllm", "nice"), cpus=g("vllm", "cpus"))
 
 
+def _check_device(plan) -> dict | None:
+    """On a GPU host: what nvidia-smi says, and a refusal (exit 3) before launching when the GPUs
+    cannot give vLLM what it will request."""
+    from validator.gpu_device import check_free
+    from validator.launch import read_gpus
+    seen = read_gpus()
+    if seen is None:
+        _say("nvidia-smi not found: the GPUs are not checked before launch")
+        return None
+    gpus, apps = seen
+    ranks = plan.inp.tensor_parallel_size * plan.inp.pipeline_parallel_size
+    L = plan.ledger
+    requested = L.get("budget_bytes") or 0
+    check_free(gpus, ranks, requested, apps)
+    return {"gpus": [g.to_json() for g in gpus[:ranks]], "other_processes": apps}
+
+
 def _api_key(profile) -> str | None:
     key_env = profile.get("vllm", "api_key_env")
     if not key_env:
@@ -134,10 +151,11 @@ def run_session(args, profile, plan) -> int:
             code = _with_server(args, profile, plan, run_dir, state, None, args.url.rstrip("/"))
         else:
             spec = launch_spec(profile, plan)
+            device = _check_device(plan) if plan.inp.platform == "gpu" else None
             server = Server(spec, run_dir, progress=_say)
             try:
                 server.start()
-                state["startup"] = {"argv": server.saved_argv, "url": server.url}
+                state["startup"] = {"argv": server.saved_argv, "url": server.url, "device": device}
                 write_json(run_dir / "startup.json", state["startup"])
                 try:
                     server.wait_ready()

@@ -14,6 +14,14 @@ from prometheus_client.parser import text_string_to_metric_families
 _KV_TOKENS = re.compile(r"(?:GPU|CPU|XPU|TPU|HPU)?\s*KV cache size: ([\d,]+) tokens")
 _CONCURRENCY = re.compile(r"Maximum concurrency for ([\d,]+) tokens per request: ([\d.]+)x")
 _EST_LEN = re.compile(r"estimated maximum model length is (\d+)")
+# vLLM's GPU start-up memory lines (0.15-0.32 wordings)
+_GIB = r"([\d.]+)\s*GiB"
+_LOADING = re.compile(r"Model loading took " + _GIB)
+_AVAILABLE = re.compile(r"Available KV cache memory: " + _GIB)
+_CG_EST = re.compile(r"Estimated CUDA graph memory: " + _GIB)
+_CG_ACTUAL = re.compile(r"CUDA graph pool memory: " + _GIB + r" \(actual\)")
+_TORCH_PEAK = re.compile(r"torch peak memory increase: " + _GIB)
+_RESERVED = re.compile(r"reserved ([\d.]+) GiB memory for KV Cache")
 _ERROR = re.compile(r"^(?:\(\w+ pid=\d+\) )?(?:ERROR [^\]]*\] )?(\w*(?:Error|Exception)): (.+)$")
 
 # log fragments that mark start-up progress, in order
@@ -42,6 +50,13 @@ class StartupFacts:
     served_model: str | None = None                # from /v1/models
     refused_estimated_max_model_len: int | None = None
     fatal_error: str | None = None
+    # GPU start-up memory as logged (GiB, 2 decimals), rank 0's first line of each
+    weights_gib: float | None = None
+    available_kv_gib: float | None = None
+    activation_peak_gib: float | None = None
+    cudagraph_estimated_gib: float | None = None
+    cudagraph_actual_gib: float | None = None
+    kv_reserved_gib: float | None = None        # --kv-cache-memory-bytes as vLLM took it
 
     def to_json(self) -> dict:
         return asdict(self)
@@ -84,6 +99,11 @@ def parse_log(text: str, facts: StartupFacts | None = None) -> StartupFacts:
             f.max_concurrency_at, f.max_concurrency_logged = _int(m.group(1)), float(m.group(2))
         if m := _EST_LEN.search(line):
             f.refused_estimated_max_model_len = int(m.group(1))
+        for rx, attr in ((_LOADING, "weights_gib"), (_AVAILABLE, "available_kv_gib"), (_TORCH_PEAK,
+                         "activation_peak_gib"), (_CG_EST, "cudagraph_estimated_gib"),
+                         (_CG_ACTUAL, "cudagraph_actual_gib"), (_RESERVED, "kv_reserved_gib")):
+            if getattr(f, attr) is None and (m := rx.search(line)):
+                setattr(f, attr, _float(m.group(1)))
         if m := _ERROR.match(line.strip()):
             kind, msg = m.groups()
             if kind and "Warning" not in kind:
@@ -151,7 +171,7 @@ def cross_check(plan: dict, facts: StartupFacts, started_here: bool = True) -> l
         return Check(name, expected, observed, ok, tol, explanation)
 
     conc_logged = round(plan["max_concurrency"], 2)
-    return [
+    return gpu_memory_checks(plan, facts, started_here) + [
         check("startup.num_gpu_blocks", plan["num_blocks"], facts.num_gpu_blocks,
               "floor(KV bytes / bytes per pool block), or the override"),
         check("startup.block_size", plan["block_size"], facts.block_size, "tokens per block"),
@@ -165,3 +185,55 @@ def cross_check(plan: dict, facts: StartupFacts, started_here: bool = True) -> l
               judged=started_here),
         check("startup.max_model_len", plan["max_model_len"], facts.max_model_len, "from /v1/models"),
     ]
+
+
+# tolerances of the start-up memory checks: the model's error on 25 logged start-ups is at most
+# 0.4 % (docs/kv-accounting.md); the CUDA-graph figure is a constant estimate (0.49-1.82 GiB seen)
+MEMORY_REL_TOL = 0.03
+CUDAGRAPH_ABS_TOL_GIB = 0.5
+
+
+def gpu_memory_checks(plan: dict, facts: StartupFacts, started_here: bool = True) -> list[Check]:
+    """The ledger's GPU memory terms against vLLM's start-up log lines (GPU runs kvgate launched)."""
+    if plan.get("platform") != "gpu":
+        return []
+    L = plan.get("ledger") or {}
+    gib = 1024 ** 3
+    judged = started_here  # no log of a server kvgate did not start
+
+    def rel(name, key, logged, what):
+        exp = L.get(key)
+        if exp is None:
+            return Check(name, None, logged, None, "3 %", f"{what}: the plan has no such term (given directly)",
+                         judged=False)
+        exp_g = round(exp / gib, 2)
+        if logged is None:
+            return Check(name, exp_g, None, None, "3 %", f"{what}: not in vLLM's log", judged=judged)
+        return Check(name, exp_g, logged, abs(logged - exp_g) <= MEMORY_REL_TOL * max(exp_g, 0.01), "3 %",
+                     f"{what} (GiB): the ledger vs vLLM's start-up log")
+
+    out = [rel("startup.weights_gib", "weights_bytes", facts.weights_gib, "Model loading took")]
+    if L.get("kv_pinned") or L.get("mode") == "kv_cache_bytes given":
+        # vLLM took the budget as given and skipped its memory profile: it logs the reservation
+        exp = round(L["kv_cache_bytes"] / gib, 2) if L.get("kv_cache_bytes") is not None else None
+        got = facts.kv_reserved_gib
+        out.append(Check("startup.kv_reserved_gib", exp, got, None if got is None or exp is None else
+                         abs(got - exp) <= 0.01, "0.01 GiB", "--kv-cache-memory-bytes as vLLM reserved it "
+                         "(its log rounds to 2 decimals)", judged=judged))
+        out.append(Check("startup.available_kv_gib", exp, None, None, "3 %", "not judged: the KV budget is pinned "
+                         "(--kv-cache-memory-bytes), so vLLM skips the memory profile that would log it",
+                         judged=False))
+    else:
+        out.append(rel("startup.available_kv_gib", "kv_cache_bytes", facts.available_kv_gib,
+                       "Available KV cache memory"))
+    cg = L.get("cudagraph_bytes")
+    logged = facts.cudagraph_estimated_gib
+    if cg is None or logged is None:
+        out.append(Check("startup.cudagraph_estimate_gib", None if cg is None else round(cg / gib, 2), logged,
+                         None, f"+/- {CUDAGRAPH_ABS_TOL_GIB} GiB", "Estimated CUDA graph memory: not logged "
+                         "(--enforce-eager, or a version that does not estimate it)", judged=False))
+    else:
+        exp = round(cg / gib, 2)
+        out.append(Check("startup.cudagraph_estimate_gib", exp, logged, abs(logged - exp) <= CUDAGRAPH_ABS_TOL_GIB,
+                         f"+/- {CUDAGRAPH_ABS_TOL_GIB} GiB", "the plan's CUDA-graph estimate vs vLLM's"))
+    return out

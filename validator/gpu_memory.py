@@ -1,0 +1,122 @@
+"""vLLM's start-up memory on one GPU rank, by vLLM version (pure).
+
+vLLM sizes the KV cache after loading the weights and running one profile step:
+
+    available KV = utilization x total - weights - torch activation peak - non-torch increase
+                   - CUDA-graph estimate (only where the version subtracts it)
+
+Each term below carries where its figure comes from. Fitted on the 84 public start-ups in
+tests/data/vllm-gpu-starts/starts.csv (H100, vLLM 0.15-0.19); docs/kv-accounting.md gives the
+error distribution. The constants are the logs' figures, not tuned to make tests pass: every row
+with a config is predicted end to end from config.json and the launch flags.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+
+from validator.errors import InputError
+from validator.model_shape import DTYPE_BYTES, ModelShape
+from validator.units import GiB
+
+DEFAULT_VLLM_VERSION = "0.32.0"
+# the activation peak of the profile run follows the sampler warm-up: this many times the fp32
+# logits of max_num_seqs requests (Llama-3.1-8B 3.86x, Qwen3-8B 3.81x, Qwen3-14B 3.85x on >= 0.17;
+# Qwen3-14B 9.73x on 0.15 and 0.16)
+SAMPLER_FACTOR_NEW = 3.83
+SAMPLER_FACTOR_OLD = 9.73
+# ... unless the forward pass of max_num_batched_tokens tokens through the MLP peaks higher:
+# about 5 MLP-wide activations (Llama-3.1-8B in float32: 2.19 GiB predicted, 2.21 logged; pipeline
+# stages without the LM head: 1.09 predicted, 1.10 logged)
+FORWARD_FACTOR = 5
+NON_TORCH_TP1 = 0.25 * GiB          # >= 0.18; 0.13 GiB before (Qwen3-14B 0.15-0.17)
+NON_TORCH_TP1_OLD = 0.13 * GiB
+NON_TORCH_TP = 2.1 * GiB            # TP >= 2: NCCL buffers (2.07-2.21 GiB logged)
+NON_TORCH_PP = 0.07 * GiB           # a pipeline stage at TP 1
+# "Estimated CUDA graph memory" in the 0.19 logs: 0.49-1.82 GiB per rank, 0.84 for 7-8B at TP 1
+CUDAGRAPH_ESTIMATE = 0.84 * GiB
+CUDAGRAPH_SUBTRACTED_FROM = (0, 21)  # VLLM_MEMORY_PROFILER_ESTIMATE_CUDAGRAPHS, on by default
+
+
+def parse_version(text: str) -> tuple[int, int, int]:
+    m = re.fullmatch(r"v?(\d+)\.(\d+)(?:\.(\d+))?(?:[.+\-].*)?", (text or "").strip())
+    if not m:
+        raise InputError(f"--vllm-version: cannot read {text!r}; write e.g. 0.19.0")
+    return int(m.group(1)), int(m.group(2)), int(m.group(3) or 0)
+
+
+@dataclass(frozen=True, kw_only=True)
+class Term:
+    bytes: int
+    source: str
+
+
+@dataclass(frozen=True, kw_only=True)
+class StartupMemory:
+    """The terms of one rank's start-up (rank 0: the first pipeline stage)."""
+
+    version: str
+    requested: Term
+    weights: Term
+    activation_peak: Term
+    non_torch: Term
+    cudagraph: Term
+    cudagraph_subtracted: bool
+
+    @property
+    def kv_cache_bytes(self) -> int:
+        """vLLM's "Available KV cache memory" for this rank."""
+        kv = self.requested.bytes - self.weights.bytes - self.activation_peak.bytes - self.non_torch.bytes
+        return kv - (self.cudagraph.bytes if self.cudagraph_subtracted else 0)
+
+
+def activation_peak(shape: ModelShape, max_num_seqs: int, max_num_batched_tokens: int, version: tuple,
+                    has_lm_head: bool = True, dtype: str | None = None) -> Term:
+    dt = DTYPE_BYTES[dtype or shape.dtype]
+    inter = (shape.moe_intermediate_size or shape.intermediate_size) if shape.num_experts else shape.intermediate_size
+    forward = FORWARD_FACTOR * max_num_batched_tokens * (inter or shape.hidden_size or 0) * dt
+    fwd_src = f"{FORWARD_FACTOR} x max_num_batched_tokens x MLP width x {dt} B"
+    if not has_lm_head:
+        return Term(bytes=forward, source=f"{fwd_src} (pipeline stage without the LM head)")
+    factor = SAMPLER_FACTOR_NEW if version >= (0, 17) else SAMPLER_FACTOR_OLD
+    sampler = int(factor * max_num_seqs * (shape.vocab_size or 0) * 4)
+    if sampler >= forward:
+        return Term(bytes=sampler, source=f"sampler warm-up: {factor} x max_num_seqs x vocab x 4 B "
+                                          f"(vLLM {'>=' if version >= (0, 17) else '<'} 0.17)")
+    return Term(bytes=forward, source=fwd_src)
+
+
+def non_torch(tp: int, pp: int, version: tuple) -> Term:
+    if tp >= 2:
+        return Term(bytes=int(NON_TORCH_TP), source="TP >= 2: NCCL buffers, 2.07-2.21 GiB per GPU in the logs")
+    if pp >= 2:
+        return Term(bytes=int(NON_TORCH_PP), source="pipeline stage at TP 1: 0.07 GiB in the logs")
+    if version >= (0, 18):
+        return Term(bytes=int(NON_TORCH_TP1), source="TP 1: 0.25 GiB in the logs (vLLM >= 0.18)")
+    return Term(bytes=int(NON_TORCH_TP1_OLD), source="TP 1: 0.13 GiB in the logs (vLLM < 0.18)")
+
+
+def cudagraph(version: tuple, enforce_eager: bool) -> tuple[Term, bool]:
+    if enforce_eager:
+        return Term(bytes=0, source="--enforce-eager: no CUDA graphs"), False
+    subtracted = version >= CUDAGRAPH_SUBTRACTED_FROM
+    return Term(bytes=int(CUDAGRAPH_ESTIMATE),
+                source="estimate: 0.84 GiB (7-8B at TP 1 in the 0.19 logs; 0.49-1.82 GiB seen) - "
+                       + ("subtracted from the KV budget (vLLM >= 0.21)" if subtracted
+                          else "not subtracted before vLLM 0.21: taken from the remainder after KV")), subtracted
+
+
+def startup_memory(*, shape: ModelShape, weights_rank: int, weights_source: str, gpu_memory_bytes: int,
+                   utilization: float, max_num_seqs: int, max_num_batched_tokens: int, tp: int = 1,
+                   pp: int = 1, version: str = DEFAULT_VLLM_VERSION, enforce_eager: bool = False,
+                   dtype: str | None = None) -> StartupMemory:
+    v = parse_version(version)
+    act = activation_peak(shape, max_num_seqs, max_num_batched_tokens, v, has_lm_head=pp == 1, dtype=dtype)
+    cg, subtracted = cudagraph(v, enforce_eager)
+    return StartupMemory(
+        version=".".join(map(str, v)),
+        requested=Term(bytes=int(gpu_memory_bytes * utilization),
+                       source=f"gpu_memory_utilization {utilization:g} x total memory"),
+        weights=Term(bytes=weights_rank, source=weights_source),
+        activation_peak=act, non_torch=non_torch(tp, pp, v), cudagraph=cg, cudagraph_subtracted=subtracted)
