@@ -34,11 +34,15 @@ class UsageError(Exception):
 
 def require_loopback(url: str) -> None:
     """Load goes only to this machine: every address the host resolves to must be loopback."""
-    u = urlparse(url)
-    if u.scheme not in ("http", "https") or not u.hostname:
-        raise UsageError(f"--url: {url!r} is not an http(s) URL")
     try:
-        infos = socket.getaddrinfo(u.hostname, u.port or 80, proto=socket.IPPROTO_TCP)
+        u = urlparse(url)
+        port = u.port  # raises on a port out of range or not a number
+    except ValueError as e:
+        raise UsageError(f"--url: {url!r} is not a valid URL ({e}); write e.g. http://127.0.0.1:8000") from None
+    if u.scheme not in ("http", "https") or not u.hostname:
+        raise UsageError(f"--url: {url!r} is not an http(s) URL; write e.g. http://127.0.0.1:8000")
+    try:
+        infos = socket.getaddrinfo(u.hostname, port or 80, proto=socket.IPPROTO_TCP)
     except socket.gaierror as e:
         raise UsageError(f"--url: cannot resolve {u.hostname}: {e}") from None
     for info in infos:
@@ -81,6 +85,33 @@ def build_parser() -> argparse.ArgumentParser:
     return ap
 
 
+# numeric flags and the smallest value each takes (the largest: what a run can bound in time)
+_MINIMUM = {"requests": 1, "warmup": 0, "prefix_groups": 1, "prefix_tokens": 1, "turns": 2, "concurrency": 1}
+MAX_REQUESTS = 1_000_000          # prompts are built up front: split larger runs
+MAX_PROMPT_TOKENS_IN_MEMORY = 200_000_000
+_POSITIVE = ("timeout", "read_timeout", "rate", "duration", "burstiness")
+
+
+def check_ranges(a) -> None:
+    """Every numeric flag in range, or a one-line error naming it (exit 2)."""
+    import math
+    for name, low in _MINIMUM.items():
+        v = getattr(a, name, None)
+        if v is not None and not low <= v <= 10**9:
+            raise UsageError(f"--{name.replace('_', '-')}: {v} is out of range; give a whole number from {low}")
+    for name in _POSITIVE:
+        v = getattr(a, name, None)
+        if v is not None and not (math.isfinite(v) and 0 < v <= 10**9):
+            raise UsageError(f"--{name.replace('_', '-')}: {v} is out of range; give a number above 0")
+    if not (math.isfinite(a.ramp_up) and 0 <= a.ramp_up <= 10**9):
+        raise UsageError(f"--ramp-up: {a.ramp_up} is out of range; give seconds from 0")
+    if a.requests is not None and a.warmup >= a.requests:
+        raise UsageError(f"--warmup: {a.warmup} would leave none of the {a.requests} requests measured")
+    if a.requests is not None and a.requests > MAX_REQUESTS:
+        raise UsageError(f"--requests: {a.requests} is over {MAX_REQUESTS:,} (prompts are built before the run); "
+                         "split the run")
+
+
 def make_workload(a):
     try:
         out = Lengths.parse(a.output_tokens, "--output-tokens")
@@ -90,6 +121,9 @@ def make_workload(a):
         if a.chat:
             raise UsageError("--chat needs text prompts: use --dataset with text prompts")
         prompt = Lengths.parse(a.prompt_tokens, "--prompt-tokens")
+        if n * prompt.max > MAX_PROMPT_TOKENS_IN_MEMORY:
+            raise UsageError(f"--prompt-tokens: {n:,} prompts of up to {prompt.max:,} tokens would hold over "
+                             f"{MAX_PROMPT_TOKENS_IN_MEMORY:,} token ids in memory; lower --requests or --prompt-tokens")
         if a.turns:
             if a.turns < 2:
                 raise UsageError("--turns must be at least 2")
@@ -143,6 +177,7 @@ def main(argv: list[str] | None = None) -> int:
     a = build_parser().parse_args(argv)
     try:
         require_loopback(a.url)
+        check_ranges(a)
         workload = make_workload(a)
         cfg = RunConfig(concurrency=a.concurrency if a.rate is None else None, rate=a.rate,
                         burstiness=a.burstiness, max_requests=a.requests, duration=a.duration,

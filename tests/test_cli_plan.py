@@ -265,3 +265,35 @@ def test_mixtral_weights_from_its_config_match_vllms_log():
     p = json.loads(validate("--plan-only", "--json", "--profile", "profiles/mixtral-8x7b-tp2.yaml").stdout)
     assert abs(p["ledger"]["weights_bytes"] / GiB - 43.51) <= 0.05
     assert "MoE" in p["ledger"]["weights_source"]
+
+
+def test_a_server_kvgate_did_not_start_sets_the_vllm_version_of_the_plan():
+    """--url: the server's /version decides whose start-up accounting the GPU plan follows."""
+    import threading
+    from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
+    from validator.plan import make_plan, plan_input_from_profile
+    from validator.profile import load
+    from validator.session import _plan_for_server_version
+
+    class Version(BaseHTTPRequestHandler):
+        def do_GET(self):
+            body = b'{"version": "0.19.0"}'
+            self.send_response(200)
+            self.send_header("Content-Length", str(len(body)))
+            self.end_headers()
+            self.wfile.write(body)
+
+        def log_message(self, *a):
+            pass
+    srv = ThreadingHTTPServer(("127.0.0.1", 0), Version)
+    threading.Thread(target=srv.serve_forever, daemon=True).start()
+    try:
+        prof = load(ROOT / "profiles" / "qwen3-8b.yaml")
+        plan = make_plan(plan_input_from_profile(prof))
+        assert plan.inp.vllm_version != "0.19.0"
+        again = _plan_for_server_version(f"http://127.0.0.1:{srv.server_address[1]}", prof, plan)
+        assert again.inp.vllm_version == "0.19.0" and again.ledger["cudagraph_subtracted"] is False
+        assert again.ledger["kv_cache_bytes"] > plan.ledger["kv_cache_bytes"]   # 0.19 leaves graphs out of it
+    finally:
+        srv.shutdown()

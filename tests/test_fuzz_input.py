@@ -115,3 +115,80 @@ def test_unreadable_and_missing_files_fail_cleanly(tmp_path):
     d.mkdir()
     (d / "config.json").mkdir()  # a directory where a file should be
     assert_clean(*run_cli(["--plan-only", "--model", str(d), "--kv-cache-bytes", "1GiB"]))
+
+
+# command lines: flags of both tools with generated values, 1,000 argument lists each
+numbers = st.one_of(st.integers(min_value=-(1 << 40), max_value=1 << 40).map(str),
+                    st.floats(allow_nan=True, allow_infinity=True).map(repr),
+                    st.sampled_from(["0", "-1", "1e999", "nan", "inf", "-0", "", " ", "1GiB", "79.19GiB", "abc",
+                                     "0x10", "1_000", "http://[::1", "http://127.0.0.1:99999", "ftp://x"]),
+                    st.text(max_size=10))
+VALIDATE_FLAGS = ["--max-model-len", "--max-num-seqs", "--max-num-batched-tokens", "--block-size",
+                  "--tensor-parallel-size", "--pipeline-parallel-size", "--gpu-memory-utilization",
+                  "--gpu-memory-bytes", "--kv-cache-bytes", "--weights-bytes", "--workspace-bytes",
+                  "--num-gpu-blocks-override", "--prompt-tokens", "--output-tokens", "--vllm-version",
+                  "--kv-cache-dtype", "--platform", "--url"]
+LOADGEN_FLAGS = ["--requests", "--concurrency", "--rate", "--burstiness", "--duration", "--ramp-up", "--warmup",
+                 "--prompt-tokens", "--output-tokens", "--prefix-groups", "--prefix-tokens", "--turns", "--seed",
+                 "--timeout", "--read-timeout", "--url"]
+
+
+@FUZZ
+@given(flags=st.lists(st.tuples(st.sampled_from(VALIDATE_FLAGS), numbers), max_size=5))
+def test_fuzzed_validate_command_lines_fail_cleanly(flags):
+    argv = ["--plan-only", "--json", "--model", str(TMP / "model"), "--kv-cache-bytes", "2GiB"]
+    for flag, value in flags:
+        argv += [flag, value]
+    assert_clean(*run_cli(argv))
+
+
+@FUZZ
+@given(flags=st.lists(st.tuples(st.sampled_from(LOADGEN_FLAGS), numbers), max_size=5))
+def test_fuzzed_loadgen_command_lines_fail_cleanly(flags):
+    """Every list is parsed and checked as a run would be; nothing is sent (the run itself is
+    replaced), so only the input handling is under test."""
+    import loadgen.cli as lg
+    argv = ["--url", "http://127.0.0.1:9", "--model", "m", "--out", str(TMP / "lg")]
+    for flag, value in flags:
+        argv += [flag, value]
+    ran = []
+
+    def no_run(coro):
+        coro.close()
+        ran.append(True)
+        return {"ok": 1, "requests": 1, "failed": 0}
+    err = io.StringIO()
+    real = lg.asyncio.run, lg.format_summary, lg.synthetic, lg.shared_prefix, lg.multi_turn
+
+    def few(make):  # the same checks, on at most 3 prompts: building a million is not what is tested
+        return lambda n, *rest, **kw: make(min(n, 3), *rest, **kw)
+    lg.asyncio.run, lg.format_summary = no_run, lambda s: ""
+    lg.synthetic, lg.shared_prefix, lg.multi_turn = few(real[2]), few(real[3]), few(real[4])
+    try:
+        with contextlib.redirect_stderr(err), contextlib.redirect_stdout(io.StringIO()):
+            try:
+                code = lg.main(argv)
+            except SystemExit as e:
+                code = e.code if isinstance(e.code, int) else 2
+    finally:
+        lg.asyncio.run, lg.format_summary, lg.synthetic, lg.shared_prefix, lg.multi_turn = real
+    text = err.getvalue()
+    assert "Traceback" not in text
+    assert code in (0, 2), (code, text)
+    if code == 2:
+        assert len(text.strip().splitlines()) == 1 and text.startswith("loadgen: error: "), text
+    else:
+        assert ran   # accepted: it would have run
+
+
+def test_numeric_flags_out_of_range_are_refused_in_both_tools():
+    import subprocess
+    import sys
+    for args in (["--requests", "-3"], ["--timeout", "-1"], ["--read-timeout", "0"], ["--concurrency", "0"],
+                 ["--rate", "nan"], ["--warmup", "5", "--requests", "5"]):
+        r = subprocess.run([sys.executable, "-m", "loadgen", "--url", "http://127.0.0.1:9", "--model", "m",
+                            "--out", str(TMP / "lg2"), *args], capture_output=True, text=True, timeout=60)
+        assert r.returncode == 2 and r.stderr.startswith(f"loadgen: error: {args[0]}"), (args, r.stderr)
+    for url in ("http://[::1", "http://127.0.0.1:99999"):
+        code, err = run_cli(["--profile", "profiles/tiny-cpu.yaml", "--url", url])
+        assert code == 2 and "--url" in err and "Traceback" not in err, err

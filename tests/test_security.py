@@ -35,3 +35,86 @@ def test_every_reliability_row_names_a_test_that_exists():
         text = (ROOT / "tests" / f).read_text()
         if name:
             assert f"def {name}(" in text, (f, name)
+
+
+def _tiny(**changes):
+    """profiles/tiny-cpu.yaml (a config.json only: nothing is built or launched) with changes."""
+    import yaml
+
+    from validator.plan import make_plan, plan_input_from_profile
+    from validator.profile import from_dict
+    raw = yaml.safe_load((ROOT / "profiles" / "tiny-cpu.yaml").read_text())
+    raw["model"] = {"path": str(ROOT / "profiles" / "models" / "qwen3-8b"), "served_name": "tiny"}
+    raw["hardware"] = {"platform": "gpu", "gpu_memory": "80GiB"}
+    raw["cache"] = {"kv_cache_bytes": "1GiB", "block_size": 16}
+    for dotted, v in changes.items():
+        sec, key = dotted.split("__")
+        raw.setdefault(sec, {})[key] = v
+    prof = from_dict(raw, ROOT / "profiles" / "x.yaml")
+    return prof, make_plan(plan_input_from_profile(prof))
+
+
+@pytest.mark.parametrize("args,field", [
+    (["--max_model_len", "4096"], "limits.max_model_len"),
+    (["--num_gpu_blocks_override=4096"], "cache.num_gpu_blocks_override"),
+    (["--max-num-seqs=64"], "limits.max_num_seqs"),
+    (["--kv_cache_memory_bytes", "1"], "cache.kv_cache_bytes"),
+])
+def test_owned_flags_are_refused_in_every_spelling_naming_the_field(args, field):
+    from validator.errors import InputError
+    from validator.launch import validate_extra_args
+    with pytest.raises(InputError, match=field.replace(".", r"\.")):
+        validate_extra_args(args)
+
+
+def test_a_config_file_cannot_smuggle_flags_past_the_plan():
+    from validator.errors import InputError
+    from validator.launch import validate_extra_args
+    for args in (["--config", "f.yaml"], ["--config=f.yaml"]):
+        with pytest.raises(InputError, match="--config"):
+            validate_extra_args(args)
+    validate_extra_args(["--enforce-eager", "--max-logprobs", "5"])   # others pass
+
+
+def test_an_api_key_in_vllm_env_is_refused_and_secrets_never_reach_profile_json():
+    from validator.errors import InputError
+    from validator.session import launch_spec, redacted
+    prof, plan = _tiny(vllm__env={"VLLM_API_KEY": "sk-123"})
+    with pytest.raises(InputError, match="vllm.api_key_env"):
+        launch_spec(prof, plan)
+    prof, _ = _tiny(vllm__env={"HF_TOKEN": "hf-secret", "OMP_NUM_THREADS": "2"})
+    saved = redacted(prof.values)
+    assert saved["vllm"]["env"] == {"HF_TOKEN": "<redacted>", "OMP_NUM_THREADS": "2"}
+    assert prof.values["vllm"]["env"]["HF_TOKEN"] == "hf-secret"     # the server still gets it
+
+
+def test_dev_mode_only_when_freezes_want_it_and_only_on_loopback():
+    from validator.errors import InputError
+    from validator.session import launch_spec
+    prof, plan = _tiny()
+    assert launch_spec(prof, plan).env["VLLM_SERVER_DEV_MODE"] == "1"
+    prof, plan = _tiny(vllm__host="0.0.0.0")
+    with pytest.raises(InputError, match="vllm.host"):
+        launch_spec(prof, plan)
+    prof, plan = _tiny(vllm__host="0.0.0.0", observe__freezes=False)
+    assert "VLLM_SERVER_DEV_MODE" not in launch_spec(prof, plan).env   # no freezes: no dev mode
+
+
+def test_run_directories_stay_inside_runs_and_never_mix(tmp_path):
+    import argparse
+
+    from validator.errors import InputError
+    from validator.session import run_dir_for, safe_name
+    for name in ("../../../somewhere", "a/b\\c", ".hidden", "/etc/passwd"):
+        clean = safe_name(name)
+        assert "/" not in clean and "\\" not in clean and not clean.startswith("."), clean
+    prof, _ = _tiny()
+    prof.values[""]["name"] = "../../../somewhere"
+    d = run_dir_for(argparse.Namespace(out=None), prof)
+    assert d.parent == Path("runs") and ".." not in d.parts
+    used = tmp_path / "used"
+    used.mkdir()
+    (used / "records.jsonl").write_text("{}\n")
+    with pytest.raises(InputError, match="--out"):
+        run_dir_for(argparse.Namespace(out=str(used)), prof)
+    assert run_dir_for(argparse.Namespace(out=str(tmp_path / "new")), prof) == tmp_path / "new"

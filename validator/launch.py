@@ -119,13 +119,32 @@ OWNED_FLAGS = {
 }
 
 
+OWNED_FIELD = {
+    "--max-model-len": "limits.max_model_len", "--max-num-seqs": "limits.max_num_seqs",
+    "--max-num-batched-tokens": "limits.max_num_batched_tokens", "--block-size": "cache.block_size",
+    "--kv-cache-dtype": "cache.kv_cache_dtype", "--gpu-memory-utilization": "hardware.gpu_memory_utilization",
+    "--kv-cache-memory-bytes": "cache.kv_cache_bytes", "--num-gpu-blocks-override": "cache.num_gpu_blocks_override",
+    "--tensor-parallel-size": "hardware.tensor_parallel_size", "-tp": "hardware.tensor_parallel_size",
+    "--pipeline-parallel-size": "hardware.pipeline_parallel_size", "-pp": "hardware.pipeline_parallel_size",
+    "--dtype": "model.dtype", "--host": "vllm.host", "--port": "vllm.port", "--model": "model.path",
+    "--api-key": "vllm.api_key_env", "--served-model-name": "model.served_name",
+    "--async-scheduling": "vllm.async_scheduling", "--no-async-scheduling": "vllm.async_scheduling",
+}
+
+
 def validate_extra_args(args: list[str]) -> None:
-    """Extra flags may not silently change what the plan decided, nor smuggle in a shell."""
+    """Extra flags may not silently change what the plan decided, nor smuggle in a shell. vLLM reads
+    `_` and `-` alike and `--flag=value` as `--flag value`, so every spelling is caught; `--config`
+    would load flags from a file kvgate cannot see."""
     for a in args:
         flag = a.split("=", 1)[0]
-        if flag in OWNED_FLAGS:
+        norm = flag if not flag.startswith("--") else "--" + flag[2:].replace("_", "-")
+        if norm in OWNED_FLAGS:
             raise InputError(f"vllm.extra_args: {flag} is set by the plan or the launcher; "
-                             "change the profile field instead")
+                             f"change the profile field instead ({OWNED_FIELD.get(norm, 'see docs/profiles.md')})")
+        if norm == "--config":
+            raise InputError("vllm.extra_args: --config loads flags from a file kvgate cannot check against the "
+                             "plan; list the flags in vllm.extra_args instead")
         if "\n" in a or "\x00" in a:
             raise InputError(f"vllm.extra_args: {a!r} contains a newline or NUL byte")
 

@@ -107,7 +107,7 @@ SCHEMA: dict[str, dict[str, Field]] = {
     "vllm": {
         "python": Field("path", None, "Python that has vLLM installed; default: the one running kvgate."),
         "version": Field("str", None, "The vLLM version whose start-up memory accounting the plan follows (GPU), "
-                         "e.g. 0.19.0; default: the installed vLLM, else 0.32.0."),
+                         "e.g. 0.19.0; default: with --url the server's /version, else the installed vLLM, else 0.32.0."),
         "command": Field("list[str]", None, "Server command instead of python -m vllm.entrypoints.openai.api_server "
                          "(e.g. [vllm, serve])."),
         "extra_args": Field("list[str]", [], "More vLLM flags, one list item per argv word."),

@@ -11,6 +11,7 @@ from __future__ import annotations
 import asyncio
 import json
 import os
+import re
 import sys
 import time
 import urllib.error
@@ -28,10 +29,38 @@ def _say(msg: str) -> None:
     print(f"[kvgate {time.strftime('%H:%M:%S')}] {msg}", file=sys.stderr, flush=True)
 
 
+def safe_name(name: str) -> str:
+    """A profile name as one path component: letters, digits, '.', '_' and '-' only, no leading dot."""
+    clean = re.sub(r"[^A-Za-z0-9._-]+", "_", name).lstrip(".") or "profile"
+    return clean[:80]
+
+
 def run_dir_for(args, profile) -> Path:
+    """--out, which must be new or empty (a run never mixes with another's records), else a fresh
+    directory under runs/ named after the profile."""
     if args.out:
-        return Path(args.out)
-    return Path("runs") / f"{profile.name}-{time.strftime('%Y%m%d-%H%M%S')}"
+        out = Path(args.out)
+        if out.exists() and (not out.is_dir() or any(out.iterdir())):
+            raise InputError(f"--out: {out} exists and is not an empty directory; give a new one "
+                             "(kvgate never mixes two runs' records)")
+        return out
+    base = Path("runs") / f"{safe_name(profile.name)}-{time.strftime('%Y%m%d-%H%M%S')}"
+    out, n = base, 1
+    while out.exists():
+        n += 1
+        out = base.with_name(f"{base.name}-{n}")
+    return out
+
+
+SECRET_KEYS = re.compile(r"KEY|TOKEN|SECRET|PASSWORD|PASSWD|CREDENTIAL", re.I)
+
+
+def redacted(values: dict) -> dict:
+    """The profile as saved in the run directory: secret-looking environment values replaced."""
+    out = {s: dict(f) for s, f in values.items()}
+    env = out.get("vllm", {}).get("env") or {}
+    out["vllm"]["env"] = {k: ("<redacted>" if SECRET_KEYS.search(k) else v) for k, v in env.items()}
+    return out
 
 
 def write_json(path: Path, obj) -> None:
@@ -88,12 +117,60 @@ def launch_spec(profile, plan) -> LaunchSpec:
     extra = g("vllm", "extra_args") or []
     validate_extra_args(extra)
     api_key = _api_key(profile)
+    env = g("vllm", "env") or {}
+    if "VLLM_API_KEY" in env:
+        raise InputError("vllm.env: VLLM_API_KEY would be written into the run's profile; put the key in an "
+                         "environment variable and name it in vllm.api_key_env")
+    dev = dev_mode_wanted(profile)
+    if dev and not _is_loopback_host(g("vllm", "host")):
+        raise InputError(f"vllm.host: {g('vllm', 'host')} is not a loopback address, and dev mode (freeze-frames, "
+                         "prefix-cache reset) opens routes vLLM's API key does not guard; use 127.0.0.1, or set "
+                         "observe.freezes: false")
     return LaunchSpec(
         model=g("model", "path"), served_name=g("model", "served_name"), vllm_args=list(plan.vllm_args),
-        env={**plan.vllm_env, "VLLM_SERVER_DEV_MODE": "1", **(g("vllm", "env") or {})},
+        env={**plan.vllm_env, **({"VLLM_SERVER_DEV_MODE": "1"} if dev else {}), **env},
         extra_args=extra, python=g("vllm", "python"), command=g("vllm", "command"), host=g("vllm", "host"),
         port=g("vllm", "port"), api_key=api_key, startup_timeout_s=g("vllm", "startup_timeout_s"),
         nice=g("vllm", "nice"), cpus=g("vllm", "cpus"))
+
+
+def dev_mode_wanted(profile) -> bool:
+    """Dev mode only when a feature needs it: freeze-frames (and with them the cache reset; without
+    it the cold run is isolated by a fresh salt)."""
+    return bool(profile.get("observe", "freezes"))
+
+
+def _is_loopback_host(host: str) -> bool:
+    import ipaddress
+    if host == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(host.strip("[]")).is_loopback
+    except ValueError:
+        return False
+
+
+def _plan_for_server_version(url: str, profile, plan):
+    """A server kvgate did not start says which vLLM it runs (/version): on a GPU the plan follows
+    that version's start-up accounting unless the profile names one."""
+    if plan.inp.platform != "gpu" or profile.get("vllm", "version"):
+        return plan
+    try:
+        version = json.loads(http_get(url + "/version")).get("version")
+    except (urllib.error.URLError, OSError, ValueError, AttributeError):
+        return plan
+    if not isinstance(version, str) or version.split("+")[0] == plan.inp.vllm_version.split("+")[0]:
+        return plan
+    from dataclasses import replace
+
+    from validator.gpu_memory import parse_version
+    from validator.plan import make_plan
+    try:
+        parse_version(version)
+    except InputError:
+        return plan
+    _say(f"the server runs vLLM {version}: planning with its start-up accounting")
+    return make_plan(replace(plan.inp, vllm_version=version))
 
 
 def _check_device(plan) -> dict | None:
@@ -132,17 +209,19 @@ def _require_loopback(url: str) -> None:
 
 
 def run_session(args, profile, plan) -> int:
+    if args.url:
+        _require_loopback(args.url)
+        plan = _plan_for_server_version(args.url.rstrip("/"), profile, plan)
     pj = plan.to_json()
     if not plan.fits:
         print(json.dumps(pj, indent=2) if args.json else plan_text(pj))
         _say("the plan does not fit: not launching (exit 1)")
         return EXIT_FAIL
-    if args.url:
-        _require_loopback(args.url)
+    spec = None if args.url else launch_spec(profile, plan)  # bad input is refused before anything is written
     run_dir = run_dir_for(args, profile)
     run_dir.mkdir(parents=True, exist_ok=True)
     write_json(run_dir / "plan.json", pj)
-    write_json(run_dir / "profile.json", {"name": profile.name, "values": profile.values})
+    write_json(run_dir / "profile.json", {"name": profile.name, "values": redacted(profile.values)})
     install_signal_handlers()
     state = {"startup": None, "startup_checks": [], "error": None}
     code = EXIT_INFRA
@@ -150,12 +229,12 @@ def run_session(args, profile, plan) -> int:
         if args.url:
             code = _with_server(args, profile, plan, run_dir, state, None, args.url.rstrip("/"))
         else:
-            spec = launch_spec(profile, plan)
             device = _check_device(plan) if plan.inp.platform == "gpu" else None
             server = Server(spec, run_dir, progress=_say)
             try:
                 server.start()
-                state["startup"] = {"argv": server.saved_argv, "url": server.url, "device": device}
+                state["startup"] = {"argv": server.saved_argv, "url": server.url, "device": device,
+                                    "dev_mode": spec.env.get("VLLM_SERVER_DEV_MODE") == "1"}
                 write_json(run_dir / "startup.json", state["startup"])
                 try:
                     server.wait_ready()
