@@ -127,6 +127,8 @@ def _fmt(v) -> str:
     if v is None:
         return "—"
     if isinstance(v, float):
+        if v.is_integer() and abs(v) < 1e15:   # counters come as floats: 11520.0 reads as 11520
+            return str(int(v))
         return f"{v:.4g}"
     if isinstance(v, dict):
         return ", ".join(f"{k} {_fmt(x)}" for k, x in v.items())
