@@ -360,3 +360,10 @@ def test_verdict_is_pass_only_when_every_judged_check_was_measured_and_passed():
     assert verdict_of([], None) == "inconclusive"
     assert verdict_of([ok, missing, bad], None) == "fail"
     assert verdict_of([ok], "vLLM died") == "error"
+
+
+def test_a_saved_file_that_cannot_be_read_back_fails_its_run():
+    def torn(run):
+        run.problems = ["freezes.jsonl line 2: JSONDecodeError"]
+    c = broken(torn)
+    assert c["cold.files"].status == "fail" and "line 2" in c["cold.files"].observed
