@@ -92,18 +92,25 @@ def before():
     return Sample(0.0, {"generation_tokens": 0.0})
 
 
-async def test_a_freeze_reads_a_settled_state_and_resumes(engine_url, tmp_path):
-    engine = FakeEngine()
+async def probe_freeze(engine_url, engine, tmp_path):
+    """One planned probe freeze (2 decoding, 1 waiting) against `engine`; the runner and what was saved."""
     url = await engine_url(engine)
     runner = FakeRunner([rec("a", 5), rec("b", 5), rec("c", 0)])
     async with aiohttp.ClientSession() as s:
         f = Freezer(s, url, runner, "probe", [FreezePoint(name="freeze1", min_tokens=1, running=2, waiting=1)],
                     tmp_path / "freezes.jsonl", before())
         await asyncio.wait_for(f.run(), 10)
+    [saved], problems = read_freezes(tmp_path / "freezes.jsonl")
+    assert problems == []
+    return runner, saved
+
+
+async def test_a_freeze_reads_a_settled_state_and_resumes(engine_url, tmp_path):
+    engine = FakeEngine()
+    runner, saved = await probe_freeze(engine_url, engine, tmp_path)
     assert engine.calls == ["pause", "resume"] and not engine.paused
     assert runner.held == ["hold", "release"]
-    [saved], problems = read_freezes(tmp_path / "freezes.jsonl")
-    assert problems == [] and saved.settled and saved.retries == 0
+    assert saved.settled and saved.retries == 0
     assert [r["delivered"] for r in saved.requests] == [5, 5, 0]
     assert saved.reading.values["num_requests_waiting"] == 1
 
@@ -126,26 +133,14 @@ async def test_a_cancelled_run_never_leaves_the_engine_paused(engine_url, tmp_pa
 
 async def test_a_stale_waiting_gauge_is_frozen_again_after_a_step(engine_url, tmp_path):
     engine = FakeEngine(stale_reads=2)     # the engine queued the last request only after 2 steps
-    url = await engine_url(engine)
-    runner = FakeRunner([rec("a", 5), rec("b", 5), rec("c", 0)])
-    async with aiohttp.ClientSession() as s:
-        f = Freezer(s, url, runner, "probe", [FreezePoint(name="freeze1", min_tokens=1, running=2, waiting=1)],
-                    tmp_path / "f.jsonl", before())
-        await asyncio.wait_for(f.run(), 10)
-    [saved], _ = read_freezes(tmp_path / "f.jsonl")
+    _, saved = await probe_freeze(engine_url, engine, tmp_path)
     assert saved.settled and saved.retries == 2
     assert engine.calls == ["pause", "resume", "pause", "resume", "pause", "resume"]
 
 
 async def test_a_gauge_that_never_catches_up_is_not_a_settled_reading(engine_url, tmp_path):
     engine = FakeEngine(stale_reads=99)
-    url = await engine_url(engine)
-    runner = FakeRunner([rec("a", 5), rec("b", 5), rec("c", 0)])
-    async with aiohttp.ClientSession() as s:
-        f = Freezer(s, url, runner, "probe", [FreezePoint(name="freeze1", min_tokens=1, running=2, waiting=1)],
-                    tmp_path / "f.jsonl", before())
-        await asyncio.wait_for(f.run(), 10)
-    [saved], _ = read_freezes(tmp_path / "f.jsonl")
+    _, saved = await probe_freeze(engine_url, engine, tmp_path)
     assert not saved.settled and "waiting queue" in saved.error
     assert not engine.paused
 

@@ -141,12 +141,12 @@ def dev_mode_wanted(profile) -> bool:
 
 
 def _is_loopback_host(host: str) -> bool:
-    import ipaddress
-    if host == "localhost":
-        return True
+    """The same rule as the load generator's: every address the host resolves to is loopback."""
+    from loadgen.cli import UsageError, require_loopback
     try:
-        return ipaddress.ip_address(host.strip("[]")).is_loopback
-    except ValueError:
+        require_loopback(f"http://{'[' + host + ']' if ':' in host and not host.startswith('[') else host}:80")
+        return True
+    except UsageError:
         return False
 
 
