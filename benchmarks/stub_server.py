@@ -5,7 +5,8 @@ at a set pace) and injecting faults on demand.
 Plain asyncio HTTP/1.1 with keep-alive and chunked SSE, events shaped exactly like
 vLLM 0.32's. Run: python benchmarks/stub_server.py --port 0 [--ttft-ms 0 --itl-ms 0]
 (prints "listening on PORT"). Faults: --fault 5xx|malformed|cut|slow-headers|more-tokens|
-fewer-tokens|error-event [--fault-every N].
+fewer-tokens|error-event|drop [--fault-every N] (drop: the request is read, then the
+connection closed with no answer). Every request's X-Kvgate-Request-Id is kept in `seen`.
 """
 
 from __future__ import annotations
@@ -15,7 +16,7 @@ import asyncio
 import json
 import sys
 
-FAULTS = ("none", "5xx", "malformed", "cut", "slow-headers", "more-tokens", "fewer-tokens", "error-event")
+FAULTS = ("none", "drop", "5xx", "malformed", "cut", "slow-headers", "more-tokens", "fewer-tokens", "error-event")
 
 
 class Stub:
@@ -30,6 +31,7 @@ class Stub:
         self.events_sent = 0
         self.prompt_total = 0
         self.generation_total = 0
+        self.seen: list[str | None] = []  # the client's request ids, one entry per request received
 
     def metrics(self) -> bytes:
         """A few of vLLM's metrics, deliberately not all of them (kvgate must report the rest as missing)."""
@@ -63,6 +65,7 @@ class Stub:
                 if method != "POST" or not path.endswith("/completions"):
                     writer.write(b"HTTP/1.1 404 Not Found\r\nContent-Length: 0\r\n\r\n")
                     continue
+                self.seen.append(headers.get("x-kvgate-request-id"))
                 await self.stream(json.loads(body), writer)
                 await writer.drain()
         except (asyncio.IncompleteReadError, ConnectionError, ValueError):
@@ -78,6 +81,9 @@ class Stub:
         prompt = req.get("prompt", "")
         p_tokens = len(prompt) if isinstance(prompt, list) else len(str(prompt).split())
         g = int(req.get("max_tokens", 16))
+        if fault == "drop":  # read, then gone: the client cannot know whether it was acted on
+            writer.transport.abort()
+            return
         if fault == "5xx":
             msg = b'{"error":"stub: injected 503"}'
             writer.write(b"HTTP/1.1 503 Service Unavailable\r\nContent-Type: application/json\r\n"

@@ -21,7 +21,7 @@ from urllib.parse import urlparse
 import aiohttp
 import numpy as np
 
-from loadgen.client import OpenAIStream
+from loadgen.client import OpenAIStream, connector
 from loadgen.records import RecordWriter
 from loadgen.runner import RunConfig, Runner, tokenize_lengths
 from loadgen.stats import format_summary, summarize
@@ -157,8 +157,7 @@ def progress_printer(quiet: bool):
 
 async def _main(a, workload, cfg: RunConfig, out: Path) -> dict:
     key = os.environ.get(a.api_key_env) if a.api_key_env else None
-    conn = aiohttp.TCPConnector(limit=0, force_close=False)
-    async with aiohttp.ClientSession(connector=conn) as session:
+    async with aiohttp.ClientSession(connector=connector()) as session:
         await tokenize_lengths(session, a.url, a.model, [s for s in workload.items if hasattr(s, "prompt")],
                                headers={"Authorization": f"Bearer {key}"} if key else None)
         transport = OpenAIStream(session, a.url, a.model, api_key=key, request_timeout=a.timeout,

@@ -31,6 +31,20 @@ class RequestSpec:
     want_token_ids: bool = False
 
 
+# the request's id, for a stub or proxy that counts requests (vLLM ignores it; X-Request-Id it
+# would adopt as its own request id, which must stay unique across runs)
+ID_HEADER = "X-Kvgate-Request-Id"
+# vLLM's HTTP server (uvicorn) closes an idle keep-alive connection after 5 s
+# (VLLM_HTTP_TIMEOUT_KEEP_ALIVE); the client drops its own first, so a request is never written to a
+# connection the server is closing
+KEEPALIVE_S = 2.0
+
+
+def connector() -> aiohttp.TCPConnector:
+    """The connection pool for load: unbounded (the runner bounds concurrency), short keep-alive."""
+    return aiohttp.TCPConnector(limit=0, keepalive_timeout=KEEPALIVE_S)
+
+
 class Transport(Protocol):
     async def send(self, spec: RequestSpec, rec: RequestRecord, t0: float) -> list[int] | None:
         """Fill rec; return the output token ids when spec.want_token_ids (else None). Never raises."""
@@ -79,18 +93,11 @@ class OpenAIStream:
         rec.sent = sent - t0
         try:
             url, body = self.payload(spec)
-            resp_cm = None
-            for attempt in (1, 2):
-                try:
-                    resp_cm = await self.session.post(url, json=body, headers=self.headers, timeout=self.timeout)
-                    break
-                except (aiohttp.ServerDisconnectedError, aiohttp.ClientOSError):
-                    # a pooled keep-alive connection the server had closed: the request never left,
-                    # so it is sent once more on a fresh connection
-                    if attempt == 2:
-                        raise
-                    sent = perf()
-                    rec.sent = sent - t0
+            # never retried: a POST the server may have read cannot be told apart from one it did not,
+            # and a second copy would double the load the run meant to apply. Stale pooled
+            # connections are avoided at their cause instead (see connector()).
+            resp_cm = self.session.post(url, json=body, headers={**self.headers, ID_HEADER: spec.id},
+                                        timeout=self.timeout)
             async with resp_cm as resp:
                 rec.status = resp.status
                 if resp.status != 200:

@@ -113,16 +113,24 @@ class RecordWriter:
         self.close()
 
 
-def read_records(path: str | os.PathLike) -> list[RequestRecord]:
-    """Records from a JSONL file; a torn last line (a crash mid-write) is skipped."""
+def read_jsonl(path: str | os.PathLike, parse, problems: list[str] | None = None) -> list:
+    """parse(obj) for each line of a JSONL file. A torn last line (a crash mid-write) is skipped
+    quietly; any other line that cannot be read is named in `problems`, never dropped unsaid."""
     out = []
+    path = Path(path)
     with open(path, encoding="utf-8") as f:
-        for line in f:
-            line = line.strip()
-            if not line:
-                continue
-            try:
-                out.append(RequestRecord.from_json(json.loads(line)))
-            except (ValueError, TypeError):
-                continue
+        lines = f.read().splitlines()
+    for i, line in enumerate(lines):
+        if not line.strip():
+            continue
+        try:
+            out.append(parse(json.loads(line)))
+        except (ValueError, TypeError, KeyError, AttributeError) as e:
+            if i < len(lines) - 1 and problems is not None:
+                problems.append(f"{path.name} line {i + 1}: {type(e).__name__}")
     return out
+
+
+def read_records(path: str | os.PathLike, problems: list[str] | None = None) -> list[RequestRecord]:
+    """Records from a JSONL file (see read_jsonl for what is skipped)."""
+    return read_jsonl(path, RequestRecord.from_json, problems)

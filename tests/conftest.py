@@ -21,33 +21,157 @@ def tiny_model():
     return get
 
 
-def alive_pids(pids) -> list[int]:
-    out = []
-    for p in pids:
+class ProcessWatch:
+    """Every process of a vLLM server, tracked by the test itself (not by kvgate's code): the tree
+    under the server's pid and its process group, polled every 0.1 s in a thread from the moment
+    the "starting vLLM (pid N)" line is seen. `survivors()` then names any still running."""
+
+    def __init__(self):
+        import threading
+        self.seen: dict[int, object] = {}     # pid -> psutil.Process (identity includes start time)
+        self.name_of: dict[int, str] = {}     # pid -> name when first seen (VLLM::EngineCore, ...)
+        self.pid: int | None = None
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._poll, daemon=True)
+
+    def feed(self, line: str) -> None:
+        """A progress line; the one that names vLLM's pid starts the tracking."""
+        if self.pid is None and "starting vLLM (pid" in line:
+            self.pid = int(line.split("(pid ")[1].split(")")[0])
+            self._snapshot()
+            self._thread.start()
+
+    def _snapshot(self) -> None:
+        import psutil
         try:
-            with open(f"/proc/{p}/stat") as f:
-                state = f.read().rsplit(")", 1)[1].split()[0]
-            if state != "Z":
-                out.append(p)
-        except OSError:
-            pass
-    return out
+            root = psutil.Process(self.pid)
+            procs = [root, *root.children(recursive=True)]
+        except psutil.Error:
+            procs = []
+        for p in psutil.process_iter():
+            try:
+                if os.getpgid(p.pid) == self.pid:
+                    procs.append(p)
+            except (OSError, psutil.Error):
+                pass
+        for p in procs:
+            self.seen.setdefault(p.pid, p)
+        for pid, p in self.seen.items():  # the engine renames itself (VLLM::EngineCore) after its start
+            try:
+                self.name_of[pid] = p.name()
+            except psutil.Error:
+                pass
+
+    def _poll(self) -> None:
+        while not self._stop.wait(0.1):
+            self._snapshot()
+
+    def stop(self) -> None:
+        self._stop.set()
+        if self._thread.is_alive():
+            self._thread.join(timeout=5)
+
+    def names(self) -> set[str]:
+        return set(self.name_of.values())
+
+    def survivors(self) -> list[str]:
+        """Tracked processes still running, as "pid name"; waits up to 10 s for the kernel to reap."""
+        import psutil
+        self.stop()
+        procs = list(self.seen.values())
+        _, alive = psutil.wait_procs(procs, timeout=10)
+        out = []
+        for p in alive:
+            try:
+                if p.status() != psutil.STATUS_ZOMBIE:
+                    out.append(f"{p.pid} {self.name_of[p.pid]}")
+            except psutil.Error:
+                pass
+        return out
 
 
-def processes_mentioning(text: str) -> list[int]:
-    """Live processes whose command line contains text (orphan detection)."""
-    out = []
-    for d in os.listdir("/proc"):
-        if not d.isdigit() or int(d) == os.getpid():
-            continue
+class Validate:
+    """`validate ...` as a user runs it (a subprocess from the repo root), watched: its output read
+    by threads so no wait can block, vLLM's processes tracked by a ProcessWatch, every wait
+    bounded; a run that overstays is stopped (TERM, then KILL) and fails the test."""
+
+    def __init__(self, args, env=None):
+        import subprocess
+        import sys
+        import threading
+        self.watch = ProcessWatch()
+        self.p = subprocess.Popen([sys.executable, "-m", "validator", *args], cwd=ROOT, stdout=subprocess.PIPE,
+                                  stderr=subprocess.PIPE, text=True, env=env)
+        self.err: list[str] = []
+        self.out: list[str] = []
+        self._new = threading.Condition()
+        self._threads = [threading.Thread(target=self._read, args=(self.p.stderr, self.err, True), daemon=True),
+                         threading.Thread(target=self._read, args=(self.p.stdout, self.out, False), daemon=True)]
+        for t in self._threads:
+            t.start()
+
+    def _read(self, stream, into, progress) -> None:
+        for line in stream:
+            if progress:
+                self.watch.feed(line)
+            with self._new:
+                into.append(line)
+                self._new.notify_all()
+
+    def until(self, phase: str, timeout: float = 180) -> int:
+        """Wait for a progress line containing phase; return vLLM's pid."""
+        import time
+        deadline = time.monotonic() + timeout
+        with self._new:
+            while not any(phase in line for line in self.err):
+                left = deadline - time.monotonic()
+                if left <= 0 or self.p.poll() is not None and not self._threads[0].is_alive():
+                    self.kill()
+                    pytest.fail(f"validate never said {phase!r}: {''.join(self.err)[-3000:]}")
+                self._new.wait(min(left, 0.5))
+        assert self.watch.pid is not None, "vLLM was not started"
+        return self.watch.pid
+
+    def finish(self, timeout: float = 600):
+        """Wait for the exit (bounded); return (returncode, stdout, stderr)."""
+        import subprocess
         try:
-            with open(f"/proc/{d}/cmdline", "rb") as f:
-                cmd = f.read().replace(b"\0", b" ").decode(errors="replace")
-        except OSError:
-            continue
-        if text in cmd and alive_pids([int(d)]):
-            out.append(int(d))
-    return out
+            self.p.wait(timeout=timeout)
+        except subprocess.TimeoutExpired:
+            self.kill()
+            pytest.fail(f"validate did not end within {timeout:g} s: {''.join(self.err)[-3000:]}")
+        for t in self._threads:
+            t.join(timeout=10)
+        return self.p.returncode, "".join(self.out), "".join(self.err)
+
+    def kill(self) -> None:
+        import signal
+        import subprocess
+        self.p.send_signal(signal.SIGTERM)   # validate tears vLLM down on TERM
+        try:
+            self.p.wait(timeout=60)
+        except subprocess.TimeoutExpired:
+            self.p.kill()
+        self.watch.stop()
+        for proc in self.watch.seen.values():
+            try:
+                proc.kill()
+            except Exception:  # noqa: BLE001 - already gone
+                pass
+
+
+class Completed:
+    def __init__(self, returncode: int, stdout: str, stderr: str, watch: ProcessWatch):
+        self.returncode, self.stdout, self.stderr, self.watch = returncode, stdout, stderr, watch
+
+
+def run_validate(*args, timeout=600, env=None) -> Completed:
+    """`validate ...` to the end; any vLLM process it started and left running fails the test."""
+    v = Validate(args, env=env)
+    code, out, err = v.finish(timeout)
+    left = v.watch.survivors()
+    assert not left, f"vLLM processes left behind: {left}"
+    return Completed(code, out, err, v.watch)
 
 
 @pytest.fixture(scope="session")
@@ -66,31 +190,6 @@ def tiny_server(tiny_model, tmp_path_factory):
     with server:
         server.wait_ready()
         yield server
-
-
-def run_validate(*args, timeout=600, env=None):
-    """`validate ...` as a user runs it: a subprocess from the repo root."""
-    import subprocess
-    import sys
-    return subprocess.run([sys.executable, "-m", "validator", *args], cwd=ROOT, capture_output=True, text=True,
-                          timeout=timeout, env=env)
-
-
-def validate_until(args: list[str], phase: str, timeout: float = 180):
-    """Start `validate`, read its progress until a line containing `phase`; return (process, vLLM pid)."""
-    import subprocess
-    import sys
-    import time
-    p = subprocess.Popen([sys.executable, "-m", "validator", *args], cwd=ROOT, stderr=subprocess.PIPE,
-                         stdout=subprocess.PIPE, text=True)
-    pid, deadline = None, time.monotonic() + timeout
-    for line in p.stderr:
-        if "starting vLLM (pid" in line:
-            pid = int(line.split("(pid ")[1].split(")")[0])
-        if phase in line or time.monotonic() > deadline:
-            break
-    assert pid is not None, "vLLM was not started"
-    return p, pid
 
 
 def tiny_profile_file(tiny_model, tmp_path, **changes):

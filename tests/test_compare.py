@@ -2,6 +2,7 @@
 cases, and every check shown able to fail."""
 
 import copy
+import json
 
 import numpy as np
 
@@ -367,3 +368,90 @@ def test_a_saved_file_that_cannot_be_read_back_fails_its_run():
         run.problems = ["freezes.jsonl line 2: JSONDecodeError"]
     c = broken(torn)
     assert c["cold.files"].status == "fail" and "line 2" in c["cold.files"].observed
+
+
+def test_failed_scrapes_leave_the_run_not_measured_never_pass():
+    assert broken(lambda run: None)["cold.scrapes"].status == "pass"
+
+    def gaps(run):
+        run.scrape_errors = [{"t": run.started_at + 1, "error": "TimeoutError: "}]
+    c = broken(gaps)["cold.scrapes"]
+    assert c.status == "not_measured" and "TimeoutError" in c.explanation
+
+
+def test_lines_that_cannot_be_read_are_named_and_only_a_torn_last_line_is_quiet(tmp_path):
+    from loadgen.records import read_records
+    from validator.scrape import read_samples
+    good = json.dumps(RequestRecord(id="r0").to_json())
+    f = tmp_path / "records.jsonl"
+    f.write_text(good + "\n{not json\n" + good + "\n" + good[:20])      # line 2 broken, line 4 torn
+    problems = []
+    assert len(read_records(f, problems)) == 2
+    assert problems == ["records.jsonl line 2: JSONDecodeError"]
+    m = tmp_path / "metrics.jsonl"
+    m.write_text(json.dumps(Sample(t=1.0, values={}).to_json()) + "\n"
+                 + json.dumps({"t": 2.0, "error": "ClientConnectorError: refused"}) + "\n[1, 2]\n")
+    problems, errors = [], []
+    assert len(read_samples(m, problems, errors)) == 1
+    assert errors == [{"t": 2.0, "error": "ClientConnectorError: refused"}]
+    assert problems == []            # [1, 2] is the last line: a torn write, not a problem
+
+
+async def test_a_sampler_saves_its_failed_scrapes_for_the_judge(tmp_path):
+    import socket
+
+    import aiohttp
+
+    from validator.scrape import Sampler, read_samples
+    with socket.socket() as s:       # a port nothing listens on
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    async with aiohttp.ClientSession() as session:
+        sampler = Sampler(session, f"http://127.0.0.1:{port}", tmp_path / "metrics.jsonl", timeout=1)
+        assert await sampler.scrape() is None
+        sampler.close()
+    errors = []
+    assert read_samples(tmp_path / "metrics.jsonl", [], errors) == []
+    assert len(errors) == 1 and "Connect" in errors[0]["error"]
+
+
+def _http_server(status_for_models: int):
+    import http.server
+    import threading
+
+    class H(http.server.BaseHTTPRequestHandler):
+        def do_GET(self):
+            code, body = (200, b"") if self.path == "/metrics" else (status_for_models, b"{}")
+            self.send_response(code)
+            self.send_header("Content-Length", str(len(body)))
+            self.end_headers()
+            self.wfile.write(body)
+
+        def log_message(self, *a):
+            pass
+    srv = http.server.ThreadingHTTPServer(("127.0.0.1", 0), H)
+    threading.Thread(target=srv.serve_forever, daemon=True).start()
+    return srv
+
+
+def test_a_refused_key_is_an_input_error_and_other_failures_are_said():
+    import pytest
+
+    from validator.errors import InputError
+    from validator.session import server_facts
+    from validator.startup import cross_check
+    srv = _http_server(401)
+    try:
+        with pytest.raises(InputError, match="vllm.api_key_env.*HTTP 401"):
+            server_facts(f"http://127.0.0.1:{srv.server_address[1]}", "wrong-key")
+    finally:
+        srv.shutdown()
+    srv = _http_server(500)
+    try:
+        facts = server_facts(f"http://127.0.0.1:{srv.server_address[1]}", None)
+    finally:
+        srv.shutdown()
+    assert facts.models_error == "GET /v1/models: HTTP 500"
+    c = {c.name: c for c in cross_check({**PLAN, "max_concurrency": 1.0, "kv_cache_tokens": 1024}, facts)}[
+        "startup.max_model_len"]
+    assert c.status == "not_measured" and "HTTP 500" in c.explanation

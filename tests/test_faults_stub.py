@@ -11,7 +11,7 @@ import aiohttp
 import pytest
 
 from benchmarks.stub_server import Stub, serve
-from loadgen.client import OpenAIStream
+from loadgen.client import OpenAIStream, connector
 from loadgen.runner import RunConfig, Runner
 from loadgen.workload import Lengths, synthetic
 
@@ -75,3 +75,26 @@ async def test_nothing_listening_is_a_request_error():
         res = await Runner(OpenAIStream(s, f"http://127.0.0.1:{port}", "stub")).run(
             w, RunConfig(concurrency=1, max_requests=2))
     assert all(r.error and r.error.startswith("ClientConnectorError") for r in res.records)
+
+
+async def test_a_request_the_server_read_is_never_sent_twice():
+    """The server reads every 2nd request and drops the connection without an answer: the client
+    records an error and does not send it again (a retry would double the load the run applies)."""
+    stub = Stub(fault="drop", fault_every=2, itl_ms=1.0)
+    ports = []
+    task = asyncio.create_task(serve(stub, ready=ports.append))
+    while not ports:
+        await asyncio.sleep(0.01)
+    try:
+        async with aiohttp.ClientSession(connector=connector()) as s:
+            t = OpenAIStream(s, f"http://127.0.0.1:{ports[0]}", "stub", read_timeout=5, request_timeout=10)
+            w = synthetic(8, Lengths.parse(16, "p"), Lengths.parse(8, "o"), seed=1)
+            res = await Runner(t).run(w, RunConfig(concurrency=1, max_requests=8))
+    finally:
+        task.cancel()
+        await asyncio.gather(task, return_exceptions=True)
+    assert len(stub.seen) == 8                                        # 8 requests reached it, no more
+    assert sorted(stub.seen) == sorted(r.id for r in res.records)   # each id exactly once
+    bad = [r for r in res.records if not r.ok]
+    assert len(bad) == 4 and all("Disconnected" in r.error or "reset" in r.error.lower() for r in bad), \
+        [r.error for r in bad]

@@ -177,8 +177,9 @@ def test_vllm_and_the_client_run_on_separate_cpus(tiny_server):
     the process that drives the load keeps the other CPU, so vLLM's busy loops cannot starve it."""
     import os
 
-    from validator.launch import _descendants
-    pids = [tiny_server.proc.pid, *_descendants(tiny_server.proc.pid)]
+    import psutil
+    root = psutil.Process(tiny_server.proc.pid)
+    pids = [root.pid, *(c.pid for c in root.children(recursive=True))]
     assert len(pids) >= 3            # API server, engine core, worker
     threads = [int(t) for p in pids for t in os.listdir(f"/proc/{p}/task")]
     assert {frozenset(os.sched_getaffinity(t)) for t in threads} == {frozenset({0})}

@@ -13,7 +13,7 @@ import time
 from pathlib import Path
 
 import pytest
-from tests.conftest import alive_pids, processes_mentioning, run_validate, tiny_profile_file, validate_until
+from tests.conftest import Validate, run_validate, tiny_profile_file
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -26,18 +26,20 @@ validate = run_validate
 def test_frozen_server_ends_the_run_within_its_deadline(tiny_model, tmp_path):
     f = tiny_profile(tiny_model, tmp_path, observe__read_timeout_s=3, observe__run_timeout_s=60)
     out = tmp_path / "run"
-    p, pid = validate_until(["--profile", str(f), "--out", str(out)], "run probe:")
+    v = Validate(["--profile", str(f), "--out", str(out)])
+    pid = v.until("run probe:")
     os.kill(pid, signal.SIGSTOP)  # frozen: the process exists but answers nothing
     t0 = time.monotonic()
-    rest = p.stderr.read()
-    assert p.wait(timeout=120) == 3, rest
+    code, _, rest = v.finish(timeout=120)
+    assert code == 3, rest
     assert time.monotonic() - t0 < 45
     assert "vLLM died during the probe run" in rest
     rep = json.loads((out / "report.json").read_text())
     assert rep["verdict"] == "error"
     probe = {r["name"]: r for r in rep["runs"]}["probe"]
     assert probe["interrupted"] and probe["client"]["failed"] >= 1
-    assert not alive_pids([pid]) and not processes_mentioning(str(out))
+    assert {"VLLM::EngineCore", "VLLM::Worker"} <= v.watch.names()   # the check below covers them
+    assert not v.watch.survivors()
 
 
 def test_port_in_use_and_nothing_at_url(tiny_model, tmp_path):
@@ -117,12 +119,14 @@ def test_wrong_token_counts_through_validate(stub, tiny_model, tmp_path):
 def test_interrupted_during_load_keeps_a_partial_report(phase, sig, code, tiny_model, tmp_path):
     f = tiny_profile(tiny_model, tmp_path)
     out = tmp_path / "run"
-    p, pid = validate_until(["--profile", str(f), "--out", str(out)], phase)
-    os.kill(p.pid, sig)
-    rest = p.stderr.read()
-    assert p.wait(timeout=120) == code, rest
+    v = Validate(["--profile", str(f), "--out", str(out)])
+    v.until(phase)
+    os.kill(v.p.pid, sig)
+    got, _, rest = v.finish(timeout=120)
+    assert got == code, rest
     assert "Traceback" not in rest
-    assert not alive_pids([pid]) and not processes_mentioning(str(out))
+    assert {"VLLM::EngineCore", "VLLM::Worker"} <= v.watch.names()
+    assert not v.watch.survivors()
     rep = json.loads((out / "report.json").read_text())
     assert rep["verdict"] == "error" and rep["error"].startswith("interrupted")
     assert {r["name"] for r in rep["runs"]} >= {"cold"}

@@ -76,6 +76,26 @@ def test_a_config_file_cannot_smuggle_flags_past_the_plan():
     validate_extra_args(["--enforce-eager", "--max-logprobs", "5"])   # others pass
 
 
+@pytest.mark.parametrize("var,field", [
+    ("VLLM_CPU_KVCACHE_SPACE", "cache.kv_cache_bytes"), ("VLLM_SERVER_DEV_MODE", "observe.freezes"),
+    ("VLLM_CPU_OMP_THREADS_BIND", "vllm.cpus"),
+])
+def test_environment_variables_that_set_owned_values_are_refused_naming_the_field(var, field):
+    from validator.errors import InputError
+    from validator.session import launch_spec
+    prof, plan = _tiny(vllm__env={var: "2"})
+    with pytest.raises(InputError, match=rf"vllm\.env: {var}.*{field.replace('.', '[.]')}"):
+        launch_spec(prof, plan)
+
+
+def test_owned_variables_inherited_from_the_shell_do_not_reach_the_server():
+    """A VLLM_SERVER_DEV_MODE=1 or a KV size left in the caller's shell must not change the server."""
+    from validator.launch import launch_environment
+    env = launch_environment({"PATH": "/bin", "VLLM_SERVER_DEV_MODE": "1", "VLLM_CPU_KVCACHE_SPACE": "8",
+                              "VLLM_API_KEY": "sk-shell"}, {"VLLM_CPU_KVCACHE_SPACE": "1"})
+    assert env == {"PATH": "/bin", "VLLM_CPU_KVCACHE_SPACE": "1"}
+
+
 def test_an_api_key_in_vllm_env_is_refused_and_secrets_never_reach_profile_json():
     from validator.errors import InputError
     from validator.session import launch_spec, redacted

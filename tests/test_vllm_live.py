@@ -8,15 +8,13 @@ from __future__ import annotations
 import json
 import os
 import signal
-import subprocess
-import sys
 import time
 from pathlib import Path
 
 import pytest
 import yaml
 
-from tests.conftest import alive_pids, processes_mentioning, run_validate
+from tests.conftest import ProcessWatch, Validate, run_validate
 from tests.vllm_cases import CASES, REFUSAL, profile_for
 from validator.launch import LaunchSpec, Server, ServerFailed
 from validator.plan import make_plan, plan_input_from_profile
@@ -50,15 +48,7 @@ def test_startup_cross_check_is_exact(name, tiny_model, tmp_path):
     assert (facts["num_gpu_blocks"], facts["kv_cache_size_tokens"], facts["kv_cache_max_concurrency"]) \
         == tuple(CASES[name][8:])
     assert (tmp_path / "run" / "vllm.log").stat().st_size > 0
-    pids = [int(p) for p in _pids_from(r.stderr)]
-    assert pids and not alive_pids(pids)
-
-
-def _pids_from(stderr: str) -> list[str]:
-    for line in stderr.splitlines():
-        if "vLLM stopped (pids [" in line:
-            return line.split("[", 2)[2].rstrip("])").split(", ")
-    return []
+    assert "VLLM::EngineCore" in r.watch.names()   # tracked: run_validate found none of them left
 
 
 def _spec(model_path, *args, timeout=240.0) -> LaunchSpec:
@@ -75,7 +65,8 @@ def test_refusal_quotes_vllm_and_matches_the_plan(tiny_model, tmp_path):
                                  "--num-gpu-blocks-override", str(override)],
                       env={"VLLM_CPU_KVCACHE_SPACE": str(space)}, extra_args=["--enforce-eager"],
                       startup_timeout_s=240)
-    server = Server(spec, tmp_path)
+    watch = ProcessWatch()
+    server = Server(spec, tmp_path, progress=watch.feed)
     with pytest.raises(ServerFailed) as e:
         with server:
             server.wait_ready()
@@ -83,11 +74,12 @@ def test_refusal_quotes_vllm_and_matches_the_plan(tiny_model, tmp_path):
     assert "ValueError" in str(e.value)
     plan = make_plan(plan_input_from_profile(from_dict(profile_for(tiny_model(model), *REFUSAL[1:8]))))
     assert not plan.fits and f"estimated maximum model length: {estimate}" in plan.reasons[0]
-    assert not alive_pids(server.pids)
+    assert not watch.survivors()
 
 
 def test_start_health_stop_and_exception_path(tiny_model, tmp_path):
-    server = Server(_spec(tiny_model("tiny-gqa")), tmp_path)
+    watch = ProcessWatch()
+    server = Server(_spec(tiny_model("tiny-gqa")), tmp_path, progress=watch.feed)
     with pytest.raises(RuntimeError):
         with server:
             server.wait_ready()
@@ -96,31 +88,31 @@ def test_start_health_stop_and_exception_path(tiny_model, tmp_path):
                 assert r.status == 200
             assert server.url.startswith("http://127.0.0.1:")
             raise RuntimeError("a failure inside the run")
-    assert len(server.pids) >= 2  # the API server and its engine core
-    assert not alive_pids(server.pids)
-    assert not processes_mentioning(f"--port {server.port}")
+    assert {"VLLM::EngineCore", "VLLM::Worker"} <= watch.names()
+    assert not watch.survivors()
 
 
 def test_startup_timeout_tears_down(tiny_model, tmp_path):
-    server = Server(_spec(tiny_model("tiny-gqa"), timeout=3), tmp_path)
+    watch = ProcessWatch()
+    server = Server(_spec(tiny_model("tiny-gqa"), timeout=3), tmp_path, progress=watch.feed)
     t0 = time.monotonic()
     with pytest.raises(ServerFailed, match="did not answer /health within 3 s"):
         with server:
             server.wait_ready()
     assert time.monotonic() - t0 < 30
-    assert not alive_pids(server.pids)
-    assert not processes_mentioning(f"--port {server.port}")
+    assert watch.pid is not None and not watch.survivors()
 
 
 def test_crash_at_startup_is_reported(tiny_model, tmp_path):
     # head_dim 16 is refused by CPU attention; here: a block size vLLM's CPU backend rejects at start
     spec = _spec(tiny_model("tiny-gqa"))
     spec.vllm_args += ["--max-num-batched-tokens", "2"]  # below max_num_seqs: vLLM refuses
-    server = Server(spec, tmp_path)
+    watch = ProcessWatch()
+    server = Server(spec, tmp_path, progress=watch.feed)
     with pytest.raises(ServerFailed, match="exited with code"):
         with server:
             server.wait_ready()
-    assert not alive_pids(server.pids)
+    assert not watch.survivors()
 
 
 @pytest.mark.parametrize("sig,code", [(signal.SIGINT, 130), (signal.SIGTERM, 143)])
@@ -129,22 +121,13 @@ def test_interrupting_kvgate_stops_vllm(sig, code, tiny_model, tmp_path):
         "model": {"path": str(tiny_model("tiny-gqa"))}, "hardware": {"platform": "cpu"},
         "cache": {"kv_cache_bytes": "1GiB", "block_size": 32},
         "limits": {"max_model_len": 512, "max_num_seqs": 4}, "vllm": {"extra_args": ["--enforce-eager"]}})
-    p = subprocess.Popen([sys.executable, "-m", "validator", "--launch-only", "--profile", str(prof),
-                          "--out", str(tmp_path / "run")], cwd=ROOT, stderr=subprocess.PIPE, text=True)
-    pid = None
-    deadline = time.monotonic() + 120
-    for line in p.stderr:  # wait until vLLM is loading, then interrupt kvgate
-        if "starting vLLM (pid" in line:
-            pid = int(line.split("(pid ")[1].split(")")[0])
-        if "vLLM: loading" in line or time.monotonic() > deadline:
-            break
-    assert pid is not None
-    os.kill(p.pid, sig)
-    rest = p.stderr.read()
-    assert p.wait(timeout=60) == code, rest
+    v = Validate(["--launch-only", "--profile", str(prof), "--out", str(tmp_path / "run")])
+    v.until("vLLM: loading", timeout=120)  # vLLM is loading: interrupt kvgate
+    os.kill(v.p.pid, sig)
+    got, _, rest = v.finish(timeout=60)
+    assert got == code, rest
     assert "Traceback" not in rest
-    assert not alive_pids([pid])
-    assert not processes_mentioning(str(tmp_path))
+    assert not v.watch.survivors()
     saved = json.loads((tmp_path / "run" / "startup.json").read_text())
     assert saved["error"].startswith("interrupted") and "argv" in saved
 
@@ -156,7 +139,8 @@ def test_url_mode_checks_a_server_kvgate_did_not_start(tiny_model, tmp_path):
         "cache": {"kv_cache_bytes": "1GiB", "block_size": 32},
         "limits": {"max_model_len": 512, "max_num_seqs": 4, "max_num_batched_tokens": 2048}})
     spec = _spec(model, "--max-num-batched-tokens", "2048")
-    with Server(spec, tmp_path / "server") as server:
+    watch = ProcessWatch()
+    with Server(spec, tmp_path / "server", progress=watch.feed) as server:
         server.wait_ready()
         r = validate("--launch-only", "--json", "--profile", str(prof), "--url", server.url,
                      "--out", str(tmp_path / "run"))
@@ -170,7 +154,7 @@ def test_url_mode_checks_a_server_kvgate_did_not_start(tiny_model, tmp_path):
         assert r.returncode == 1
         failed = {c["name"] for c in json.loads(r.stdout)["checks"] if c["passed"] is False}
         assert failed == {"startup.max_model_len", "startup.kv_cache_tokens", "startup.max_concurrency"}
-    assert not alive_pids(server.pids)
+    assert not watch.survivors()
 
 
 def test_api_key_is_used_and_never_written(tiny_model, tmp_path):
@@ -180,9 +164,7 @@ def test_api_key_is_used_and_never_written(tiny_model, tmp_path):
         "cache": {"kv_cache_bytes": "1GiB", "block_size": 32}, "limits": {"max_model_len": 512, "max_num_seqs": 4},
         "vllm": {"extra_args": ["--enforce-eager"], "api_key_env": "KVGATE_TEST_KEY"}})
     env = dict(os.environ, KVGATE_TEST_KEY=key)
-    r = subprocess.run([sys.executable, "-m", "validator", "--json", "--profile", str(prof),
-                        "--out", str(tmp_path / "run")], cwd=ROOT, capture_output=True, text=True, timeout=300,
-                       env=env)
+    r = run_validate("--json", "--profile", str(prof), "--out", str(tmp_path / "run"), timeout=300, env=env)
     assert r.returncode in (0, 1), r.stderr[-2000:]  # the whole job: plan, launch, runs, report
     # /v1/models and every request need the key: they worked, so the key was sent
     rep = json.loads(r.stdout)

@@ -242,6 +242,11 @@ def judge(plan: dict, runs: list[RunData], profile_values: dict,
         name = run.name
         for p in run.problems:
             checks.append(_check(f"{name}.files", "readable", p, False, "exact", "a saved file could not be read"))
+        errs = run.scrape_errors
+        checks.append(_check(f"{name}.scrapes", "0 failed", f"{len(errs)} failed" if errs else "0 failed",
+                             None if errs else True, "exact",
+                             "every /metrics scrape in the run answered" if not errs else
+                             f"the samples have gaps; first: {errs[0].get('error')}"))
         # prefix cache: queries are every prompt token; hits follow the block model
         q_obs = f["prefix_queries_observed"]
         checks.append(_check(f"{name}.prefix_queries", f["prompt_tokens_sent"], q_obs,

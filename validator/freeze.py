@@ -23,6 +23,7 @@ from pathlib import Path
 
 import aiohttp
 
+from loadgen.records import read_jsonl
 from validator.scrape import Sample, parse_metrics, wanted_lines
 
 FREEZE_BUDGET_S = 2.0      # a freeze holds the engine at most about this long, retries included
@@ -87,9 +88,9 @@ class FreezeRecord:
 
 def read_freezes(path: Path) -> tuple[list[FreezeRecord], list[str]]:
     """Freeze records and the problems met reading them (a torn last line is not a problem)."""
-    out, problems = [], []
-    if not path.exists():
-        return out, problems
+    problems: list[str] = []
+    out = read_jsonl(path, FreezeRecord.from_json, problems) if path.exists() else []
+    return out, problems
     lines = path.read_text(encoding="utf-8").splitlines()
     for i, line in enumerate(lines):
         if not line.strip():

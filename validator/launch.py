@@ -22,6 +22,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable
 
+import psutil
+
 from validator.errors import InfraError, InputError
 from validator.startup import PHASES, parse_log, phase_of
 
@@ -132,6 +134,30 @@ OWNED_FIELD = {
 }
 
 
+# environment variables that set what the plan or the launcher owns, and the profile field to use
+OWNED_ENV = {
+    "VLLM_CPU_KVCACHE_SPACE": "cache.kv_cache_bytes", "VLLM_SERVER_DEV_MODE": "observe.freezes",
+    "VLLM_API_KEY": "vllm.api_key_env", "VLLM_CPU_OMP_THREADS_BIND": "vllm.cpus",
+    "VLLM_HTTP_TIMEOUT_KEEP_ALIVE": "(none: kvgate's client relies on vLLM's 5 s keep-alive)",
+}
+
+
+def validate_env(env: dict[str, str]) -> None:
+    """A variable in vllm.env may not set what a profile field owns (the plan would not see it)."""
+    for k in env:
+        if k in OWNED_ENV:
+            raise InputError(f"vllm.env: {k} sets what kvgate owns and would not be checked against the plan "
+                             f"(or would be written into the run's profile); use {OWNED_ENV[k]} instead")
+
+
+def launch_environment(inherited: dict[str, str], spec_env: dict[str, str]) -> dict[str, str]:
+    """The server's environment: the caller's, minus owned variables it may carry by accident (a
+    VLLM_SERVER_DEV_MODE=1 left in a shell would open unguarded routes), plus the launch's own."""
+    env = {k: v for k, v in inherited.items() if k not in OWNED_ENV}
+    env.update(spec_env)
+    return env
+
+
 def validate_extra_args(args: list[str]) -> None:
     """Extra flags may not silently change what the plan decided, nor smuggle in a shell. vLLM reads
     `_` and `-` alike and `--flag=value` as `--flag value`, so every spelling is caught; `--config`
@@ -149,36 +175,42 @@ def validate_extra_args(args: list[str]) -> None:
             raise InputError(f"vllm.extra_args: {a!r} contains a newline or NUL byte")
 
 
-def _descendants(pid: int) -> list[int]:
-    """Children of pid at any depth, from /proc (processes that left the group too)."""
-    parents: dict[int, list[int]] = {}
-    for d in os.listdir("/proc") if os.path.isdir("/proc") else []:
-        if not d.isdigit():
-            continue
+def _tree(pid: int) -> list[psutil.Process]:
+    """The process and its descendants at any depth (children that left the group too)."""
+    try:
+        root = psutil.Process(pid)
+        return [root, *root.children(recursive=True)]
+    except psutil.Error:
+        return []
+
+
+def _group(pgid: int) -> list[psutil.Process]:
+    """Every process in the group (children whose parent already died are reparented, not regrouped)."""
+    out = []
+    for p in psutil.process_iter():
         try:
-            with open(f"/proc/{d}/stat", "rb") as f:
-                stat = f.read().decode(errors="replace")
-            ppid = int(stat.rsplit(")", 1)[1].split()[1])
-        except (OSError, IndexError, ValueError):
+            if os.getpgid(p.pid) == pgid:
+                out.append(p)
+        except (OSError, psutil.Error):
             continue
-        parents.setdefault(ppid, []).append(int(d))
-    out, todo = [], [pid]
-    while todo:
-        for c in parents.get(todo.pop(), []):
-            out.append(c)
-            todo.append(c)
     return out
 
 
-def _running(pids) -> list[int]:
-    """Those of pids that still exist and are not zombies (a zombie holds no resources)."""
+def _name(p: psutil.Process) -> str:
+    try:
+        return p.name()
+    except psutil.Error:
+        return ""
+
+
+def _running(procs) -> list[psutil.Process]:
+    """Those still running and not zombies (a zombie holds no resources)."""
     out = []
-    for p in pids:
+    for p in procs:
         try:
-            with open(f"/proc/{p}/stat", "rb") as f:
-                if f.read().rsplit(b")", 1)[1].split()[0] != b"Z":
-                    out.append(p)
-        except (OSError, IndexError):
+            if p.is_running() and p.status() != psutil.STATUS_ZOMBIE:
+                out.append(p)
+        except psutil.Error:
             pass
     return out
 
@@ -196,7 +228,7 @@ class Server:
         self.pids: list[int] = []
         self._log_pos = 0
         self._phase = -1  # index into PHASES
-        self.died_at: float | None = None
+        self._core: list[psutil.Process] = []  # the engine and its workers, once ready
         self._affinity: set[int] | None = None
 
     @property
@@ -213,14 +245,12 @@ class Server:
         self.port = spec.port or free_port(spec.host)
         if spec.port and port_in_use(spec.host, spec.port):
             raise InfraError(f"vllm.port: {spec.host}:{spec.port} is already in use; pick another or leave it empty")
-        env = dict(os.environ)
-        env.update(spec.env)
-        env.pop("VLLM_API_KEY", None)
+        env = launch_environment(dict(os.environ), spec.env)
         if spec.api_key:
             env["VLLM_API_KEY"] = spec.api_key
         cpus = cpu_set(spec.cpus) if spec.cpus else None
         if cpus:  # vllm-cpu binds its OpenMP threads itself: to the same CPUs, unless told otherwise
-            env.setdefault("VLLM_CPU_OMP_THREADS_BIND", spec.cpus)
+            env["VLLM_CPU_OMP_THREADS_BIND"] = spec.cpus
         self.run_dir.mkdir(parents=True, exist_ok=True)
         log = open(self.log_path, "ab")
         mine = os.sched_getaffinity(0) if cpus else None
@@ -259,7 +289,11 @@ class Server:
             return ""
 
     def alive(self) -> bool:
-        return self.proc is not None and self.proc.poll() is None
+        """The API server and every engine process it had when it became ready are running: vLLM
+        with a dead engine core or worker is as dead as one whose API server died."""
+        if self.proc is None or self.proc.poll() is not None:
+            return False
+        return len(_running(self._core)) == len(self._core)
 
     def wait_ready(self) -> None:
         deadline = time.monotonic() + self.spec.startup_timeout_s
@@ -277,6 +311,7 @@ class Server:
             try:
                 with urllib.request.urlopen(self.url + "/health", timeout=2) as r:
                     if r.status == 200:
+                        self._core = [p for p in _tree(self.proc.pid)[1:] if _name(p).startswith("VLLM::")]
                         if self._phase < len(PHASES) - 1:
                             self.progress("vLLM: ready")
                         return
@@ -288,11 +323,14 @@ class Server:
             time.sleep(0.25)
 
     def stop(self, grace: float = GRACE_SECONDS) -> None:
-        """TERM the group, then KILL what is left, including escaped descendants."""
+        """TERM the group, then KILL what is left, including escaped descendants. A server with a
+        dead part has nothing left to flush: it is killed at once."""
         if self.proc is None:
             return
         pid = self.proc.pid
-        victims = set(_descendants(pid))
+        if not self.alive():
+            grace = 0.0
+        victims = {*_tree(pid), *_group(pid)}
         try:
             os.killpg(pid, signal.SIGTERM)
             os.killpg(pid, signal.SIGCONT)  # a stopped (SIGSTOP) server must wake up to handle TERM
@@ -302,25 +340,25 @@ class Server:
             self.proc.wait(timeout=grace)
         except subprocess.TimeoutExpired:
             pass
-        victims |= set(_descendants(pid))
+        victims |= {*_tree(pid), *_group(pid)}
         try:
             os.killpg(pid, signal.SIGKILL)
         except ProcessLookupError:
             pass
-        for v in victims:
+        for v in _running(victims):
             try:
-                os.kill(v, signal.SIGKILL)
-            except (ProcessLookupError, PermissionError):
+                v.kill()
+            except psutil.Error:
                 pass
         try:
             self.proc.wait(timeout=5)
         except subprocess.TimeoutExpired:
             pass
         # a killed process lingers until the kernel has torn it down: return only once none is left
-        deadline = time.monotonic() + 10
+        deadline = time.monotonic() + 10   # zombies do not count: their parent (or init) reaps them
         while _running(victims) and time.monotonic() < deadline:
-            time.sleep(0.05)
-        self.pids = sorted(victims | {pid})
+            time.sleep(0.02)
+        self.pids = sorted({v.pid for v in victims} | {pid})
         _LIVE.discard(self)
         if self._affinity is not None:  # kvgate gets its CPUs back
             try:

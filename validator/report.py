@@ -144,12 +144,23 @@ def checks_table(checks: list[dict]) -> str:
     return "\n".join(rows)
 
 
+DEV_MODE_NOTE = ("vLLM ran in dev mode (VLLM_SERVER_DEV_MODE=1, for freeze-frames and the cache reset): its "
+                 "/pause, /sleep and /collective_rpc routes are not guarded by the API key; kvgate allows it only "
+                 "on a loopback address")
+
+
+def dev_mode_of(rep: dict) -> bool:
+    return bool((rep.get("startup") or {}).get("dev_mode"))
+
+
 def summary_md(rep: dict) -> str:
     p = rep["plan"]
     failed = [c for c in rep["checks"] if c["passed"] is False]
     lines = [f"# kvgate: {rep['verdict'].upper()} ({rep['profile']})", ""]
     if rep.get("error"):
         lines += [f"**error:** {rep['error']}", ""]
+    if dev_mode_of(rep):
+        lines += [f"note: {DEV_MODE_NOTE}", ""]
     lines += [f"plan: {p['max_num_seqs']} sequences x {p['max_model_len']:,} tokens, {p['num_blocks']:,} blocks of "
               f"{p['block_size']} ({p['usable_blocks']:,} usable), {p['kv_bytes_per_token']:,} B/token", ""]
     for r in rep["runs"]:
@@ -195,6 +206,8 @@ def report_html(rep: dict, latency_values: dict | None = None) -> str:
                  f"{p['kv_bytes_per_token']:,} B per token; {p['num_blocks']:,} blocks of {p['block_size']} tokens "
                  f"({p['usable_blocks']:,} usable); vLLM args <code>{esc(' '.join(p['vllm_args']))}</code></p>")
     parts.append(f"<p><b>{esc(counts_line(rep))}</b></p>")
+    if dev_mode_of(rep):
+        parts.append(f"<p class='note'>{esc(DEV_MODE_NOTE)}</p>")
     parts.append("<h2>Checks</h2>" + _checks_html(rep["checks"]))
     parts.append("<h2>Memory ledger</h2>")
     pool = p["num_blocks"] * p["bytes_per_block"]

@@ -15,8 +15,8 @@ from pathlib import Path
 
 import aiohttp
 
-from loadgen.client import OpenAIStream
-from loadgen.records import RecordWriter, RequestRecord, read_records
+from loadgen.client import OpenAIStream, connector
+from loadgen.records import RecordWriter, RequestRecord, read_jsonl, read_records
 from loadgen.runner import RunConfig, Runner
 from loadgen.workload import Lengths, Workload, near_limit, new_salt, shared_prefix
 from validator.errors import InfraError
@@ -59,6 +59,7 @@ class RunData:
     freeze_note: str | None = None                            # why planned freezes were not tried
     freezes: list = field(default_factory=list)               # FreezeRecord, as taken
     problems: list[str] = field(default_factory=list)         # what could not be read back
+    scrape_errors: list[dict] = field(default_factory=list)   # failed /metrics scrapes in this run
 
     def meta(self) -> dict:
         return {"name": self.name, "cache": self.cache, "purpose": self.purpose, "started_at": self.started_at,
@@ -169,12 +170,37 @@ async def _settle(sampler: Sampler, before: Sample | None, prompt: int, output: 
 
 async def execute(specs: list[RunSpec], base_url: str, model: str, run_dir: Path, profile, say,
                   api_key: str | None = None, alive=None) -> list[RunData]:
-    """Run the specs in order; `alive()` is polled so a dead server ends the runs within 2 s."""
+    """Run the specs in order. With `alive` (a server kvgate started), a watchdog polls it every
+    0.1 s and cuts the runs the moment the process is gone: ServerDied within a fraction of a
+    second, whatever the runs were doing (waiting on a request, a freeze, the counters)."""
+    current: list[str] = ["start"]
+    work = asyncio.ensure_future(_execute(specs, base_url, model, run_dir, profile, say, api_key, alive, current))
+    if alive is None:
+        return await work
+    watch = asyncio.ensure_future(_watch(alive))
+    try:
+        done, _ = await asyncio.wait({work, watch}, return_when=asyncio.FIRST_COMPLETED)
+    finally:
+        watch.cancel()
+        if not work.done():
+            work.cancel()  # the runs' own cleanup keeps what was recorded
+            await asyncio.gather(work, return_exceptions=True)
+    if work in done:
+        return work.result()
+    raise ServerDied(current[0])
+
+
+async def _watch(alive, every: float = 0.1) -> None:
+    while alive():
+        await asyncio.sleep(every)
+
+
+async def _execute(specs, base_url, model, run_dir, profile, say, api_key, alive, current) -> list[RunData]:
     g = profile.get
     out: list[RunData] = []
     timeout = aiohttp.ClientTimeout(total=g("observe", "read_timeout_s") + 5)
     async with aiohttp.ClientSession(timeout=timeout) as scrape_s, \
-            aiohttp.ClientSession(connector=aiohttp.TCPConnector(limit=0)) as load_s:
+            aiohttp.ClientSession(connector=connector()) as load_s:
         headers = {"Authorization": f"Bearer {api_key}"} if api_key else {}
         sampler = Sampler(scrape_s, base_url, run_dir / "metrics.jsonl",
                           interval=g("observe", "scrape_interval_s"), timeout=g("observe", "read_timeout_s"))
@@ -184,6 +210,7 @@ async def execute(specs: list[RunSpec], base_url: str, model: str, run_dir: Path
         freeze = FreezeState(g("observe", "freezes"))
         try:
             for spec in specs:
+                current[0] = spec.name
                 data = await _one_run(spec, transport, sampler, base_url, run_dir, scrape_s, headers, say,
                                       g("observe", "run_timeout_s"), alive, freeze)
                 out.append(data)
@@ -240,13 +267,7 @@ async def _one_run(spec: RunSpec, transport, sampler: Sampler, base_url: str, ru
             freezer = Freezer(session, base_url, runner, spec.name, points, d / "freezes.jsonl", before, say)
             freezer_task = asyncio.ensure_future(freezer.run())
         try:
-            while not task.done():
-                await asyncio.wait({task}, timeout=0.5)
-                if alive is not None and not task.done() and not alive():
-                    task.cancel()
-                    await asyncio.gather(task, return_exceptions=True)
-                    raise ServerDied(spec.name)
-            result = task.result()
+            result = await task  # a server kvgate started is watched by execute()
             if any(not r.ok for r in result.records) and await _server_down(session, base_url, alive):
                 raise ServerDied(spec.name)  # requests fail fast once the server is gone
         finally:
@@ -303,20 +324,20 @@ class ServerDied(InfraError):
 def load_runs(run_dir: Path) -> list[RunData]:
     """Saved runs, in the order they ran, for re-judging without a server."""
     out = []
-    all_samples = read_samples(run_dir / "metrics.jsonl") if (run_dir / "metrics.jsonl").exists() else []
+    shared_problems: list[str] = []
+    scrape_errors: list[dict] = []
+    metrics = run_dir / "metrics.jsonl"
+    all_samples = read_samples(metrics, shared_problems, scrape_errors) if metrics.exists() else []
     for meta_path in sorted((run_dir / "runs").glob("*/meta.json"), key=lambda p: json.loads(p.read_text())
                             ["started_at"]):
         m = json.loads(meta_path.read_text())
         d = meta_path.parent
-        records = read_records(d / "records.jsonl") if (d / "records.jsonl").exists() else []
+        problems: list[str] = [] if out else shared_problems   # the shared file's, told once
+        records = read_records(d / "records.jsonl", problems) if (d / "records.jsonl").exists() else []
         if m.get("ended_at") is None:  # cut short: the run ended with its last record
             m["ended_at"] = max([m["started_at"]] + [m["started_at"] + (r.sent or 0) + (r.done or r.e2e or 0)
                                                       for r in records])
-        prompts = {}
-        with open(d / "workload.jsonl") as f:
-            for line in f:
-                x = json.loads(line)
-                prompts[x["id"]] = x["prompt"]
+        prompts = dict(read_jsonl(d / "workload.jsonl", lambda x: (x["id"], x["prompt"]), problems))
         # the light samples taken while this run was in flight (the next run starts right after)
         samples = [s for s in all_samples if not s.histograms and m["started_at"] <= (s.t_sent or s.t)
                    <= m["ended_at"]]
@@ -328,6 +349,9 @@ def load_runs(run_dir: Path) -> list[RunData]:
                       m.get("measured", True), m.get("workload", {}))
         run.freeze_points = m.get("freeze_points") or []
         run.freeze_note = m.get("freeze_note")
-        run.freezes, run.problems = read_freezes(d / "freezes.jsonl")
+        run.freezes, freeze_problems = read_freezes(d / "freezes.jsonl")
+        run.problems = problems + freeze_problems
+        run.scrape_errors = [e for e in scrape_errors if isinstance(e.get("t"), (int, float))
+                             and m["started_at"] <= e["t"] <= m["ended_at"]]
         out.append(run)
     return out

@@ -16,6 +16,8 @@ from pathlib import Path
 
 from prometheus_client.parser import text_string_to_metric_families
 
+from loadgen.records import read_jsonl
+
 # our name -> vLLM family names, newest first
 GAUGES = {
     "kv_cache_usage_perc": ("vllm:kv_cache_usage_perc", "vllm:gpu_cache_usage_perc"),
@@ -174,7 +176,7 @@ class Sampler:
         self.interval = interval
         self.timeout = timeout
         self.samples: list[Sample] = []
-        self.errors: list[str] = []
+        self.errors: list[dict] = []   # failed scrapes: {t, error}
         self._file = open(path, "a", encoding="utf-8") if path else None
         self._task: asyncio.Task | None = None
         self._warned: set[str] = set()
@@ -191,7 +193,11 @@ class Sampler:
         except (asyncio.TimeoutError, OSError, Exception) as e:  # noqa: BLE001 - any failure is a missed sample
             if isinstance(e, asyncio.CancelledError):
                 raise
-            self.errors.append(f"{time.time():.3f} {type(e).__name__}: {e}")
+            err = {"t": time.time(), "error": f"{type(e).__name__}: {e}"[:300]}
+            self.errors.append(err)
+            if self._file:  # saved next to the samples: the judge counts the gaps
+                self._file.write(json.dumps(err) + "\n")
+                self._file.flush()
             return None
         t_done = time.time()
         s = parse_metrics(wanted_lines(text, with_histograms), t=t_done, with_histograms=with_histograms)
@@ -233,12 +239,13 @@ class Sampler:
             self._file = None
 
 
-def read_samples(path: str | Path) -> list[Sample]:
-    out = []
-    with open(path, encoding="utf-8") as f:
-        for line in f:
-            try:
-                out.append(Sample.from_json(json.loads(line)))
-            except (ValueError, KeyError, TypeError):
-                continue
-    return out
+def read_samples(path: str | Path, problems: list[str] | None = None,
+                 errors: list[dict] | None = None) -> list[Sample]:
+    """Samples saved by a Sampler; its failed scrapes (lines with "error") go to `errors`."""
+    def parse(d: dict):
+        if isinstance(d, dict) and "error" in d:
+            if errors is not None:
+                errors.append(d)
+            return None
+        return Sample.from_json(d)
+    return [s for s in read_jsonl(path, parse, problems) if s is not None]

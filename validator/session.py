@@ -20,7 +20,8 @@ from pathlib import Path
 
 from validator import report
 from validator.errors import EXIT_FAIL, EXIT_INFRA, EXIT_OK, InfraError, InputError
-from validator.launch import LaunchSpec, Server, ServerFailed, install_signal_handlers, validate_extra_args
+from validator.launch import (LaunchSpec, Server, ServerFailed, install_signal_handlers, validate_env,
+                             validate_extra_args)
 from validator.render import plan_text
 from validator.startup import StartupFacts, cross_check, parse_cache_config_info, parse_log
 
@@ -90,8 +91,16 @@ def server_facts(base_url: str, api_key: str | None, facts: StartupFacts | None 
         if data and isinstance(data[0].get("max_model_len"), int):
             f.max_model_len = data[0]["max_model_len"]
             f.served_model = data[0].get("id")
-    except (urllib.error.URLError, OSError, ValueError, AttributeError):
-        pass
+        else:
+            f.models_error = "GET /v1/models: no model with a max_model_len"
+    except urllib.error.HTTPError as e:
+        if e.code in (401, 403):  # every request of the load would be refused the same way
+            raise InputError(f"vllm.api_key_env: the server refused {'the key' if api_key else 'a request without a key'}"
+                             f" (HTTP {e.code} from /v1/models); name the environment variable that holds its "
+                             "API key") from None
+        f.models_error = f"GET /v1/models: HTTP {e.code}"
+    except (urllib.error.URLError, OSError, ValueError, AttributeError) as e:
+        f.models_error = f"GET /v1/models: {type(e).__name__}: {e}"[:200]
     return f
 
 
@@ -118,9 +127,7 @@ def launch_spec(profile, plan) -> LaunchSpec:
     validate_extra_args(extra)
     api_key = _api_key(profile)
     env = g("vllm", "env") or {}
-    if "VLLM_API_KEY" in env:
-        raise InputError("vllm.env: VLLM_API_KEY would be written into the run's profile; put the key in an "
-                         "environment variable and name it in vllm.api_key_env")
+    validate_env(env)
     dev = dev_mode_wanted(profile)
     if dev and not _is_loopback_host(g("vllm", "host")):
         raise InputError(f"vllm.host: {g('vllm', 'host')} is not a loopback address, and dev mode (freeze-frames, "
@@ -316,6 +323,8 @@ def finish(rep: dict, run_dir: Path, as_json: bool) -> int:
             print_checks(rep["checks"])
         print(f"verdict: {rep['verdict']}" + (f" ({rep['error']})" if rep.get("error") else "")
               + f"; {report.counts_line(rep)}; report {run_dir / 'report.html'}")
+        if report.dev_mode_of(rep):
+            print(f"note: {report.DEV_MODE_NOTE}")
         if rep.get("rejudged"):
             print(f"(judged again; the live run said {rep['rejudged']['original_verdict']}, kept in "
                   f"{rep['rejudged']['original_report']})")

@@ -48,6 +48,7 @@ class StartupFacts:
     enable_prefix_caching: bool | None = None
     max_model_len: int | None = None               # from /v1/models
     served_model: str | None = None                # from /v1/models
+    models_error: str | None = None                # why /v1/models could not be read
     refused_estimated_max_model_len: int | None = None
     fatal_error: str | None = None
     # GPU start-up memory as logged (GiB, 2 decimals), rank 0's first line of each
@@ -183,7 +184,8 @@ def cross_check(plan: dict, facts: StartupFacts, started_here: bool = True) -> l
         check("startup.max_concurrency_logged", conc_logged, facts.max_concurrency_logged,
               "the start-up log line (2 decimals)", tol="0.005",
               judged=started_here),
-        check("startup.max_model_len", plan["max_model_len"], facts.max_model_len, "from /v1/models"),
+        check("startup.max_model_len", plan["max_model_len"], facts.max_model_len,
+              "from /v1/models" + (f" ({facts.models_error})" if facts.models_error else "")),
     ]
 
 
