@@ -25,7 +25,14 @@ from loadgen.client import OpenAIStream, connector
 from loadgen.records import RecordWriter
 from loadgen.runner import RunConfig, Runner, tokenize_lengths
 from loadgen.stats import format_summary, summarize
-from loadgen.workload import Lengths, WorkloadError, from_dataset, multi_turn, shared_prefix, synthetic
+from loadgen.workload import (
+    Lengths,
+    WorkloadError,
+    from_dataset,
+    multi_turn,
+    shared_prefix,
+    synthetic,
+)
 
 
 class UsageError(Exception):

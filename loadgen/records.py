@@ -96,12 +96,10 @@ class RecordWriter:
         self.path = Path(path)
         self.path.parent.mkdir(parents=True, exist_ok=True)
         self._f = open(self.path, "a", encoding="utf-8")
-        self.count = 0
 
     def write(self, rec: RequestRecord) -> None:
         self._f.write(json.dumps(rec.to_json(), separators=(",", ":")) + "\n")
         self._f.flush()
-        self.count += 1
 
     def close(self) -> None:
         self._f.close()

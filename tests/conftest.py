@@ -58,9 +58,12 @@ class ProcessWatch:
             self.seen.setdefault(p.pid, p)
         for pid, p in self.seen.items():  # the engine renames itself (VLLM::EngineCore) after its start
             try:
-                self.name_of[pid] = p.name()
+                name = p.name()
             except psutil.Error:
-                pass
+                continue
+            # an exiting process shows only its 15-character kernel name ("VLLM::EngineCor"): keep the full one
+            if not self.name_of.get(pid, "").startswith(name):
+                self.name_of[pid] = name
 
     def _poll(self) -> None:
         while not self._stop.wait(0.1):
@@ -178,7 +181,8 @@ def run_validate(*args, timeout=600, env=None) -> Completed:
 def tiny_server(tiny_model, tmp_path_factory):
     """One real vLLM for the load tests: tiny GQA model, 64 usable blocks of 32, prefix caching on,
     the prefix cache resettable (dev mode). Yields the Server."""
-    from validator.launch import LaunchSpec, Server
+    from validator.serve.argv import LaunchSpec
+    from validator.serve.launch import Server
 
     spec = LaunchSpec(model=str(tiny_model("tiny-gqa")), served_name="tiny",
                       vllm_args=["--block-size", "32", "--max-model-len", "1024", "--max-num-seqs", "8",

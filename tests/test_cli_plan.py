@@ -272,7 +272,8 @@ def test_a_server_kvgate_did_not_start_sets_the_vllm_version_of_the_plan():
     import threading
     from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
-    from validator.plan import make_plan, plan_input_from_profile
+    from validator.inputs import plan_input_from_profile
+    from validator.plan.limits import make_plan
     from validator.profile import load
     from validator.session import _plan_for_server_version
 

@@ -1,5 +1,5 @@
-"""Predictions and checks on constructed data: the block model against DESIGN.md §3's measured
-cases, and every check shown able to fail."""
+"""Predictions and checks on constructed data: the block model against the measured cases of
+docs/kv-accounting.md, and every check shown able to fail."""
 
 import copy
 import json
@@ -7,13 +7,20 @@ import json
 import numpy as np
 
 from loadgen.records import RequestRecord
-from validator.compare import bucket_of, judge
-from validator.freeze import FreezeRecord
-from validator.freezecheck import expected_state
-from validator.predict import Held, PrefixCacheModel, block_keys, final_peak, kv_blocks_at
+from validator.judge.compare import judge
+from validator.judge.figures import bucket_of
+from validator.judge.freezecheck import expected_state
+from validator.judge.predict import (
+    Held,
+    PrefixCacheModel,
+    block_keys,
+    final_peak,
+    kv_blocks_at,
+)
 from validator.profile import from_dict
-from validator.runs import RunData
-from validator.scrape import Histogram, Sample
+from validator.rundir.freezes import FreezeRecord
+from validator.rundir.rundata import RunData
+from validator.rundir.samples import Histogram, Sample
 
 BS = 32
 
@@ -25,7 +32,7 @@ def prompts_with_shared_prefix(n, prefix=256, total=384, seed=0):
 
 
 def test_prefix_cache_matches_vllm_measurements():
-    # DESIGN.md §3, vLLM 0.32 CPU, block 32: 4 prompts of 384 sharing 256 tokens, sent at once into
+    # docs/kv-accounting.md (measured), vLLM 0.32 CPU, block 32: 4 prompts of 384 sharing 256 tokens, sent at once into
     # a freshly reset cache: 768 hit tokens (3 x 256); the same 4 again: 1408 (4 x 352, the len-1 cap)
     p = prompts_with_shared_prefix(4)
     cache = PrefixCacheModel(BS, capacity_blocks=64)
@@ -46,7 +53,7 @@ def test_prefix_cache_forgets_on_reset_and_evicts_lru():
 
 
 def test_kv_blocks_with_a_shared_prefix_match_the_measured_peak():
-    # DESIGN.md §3: 64 usable blocks of 32, 4 requests of 384 + 128 sharing a 256-token prefix:
+    # docs/kv-accounting.md (measured): 64 usable blocks of 32, 4 requests of 384 + 128 sharing a 256-token prefix:
     # peak 40 blocks = 8 shared + 4 x 8 own (384 + 127 positions = 16 blocks each)
     p = prompts_with_shared_prefix(4)
     held = [Held(0.0, [0.01 * (k + 1) for k in range(128)], 384, tuple(block_keys(x, BS))) for x in p]
@@ -117,7 +124,8 @@ def cold_run():
     after = sample(t0 + 1, 0.0, 0, prefix_cache_queries=1920.0, prefix_cache_hits=0.0, num_preemptions=0.0)
     after.histograms = {"ttft": ttft_hist(4), "itl": itl_hist(4 * 31)}
     samples = [sample(t0 + 0.1, 1.0, 4), sample(t0 + 0.2, 1.0, 4)]
-    run = RunData("cold", "cold", "", recs, prompts, t0, t0 + 0.3, before, after, samples, "reset", True)
+    run = RunData(name="cold", cache="cold", purpose="", records=recs, prompts=prompts, started_at=t0,
+                  ended_at=t0 + 0.3, before=before, after=after, samples=samples, isolation="reset", settled=True)
     run.freeze_points = [{"name": "freeze1", "min_tokens": 1, "running": 4, "waiting": 0},
                          {"name": "freeze2", "min_tokens": 8, "running": 4, "waiting": 0}]
     # far after the last token, so no latency sample spans them
@@ -319,7 +327,7 @@ def test_probe_freeze_with_the_excess_waiting():
 
 
 def test_expected_state_counts_shared_prefix_blocks_once():
-    # DESIGN.md §3: 64 usable blocks of 32, 4 requests of 384 + 128 sharing a 256-token prefix:
+    # docs/kv-accounting.md (measured): 64 usable blocks of 32, 4 requests of 384 + 128 sharing a 256-token prefix:
     # at the end of the decode 40 blocks = 8 shared + 4 x 8 own (384 + 127 positions = 16 blocks each)
     p = prompts_with_shared_prefix(4)
     prompts = {f"w{i}": x for i, x in enumerate(p)}
@@ -350,7 +358,7 @@ def test_missing_metrics_are_not_measured_not_zero():
 
 
 def test_verdict_is_pass_only_when_every_judged_check_was_measured_and_passed():
-    from validator.report import verdict_of
+    from validator.judge.verdict import verdict_of
     ok = {"name": "a", "passed": True, "status": "pass"}
     missing = {"name": "b", "passed": None, "status": "not_measured"}
     skipped = {"name": "c", "passed": None, "status": "not_judged"}
@@ -381,7 +389,7 @@ def test_failed_scrapes_leave_the_run_not_measured_never_pass():
 
 def test_lines_that_cannot_be_read_are_named_and_only_a_torn_last_line_is_quiet(tmp_path):
     from loadgen.records import read_records
-    from validator.scrape import read_samples
+    from validator.rundir.samples import read_samples
     good = json.dumps(RequestRecord(id="r0").to_json())
     f = tmp_path / "records.jsonl"
     f.write_text(good + "\n{not json\n" + good + "\n" + good[:20])      # line 2 broken, line 4 torn
@@ -402,7 +410,8 @@ async def test_a_sampler_saves_its_failed_scrapes_for_the_judge(tmp_path):
 
     import aiohttp
 
-    from validator.scrape import Sampler, read_samples
+    from validator.observe.scrape import Sampler
+    from validator.rundir.samples import read_samples
     with socket.socket() as s:       # a port nothing listens on
         s.bind(("127.0.0.1", 0))
         port = s.getsockname()[1]
@@ -438,8 +447,8 @@ def test_a_refused_key_is_an_input_error_and_other_failures_are_said():
     import pytest
 
     from validator.errors import InputError
-    from validator.session import server_facts
-    from validator.startup import cross_check
+    from validator.judge.startup import cross_check
+    from validator.serve.facts import server_facts
     srv = _http_server(401)
     try:
         with pytest.raises(InputError, match="vllm.api_key_env.*HTTP 401"):

@@ -12,8 +12,9 @@ import pytest
 from aiohttp import web
 
 from loadgen.records import RequestRecord
-from validator.freeze import Freezer, FreezePoint, FreezeRecord, matches, read_freezes
-from validator.scrape import Sample
+from validator.observe.freeze import Freezer, matches
+from validator.rundir.freezes import FreezePoint, FreezeRecord, read_freezes
+from validator.rundir.samples import Sample
 
 
 def metrics_text(usage, running, waiting, gen):

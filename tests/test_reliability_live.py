@@ -13,6 +13,7 @@ import time
 from pathlib import Path
 
 import pytest
+
 from tests.conftest import Validate, run_validate, tiny_profile_file
 
 ROOT = Path(__file__).resolve().parents[1]

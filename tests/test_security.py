@@ -5,7 +5,7 @@ from pathlib import Path
 
 import pytest
 
-from validator.launch import LaunchSpec
+from validator.serve.argv import LaunchSpec
 
 ROOT = Path(__file__).resolve().parents[1]
 SHELLS = re.compile(r"shell\s*=\s*True|os\.system\(|os\.popen\(|subprocess\.getoutput|subprocess\.getstatusoutput"
@@ -41,7 +41,8 @@ def _tiny(**changes):
     """profiles/tiny-cpu.yaml (a config.json only: nothing is built or launched) with changes."""
     import yaml
 
-    from validator.plan import make_plan, plan_input_from_profile
+    from validator.inputs import plan_input_from_profile
+    from validator.plan.limits import make_plan
     from validator.profile import from_dict
     raw = yaml.safe_load((ROOT / "profiles" / "tiny-cpu.yaml").read_text())
     raw["model"] = {"path": str(ROOT / "profiles" / "models" / "qwen3-8b"), "served_name": "tiny"}
@@ -62,14 +63,14 @@ def _tiny(**changes):
 ])
 def test_owned_flags_are_refused_in_every_spelling_naming_the_field(args, field):
     from validator.errors import InputError
-    from validator.launch import validate_extra_args
+    from validator.serve.argv import validate_extra_args
     with pytest.raises(InputError, match=field.replace(".", r"\.")):
         validate_extra_args(args)
 
 
 def test_a_config_file_cannot_smuggle_flags_past_the_plan():
     from validator.errors import InputError
-    from validator.launch import validate_extra_args
+    from validator.serve.argv import validate_extra_args
     for args in (["--config", "f.yaml"], ["--config=f.yaml"]):
         with pytest.raises(InputError, match="--config"):
             validate_extra_args(args)
@@ -82,7 +83,7 @@ def test_a_config_file_cannot_smuggle_flags_past_the_plan():
 ])
 def test_environment_variables_that_set_owned_values_are_refused_naming_the_field(var, field):
     from validator.errors import InputError
-    from validator.session import launch_spec
+    from validator.serve.argv import launch_spec
     prof, plan = _tiny(vllm__env={var: "2"})
     with pytest.raises(InputError, match=rf"vllm\.env: {var}.*{field.replace('.', '[.]')}"):
         launch_spec(prof, plan)
@@ -90,7 +91,7 @@ def test_environment_variables_that_set_owned_values_are_refused_naming_the_fiel
 
 def test_owned_variables_inherited_from_the_shell_do_not_reach_the_server():
     """A VLLM_SERVER_DEV_MODE=1 or a KV size left in the caller's shell must not change the server."""
-    from validator.launch import launch_environment
+    from validator.serve.argv import launch_environment
     env = launch_environment({"PATH": "/bin", "VLLM_SERVER_DEV_MODE": "1", "VLLM_CPU_KVCACHE_SPACE": "8",
                               "VLLM_API_KEY": "sk-shell"}, {"VLLM_CPU_KVCACHE_SPACE": "1"})
     assert env == {"PATH": "/bin", "VLLM_CPU_KVCACHE_SPACE": "1"}
@@ -98,7 +99,8 @@ def test_owned_variables_inherited_from_the_shell_do_not_reach_the_server():
 
 def test_an_api_key_in_vllm_env_is_refused_and_secrets_never_reach_profile_json():
     from validator.errors import InputError
-    from validator.session import launch_spec, redacted
+    from validator.rundir.files import redacted
+    from validator.serve.argv import launch_spec
     prof, plan = _tiny(vllm__env={"VLLM_API_KEY": "sk-123"})
     with pytest.raises(InputError, match="vllm.api_key_env"):
         launch_spec(prof, plan)
@@ -110,7 +112,7 @@ def test_an_api_key_in_vllm_env_is_refused_and_secrets_never_reach_profile_json(
 
 def test_dev_mode_only_when_freezes_want_it_and_only_on_loopback():
     from validator.errors import InputError
-    from validator.session import launch_spec
+    from validator.serve.argv import launch_spec
     prof, plan = _tiny()
     assert launch_spec(prof, plan).env["VLLM_SERVER_DEV_MODE"] == "1"
     prof, plan = _tiny(vllm__host="0.0.0.0")
@@ -121,20 +123,19 @@ def test_dev_mode_only_when_freezes_want_it_and_only_on_loopback():
 
 
 def test_run_directories_stay_inside_runs_and_never_mix(tmp_path):
-    import argparse
 
     from validator.errors import InputError
-    from validator.session import run_dir_for, safe_name
+    from validator.rundir.files import run_dir_for, safe_name
     for name in ("../../../somewhere", "a/b\\c", ".hidden", "/etc/passwd"):
         clean = safe_name(name)
         assert "/" not in clean and "\\" not in clean and not clean.startswith("."), clean
     prof, _ = _tiny()
     prof.values[""]["name"] = "../../../somewhere"
-    d = run_dir_for(argparse.Namespace(out=None), prof)
+    d = run_dir_for(None, prof.name)
     assert d.parent == Path("runs") and ".." not in d.parts
     used = tmp_path / "used"
     used.mkdir()
     (used / "records.jsonl").write_text("{}\n")
     with pytest.raises(InputError, match="--out"):
-        run_dir_for(argparse.Namespace(out=str(used)), prof)
-    assert run_dir_for(argparse.Namespace(out=str(tmp_path / "new")), prof) == tmp_path / "new"
+        run_dir_for(str(used), prof.name)
+    assert run_dir_for(str(tmp_path / "new"), prof.name) == tmp_path / "new"

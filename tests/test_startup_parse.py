@@ -2,7 +2,9 @@
 
 import pytest
 
-from validator.startup import StartupFacts, cross_check, parse_cache_config_info, parse_log
+from validator.judge.startup import cross_check
+from validator.rundir.startup import StartupFacts
+from validator.serve.startup_log import parse_cache_config_info, parse_log
 
 LOG = """\
 (EngineCore pid=3345) INFO 11-29 09:06:32 [kv_cache_utils.py:2327] CPU KV cache size: 10,324,440 tokens, Maximum concurrency for 4,096 tokens per request: 2520.62x
@@ -51,7 +53,7 @@ def test_cross_check_flags_a_mismatch_and_unreported_values():
 
 
 def test_counters_parse_with_either_type_line_and_missing_ones_are_none():
-    from validator.scrape import parse_metrics
+    from validator.rundir.samples import parse_metrics
     for type_name in ("vllm:prompt_tokens", "vllm:prompt_tokens_total"):
         text = f'# TYPE {type_name} counter\nvllm:prompt_tokens_total{{engine="0"}} 17888\n'
         v = parse_metrics(text).values
@@ -122,7 +124,7 @@ def test_gpu_start_up_memory_lines_are_read():
 
 
 def test_gpu_memory_checks_pass_on_the_log_and_fail_when_doctored():
-    from validator.startup import gpu_memory_checks
+    from validator.judge.startup import gpu_memory_checks
     checks = {c.name: c for c in gpu_memory_checks(gpu_plan(), parse_log(GPU_LOG))}
     assert [checks[n].status for n in ("startup.weights_gib", "startup.available_kv_gib",
                                        "startup.cudagraph_estimate_gib")] == ["pass"] * 3
@@ -137,7 +139,7 @@ def test_gpu_memory_checks_pass_on_the_log_and_fail_when_doctored():
 
 
 def test_a_pinned_budget_is_checked_as_reserved_not_as_profiled():
-    from validator.startup import gpu_memory_checks
+    from validator.judge.startup import gpu_memory_checks
     plan = gpu_plan(kv_cache_bytes=int(56.27 * GIB) + 1000, kv_pinned=True)
     checks = {c.name: c for c in gpu_memory_checks(plan, parse_log(GPU_LOG + PINNED_LOG))}
     assert checks["startup.kv_reserved_gib"].status == "pass"
@@ -152,7 +154,7 @@ NVIDIA_APPS = "GPU-1b2c, 4242, python3, 40950\n"
 
 def test_nvidia_smi_is_read_and_a_busy_gpu_is_refused_with_the_numbers():
     from validator.errors import InfraError
-    from validator.gpu_device import check_free, parse_apps, parse_gpus
+    from validator.serve.gpu_device import check_free, parse_apps, parse_gpus
     gpus = parse_gpus(NVIDIA_SMI + "2, NVIDIA H100 80GB HBM3, [N/A], [N/A], [N/A]\n")
     assert [(g.index, g.name, g.free_bytes // 2**20) for g in gpus] == [
         (0, "NVIDIA H100 80GB HBM3", 81088), (1, "NVIDIA H100 80GB HBM3", 40129)]

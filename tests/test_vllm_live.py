@@ -16,9 +16,11 @@ import yaml
 
 from tests.conftest import ProcessWatch, Validate, run_validate
 from tests.vllm_cases import CASES, REFUSAL, profile_for
-from validator.launch import LaunchSpec, Server, ServerFailed
-from validator.plan import make_plan, plan_input_from_profile
+from validator.inputs import plan_input_from_profile
+from validator.plan.limits import make_plan
 from validator.profile import from_dict
+from validator.serve.argv import LaunchSpec
+from validator.serve.launch import Server, ServerFailed
 
 pytestmark = pytest.mark.vllm
 ROOT = Path(__file__).resolve().parents[1]

@@ -6,7 +6,8 @@ Offline and fast; tests/test_vllm_live.py measures the same cases on a live serv
 import pytest
 
 from tests.vllm_cases import CASES, REFUSAL, profile_for
-from validator.plan import make_plan, plan_input_from_profile
+from validator.inputs import plan_input_from_profile
+from validator.plan.limits import make_plan
 from validator.profile import from_dict
 
 

@@ -4,8 +4,16 @@ import numpy as np
 import pytest
 
 from loadgen.runner import RunConfig, arrival_times
-from loadgen.workload import (Lengths, WorkloadError, from_dataset, multi_turn, near_limit, salt_ids,
-                              shared_prefix, synthetic)
+from loadgen.workload import (
+    Lengths,
+    WorkloadError,
+    from_dataset,
+    multi_turn,
+    near_limit,
+    salt_ids,
+    shared_prefix,
+    synthetic,
+)
 
 
 def test_lengths_parse_and_sample():

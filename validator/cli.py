@@ -1,4 +1,5 @@
-"""`validate`: plan, launch, cross-check (and, as issues land, load and judge).
+"""`validate`: the command line. It parses, builds the profile and the run options, and prints;
+planning, the session and the report do the rest.
 
 Exit codes: 0 fits / all checks pass, 1 does not fit / a check failed,
 2 bad input, 3 infrastructure failure. Errors are one line, never a traceback.
@@ -11,8 +12,15 @@ import json
 import sys
 
 from validator import profile as profiles
-from validator.errors import EXIT_FAIL, EXIT_INPUT, EXIT_OK, InputError, KvgateError, one_line
-from validator.launch import Terminated
+from validator.errors import (
+    EXIT_FAIL,
+    EXIT_INPUT,
+    EXIT_OK,
+    InputError,
+    KvgateError,
+    one_line,
+)
+from validator.serve.launch import Terminated
 from validator.units import parse_bytes
 
 DEFAULT_PROFILE = "profiles/tiny-cpu.yaml"
@@ -43,40 +51,30 @@ def build_parser() -> argparse.ArgumentParser:
     ap.add_argument("--url", help="validate a server kvgate did not start (facts from its /metrics)")
     ap.add_argument("--report", metavar="DIR", help="judge a saved run directory again, without a server")
     g = ap.add_argument_group("plan overrides (flags win over the profile)")
-    g.add_argument("--model", help="checkpoint directory or config.json")
-    g.add_argument("--platform", choices=["cpu", "gpu"])
-    g.add_argument("--kv-cache-bytes", type=_bytes("--kv-cache-bytes"), help="KV budget, e.g. 1GiB")
-    g.add_argument("--gpu-memory-bytes", type=_bytes("--gpu-memory-bytes"), help="memory of one GPU, e.g. 80GB")
-    g.add_argument("--gpu-memory-utilization", type=float)
-    g.add_argument("--weights-bytes", type=_bytes("--weights-bytes"))
-    g.add_argument("--workspace-bytes", type=_bytes("--workspace-bytes"))
-    g.add_argument("--block-size", type=int)
-    g.add_argument("--kv-cache-dtype")
-    g.add_argument("--max-model-len", type=int)
-    g.add_argument("--max-num-seqs", type=int)
-    g.add_argument("--max-num-batched-tokens", type=int)
-    g.add_argument("--tensor-parallel-size", type=int, help="GPUs one model is split across")
-    g.add_argument("--pipeline-parallel-size", type=int, help="pipeline stages; the ledger is rank 0's")
-    g.add_argument("--vllm-version", help="whose start-up memory accounting to follow on a GPU, e.g. 0.19.0 "
-                   "(default: the installed vLLM, else 0.32.0)")
-    g.add_argument("--num-gpu-blocks-override", type=int)
-    g.add_argument("--prompt-tokens", type=int, help="workload prompt length (also: bandwidth figures)")
-    g.add_argument("--output-tokens", type=int, help="workload output length (also: bandwidth figures)")
+    for flag, (section, name) in PLAN_FLAGS.items():
+        f = profiles.SCHEMA[section][name]
+        kind = {"bytes": _bytes(flag), "int": int, "float": float}.get(f.kind)
+        listed = f" One of: {', '.join(f.choices)}." if f.choices and flag != "--platform" else ""
+        # the profile validates values (its errors name the field); argparse only for --platform, as before
+        g.add_argument(flag, dest=flag[2:].replace("-", "_"), type=kind,
+                       choices=f.choices if flag == "--platform" else None,
+                       help=f"{f.doc}{listed} (profile: {section}.{name})")
     return ap
 
 
-_FLAG_FIELDS = {
-    "model": ("model", "path"), "platform": ("hardware", "platform"),
-    "kv_cache_bytes": ("cache", "kv_cache_bytes"), "gpu_memory_bytes": ("hardware", "gpu_memory"),
-    "gpu_memory_utilization": ("hardware", "gpu_memory_utilization"),
-    "weights_bytes": ("model", "weights_bytes"), "workspace_bytes": ("cache", "workspace"),
-    "block_size": ("cache", "block_size"), "kv_cache_dtype": ("cache", "kv_cache_dtype"),
-    "max_model_len": ("limits", "max_model_len"), "max_num_seqs": ("limits", "max_num_seqs"),
-    "max_num_batched_tokens": ("limits", "max_num_batched_tokens"),
-    "tensor_parallel_size": ("hardware", "tensor_parallel_size"),
-    "pipeline_parallel_size": ("hardware", "pipeline_parallel_size"), "vllm_version": ("vllm", "version"),
-    "num_gpu_blocks_override": ("cache", "num_gpu_blocks_override"),
-    "prompt_tokens": ("workload", "prompt_tokens"), "output_tokens": ("workload", "output_tokens"),
+# each plan flag sets one profile field: declared once here, typed and documented by the schema
+PLAN_FLAGS = {
+    "--model": ("model", "path"), "--platform": ("hardware", "platform"),
+    "--kv-cache-bytes": ("cache", "kv_cache_bytes"), "--gpu-memory-bytes": ("hardware", "gpu_memory"),
+    "--gpu-memory-utilization": ("hardware", "gpu_memory_utilization"),
+    "--weights-bytes": ("model", "weights_bytes"), "--workspace-bytes": ("cache", "workspace"),
+    "--block-size": ("cache", "block_size"), "--kv-cache-dtype": ("cache", "kv_cache_dtype"),
+    "--max-model-len": ("limits", "max_model_len"), "--max-num-seqs": ("limits", "max_num_seqs"),
+    "--max-num-batched-tokens": ("limits", "max_num_batched_tokens"),
+    "--tensor-parallel-size": ("hardware", "tensor_parallel_size"),
+    "--pipeline-parallel-size": ("hardware", "pipeline_parallel_size"), "--vllm-version": ("vllm", "version"),
+    "--num-gpu-blocks-override": ("cache", "num_gpu_blocks_override"),
+    "--prompt-tokens": ("workload", "prompt_tokens"), "--output-tokens": ("workload", "output_tokens"),
 }
 
 
@@ -87,7 +85,7 @@ def resolve_profile(args) -> profiles.Profile:
         prof = profiles.from_dict({})
     else:
         raise InputError("--profile: give a profile, or --model with the plan flags")
-    changes = {_FLAG_FIELDS[k]: getattr(args, k) for k in _FLAG_FIELDS}
+    changes = {field: getattr(args, flag[2:].replace("-", "_")) for flag, field in PLAN_FLAGS.items()}
     return profiles.override(prof, changes)
 
 
@@ -96,17 +94,20 @@ def run(argv: list[str] | None = None) -> int:
     if args.report:
         from validator.session import rejudge
         return rejudge(args.report, args.json)
-    from validator.plan import make_plan, plan_input_from_profile
-    from validator.render import plan_text
+    from validator.inputs import plan_input_from_profile
+    from validator.plan.limits import make_plan
+    from validator.report.text import plan_text
+    from validator.serve.argv import plan_record
 
     prof = resolve_profile(args)
     plan = make_plan(plan_input_from_profile(prof))
-    pj = plan.to_json()
     if args.plan_only:
-        print(json.dumps(pj, indent=2) if args.json else plan_text(pj))
+        record = plan_record(plan)
+        print(json.dumps(record, indent=2) if args.json else plan_text(record))
         return EXIT_OK if plan.fits else EXIT_FAIL
-    from validator.session import run_session  # launch / load / judge
-    return run_session(args, prof, plan)
+    from validator.session import RunOptions, run_session  # launch / load / judge
+    return run_session(RunOptions(url=args.url, out=args.out, as_json=args.json, launch_only=args.launch_only),
+                       prof, plan)
 
 
 def main(argv: list[str] | None = None) -> int:

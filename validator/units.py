@@ -41,12 +41,6 @@ def parse_bytes(value: object, field: str) -> int:
     return n
 
 
-def gib(n: int | float | None, digits: int = 3) -> str:
-    if n is None:
-        return "n/a"
-    return f"{n / GiB:.{digits}f} GiB"
-
-
 def human(n: int | float | None) -> str:
     """Shortest exact-looking binary unit for a byte count (128 KiB, 2.25 MiB)."""
     if n is None:
@@ -56,3 +50,8 @@ def human(n: int | float | None) -> str:
             v = n / size
             return f"{v:.{0 if v == int(v) else 3}f} {unit}".replace(".000 ", " ")
     return f"{int(n)} B"
+
+
+def cdiv(a: int, b: int) -> int:
+    """Ceiling division of integers (blocks for tokens, shares for ranks)."""
+    return -(-a // b)

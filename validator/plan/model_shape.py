@@ -1,16 +1,12 @@
-"""A model's shape as far as KV-cache planning needs it, read from config.json.
+"""A model's shape as far as KV-cache planning needs it, from config.json's contents.
 
-Reads only files: ``config.json`` and, for weight bytes, safetensors headers
-(never tensor data). No torch, no transformers, no vLLM.
+Pure: validator/inputs.py reads the files (config.json, safetensors headers, never tensor
+data). No torch, no transformers, no vLLM.
 """
 
 from __future__ import annotations
 
-import json
-import os
-import struct
 from dataclasses import dataclass
-from pathlib import Path
 
 from validator.errors import InputError
 
@@ -37,12 +33,7 @@ DTYPE_BYTES = {
     "float32": 4, "float": 4, "fp32": 4,
     "float16": 2, "half": 2, "fp16": 2,
     "bfloat16": 2, "bf16": 2,
-    "fp8": 1, "fp8_e4m3": 1, "fp8_e5m2": 1, "int8": 1, "uint8": 1,
-}
-
-_SAFETENSORS_DTYPE_BYTES = {
-    "F64": 8, "I64": 8, "U64": 8, "F32": 4, "I32": 4, "U32": 4, "F16": 2, "BF16": 2,
-    "I16": 2, "U16": 2, "F8_E4M3": 1, "F8_E5M2": 1, "I8": 1, "U8": 1, "BOOL": 1,
+    "fp8": 1, "fp8_e4m3": 1, "fp8_e5m2": 1, "fp8_inc": 1, "int8": 1, "uint8": 1,
 }
 
 
@@ -110,25 +101,6 @@ def _positive_int(cfg: dict, field: str, *names, required: bool = True, maximum:
     if v > maximum:
         raise InputError(f"config.json: {field} = {v} is beyond any real model (at most {maximum}); check the file")
     return v
-
-
-def load_config(path: str | os.PathLike) -> dict:
-    """config.json as a dict, from a checkpoint directory or the file itself."""
-    p = Path(path)
-    if p.is_dir():
-        p = p / "config.json"
-    if not p.exists():
-        raise InputError(f"model: no config.json at {p}; point model.path at a checkpoint directory or its config.json")
-    try:
-        with open(p, encoding="utf-8") as f:
-            cfg = json.load(f)
-    except (OSError, UnicodeDecodeError) as e:
-        raise InputError(f"model: cannot read {p}: {e.__class__.__name__}: {e}") from None
-    except json.JSONDecodeError as e:
-        raise InputError(f"model: {p} is not valid JSON (line {e.lineno}): {e.msg}") from None
-    if not isinstance(cfg, dict):
-        raise InputError(f"model: {p} must hold a JSON object")
-    return cfg
 
 
 def shape_from_config(cfg: dict) -> ModelShape:
@@ -263,45 +235,6 @@ def _layer_kinds(cfg: dict, layers: int, sliding_window: int | None) -> list[str
             raise InputError(f"config.json: sliding_window_pattern must be a positive integer, got {pattern!r:.60}")
         return [FULL if (i + 1) % pattern == 0 else SLIDING for i in range(layers)]
     return [SLIDING] * layers  # Mistral convention: a window on every layer
-
-
-def weight_bytes_from_checkpoint(path: str | os.PathLike) -> int | None:
-    """Sum of tensor bytes from safetensors headers (no tensor data is read).
-
-    Falls back to the size of ``*.bin`` / ``*.pt`` files; None if the directory
-    holds no weights (e.g. only a shipped config.json).
-    """
-    p = Path(path)
-    if not p.is_dir():
-        return None
-    files = sorted(p.glob("*.safetensors"))
-    if files:
-        return sum(_safetensors_payload(f) for f in files)
-    bins = sorted(list(p.glob("*.bin")) + list(p.glob("*.pt")))
-    if bins:
-        return sum(f.stat().st_size for f in bins)
-    return None
-
-
-def _safetensors_payload(f: Path) -> int:
-    try:
-        with open(f, "rb") as fh:
-            raw = fh.read(8)
-            if len(raw) != 8:
-                raise ValueError("file shorter than its header length")
-            (n,) = struct.unpack("<Q", raw)
-            if n > 100 * 1024 * 1024:
-                raise ValueError("header length is implausible")
-            header = json.loads(fh.read(n))
-        total = 0
-        for name, meta in header.items():
-            if name == "__metadata__":
-                continue
-            start, end = meta["data_offsets"]
-            total += end - start
-        return total
-    except (OSError, ValueError, KeyError, TypeError) as e:
-        raise InputError(f"model: cannot read safetensors header of {f}: {e}") from None
 
 
 def embedding_bytes(shape: ModelShape) -> int | None:

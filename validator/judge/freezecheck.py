@@ -15,8 +15,9 @@ request's own blocks minus the hits it shares with requests already counted.
 
 from __future__ import annotations
 
-from validator.predict import block_keys, cdiv
-from validator.startup import Check
+from validator.judge.check import Check
+from validator.judge.predict import block_keys
+from validator.units import cdiv
 
 
 def expected_state(requests: list[dict], prompts: dict, block_size: int) -> dict:
@@ -51,14 +52,16 @@ def _as_count(x: float | None, digits: int = 6):
 def observed_state(reading, usable_blocks: int) -> dict:
     v = reading.values if reading is not None else {}
     u = v.get("kv_cache_usage_perc")
-    return {"kv_blocks": None if u is None else _as_count(u * usable_blocks),
-            "running": _as_count(v.get("num_requests_running")),
-            "waiting": _as_count(v.get("num_requests_waiting"))}
+    return {
+        "kv_blocks": None if u is None else _as_count(u * usable_blocks),
+        "running": _as_count(v.get("num_requests_running")),
+        "waiting": _as_count(v.get("num_requests_waiting")),
+    }
 
 
 _WHAT = {
     "kv_blocks": "kv_cache_usage_perc x usable blocks vs sum of cdiv(prompt + delivered - 1, block) over the "
-                 "decoding requests, shared prefix blocks once",
+    "decoding requests, shared prefix blocks once",
     "running": "num_requests_running vs requests that have some but not all of their tokens",
     "waiting": "num_requests_waiting vs requests in flight without a token",
 }
@@ -70,8 +73,17 @@ def freeze_checks(run, usable_blocks: int, block_size: int) -> list[Check]:
     out: list[Check] = []
     if run.freeze_note:
         judged = "turned off" not in run.freeze_note
-        out.append(Check(f"{run.name}.freezes", "held and read", None, None, "exact", run.freeze_note,
-                         judged=judged))
+        out.append(
+            Check(
+                name=f"{run.name}.freezes",
+                expected="held and read",
+                observed=None,
+                passed=None,
+                tolerance="exact",
+                explanation=run.freeze_note,
+                judged=judged,
+            )
+        )
         return out
     taken = {f.name: f for f in run.freezes}
     for point in run.freeze_points:
@@ -79,25 +91,47 @@ def freeze_checks(run, usable_blocks: int, block_size: int) -> list[Check]:
         rec = taken.get(name)
         why = None
         if rec is None:
-            why = (f"not taken: the run never had exactly {point['running']} requests decoding with "
-                   f">= {point['min_tokens']} tokens" + (" and some waiting" if point["waiting"] else "")
-                   + (" (cut short)" if run.interrupted else ""))
+            why = (
+                f"not taken: the run never had exactly {point['running']} requests decoding with "
+                f">= {point['min_tokens']} tokens"
+                + (" and some waiting" if point["waiting"] else "")
+                + (" (cut short)" if run.interrupted else "")
+            )
         elif rec.error and not rec.settled:
             why = f"not read: {rec.error}"
         elif any(not r.get("exact_counts", True) for r in rec.requests):
             why = "the server did not send per-chunk usage: delivered tokens are not exact"
         if why:
             for what in ("kv_blocks", "running", "waiting"):
-                out.append(Check(f"{run.name}.{name}.{what}", None, None, None, "exact", why))
+                out.append(
+                    Check(
+                        name=f"{run.name}.{name}.{what}",
+                        expected=None,
+                        observed=None,
+                        passed=None,
+                        tolerance="exact",
+                        explanation=why,
+                    )
+                )
             continue
         exp = expected_state(rec.requests, run.prompts, block_size)
         obs = observed_state(rec.reading, usable_blocks)
-        when = (f"{exp['running']} decoding ({', '.join(str(r['delivered']) for r in rec.requests if r['delivered'])}"
-                f" tokens), {exp['waiting']} waiting, held {1e3 * ((rec.t_resumed or 0) - (rec.t_pause or 0)):.0f} ms")
+        when = (
+            f"{exp['running']} decoding ({', '.join(str(r['delivered']) for r in rec.requests if r['delivered'])}"
+            f" tokens), {exp['waiting']} waiting, held {1e3 * ((rec.t_resumed or 0) - (rec.t_pause or 0)):.0f} ms"
+        )
         for what in ("kv_blocks", "running", "waiting"):
             o = obs[what]
-            out.append(Check(f"{run.name}.{name}.{what}", exp[what], o, None if o is None else o == exp[what],
-                             "exact", f"{_WHAT[what]}; {when}"))
+            out.append(
+                Check(
+                    name=f"{run.name}.{name}.{what}",
+                    expected=exp[what],
+                    observed=o,
+                    passed=None if o is None else o == exp[what],
+                    tolerance="exact",
+                    explanation=f"{_WHAT[what]}; {when}",
+                )
+            )
     return out
 
 

@@ -12,20 +12,21 @@ from dataclasses import dataclass
 from functools import cached_property
 
 from validator.errors import InputError, NotModelled
-from validator.kv_spec import FullAttentionSpec, KVSpec, MLASpec, SlidingWindowSpec, cdiv
-from validator.model_shape import DTYPE_BYTES, FULL, SLIDING, ModelShape
+from validator.plan.kv_spec import FullAttentionSpec, KVSpec, MLASpec, SlidingWindowSpec
+from validator.plan.model_shape import DTYPE_BYTES, FULL, SLIDING, ModelShape
+from validator.units import cdiv
 
-KV_DTYPE_BYTES = {"fp8": 1, "fp8_e4m3": 1, "fp8_e5m2": 1, "fp8_inc": 1, "int8": 1,
-                  "bfloat16": 2, "float16": 2, "half": 2, "float32": 4, "float": 4}
+# the --kv-cache-dtype values modelled (their sizes are in DTYPE_BYTES)
+KV_CACHE_DTYPES = ("fp8", "fp8_e4m3", "fp8_e5m2", "fp8_inc", "int8", "bfloat16", "float16", "half", "float32", "float")
 
 
 def kv_dtype_bytes(kv_cache_dtype: str, model_dtype: str) -> int:
     if kv_cache_dtype == "auto":
         return DTYPE_BYTES[model_dtype]
-    if kv_cache_dtype not in KV_DTYPE_BYTES:
+    if kv_cache_dtype not in KV_CACHE_DTYPES:
         raise NotModelled(f"kv_cache_dtype {kv_cache_dtype!r} (modelled: auto, "
-                          + ", ".join(sorted(KV_DTYPE_BYTES)) + ")")
-    return KV_DTYPE_BYTES[kv_cache_dtype]
+                          + ", ".join(sorted(KV_CACHE_DTYPES)) + ")")
+    return DTYPE_BYTES[kv_cache_dtype]
 
 
 def kv_heads_per_rank(shape: ModelShape, tp: int) -> int:
@@ -119,11 +120,6 @@ class KVLayout:
     def kv_bytes_per_token(self) -> int:
         """c_KV: bytes one position adds across all layers while it is held."""
         return sum(g.num_layers * g.spec.bytes_per_token for g in self.groups)
-
-    @property
-    def is_hybrid(self) -> bool:
-        return len({type(g.spec) for g in self.groups}) > 1 or any(
-            isinstance(g.spec, SlidingWindowSpec) for g in self.groups)
 
     def num_blocks(self, kv_bytes: int, override: int | None = None) -> int:
         if override is not None:

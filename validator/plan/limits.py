@@ -1,60 +1,25 @@
-"""The planner: model shape + memory budget -> vLLM's KV capacity and launch limits.
-
-Pure: the only I/O is reading config.json and safetensors headers (in
-``plan_profile``); ``make_plan`` itself is a function of its inputs.
-"""
+"""The planner: KV budget + model shape -> blocks, max_model_len, max_num_seqs, and whether
+they fit (with the ways out when not). Pure: a function of its PlanInput."""
 
 from __future__ import annotations
 
 from dataclasses import dataclass, field, replace
-from pathlib import Path
 
-from validator import bandwidth
-from validator.capacity import KVLayout, kv_dtype_bytes, layer_specs
 from validator.errors import InputError
-from validator.gpu_memory import DEFAULT_VLLM_VERSION, parse_version, startup_memory
-from validator.model_shape import DTYPE_BYTES, ModelShape, load_config, shape_from_config, weight_bytes_from_checkpoint
-from validator.profile import Profile
-from validator.units import GiB
-from validator.weights import count_weights
-
-DEFAULT_BLOCK_SIZE = {"gpu": 16, "cpu": 128}
-DEFAULT_MAX_NUM_BATCHED_TOKENS = 2048  # vLLM's SchedulerConfig default
-DEFAULT_GPU_MEMORY_UTILIZATION = 0.92
-
-
-@dataclass(frozen=True)
-class PlanInput:
-    shape: ModelShape
-    platform: str = "gpu"
-    weights_bytes: int | None = None
-    weights_source: str = "not given"
-    kv_cache_bytes: int | None = None          # given directly
-    gpu_memory_bytes: int | None = None
-    gpu_memory_utilization: float = DEFAULT_GPU_MEMORY_UTILIZATION
-    workspace_bytes: int = 0                   # used only when workspace_given
-    block_size: int | None = None
-    kv_cache_dtype: str = "auto"
-    max_model_len: int | None = None
-    max_num_seqs: int | None = None
-    max_num_batched_tokens: int | None = None
-    tensor_parallel_size: int = 1
-    num_gpu_blocks_override: int | None = None
-    async_scheduling: bool | None = None
-    memory_bandwidth: int | None = None        # bytes/s
-    dtype: str = "auto"                        # vLLM --dtype
-    workload_len: int | None = None            # prompt + output of the profile's workload
-    workload_concurrency: int | None = None
-    workload_request: tuple[int, int] | None = None  # (prompt, output) for the bandwidth figures
-    vllm_version: str = DEFAULT_VLLM_VERSION   # whose start-up memory accounting to follow (GPU)
-    pipeline_parallel_size: int = 1
-    enforce_eager: bool = False                # no CUDA graphs
-    weights_rank_bytes: int | None = None      # rank 0's share, when the split is known (config count)
-    workspace_given: bool = False              # cache.workspace replaces the modelled non-weight terms
-    pin_kv_cache: bool = False                 # GPU: pass the planned budget as --kv-cache-memory-bytes
+from validator.plan import bandwidth
+from validator.plan.capacity import KVLayout, kv_dtype_bytes, layer_specs
+from validator.plan.gpu_memory import parse_version
+from validator.plan.ledger import (
+    DEFAULT_BLOCK_SIZE,
+    DEFAULT_MAX_NUM_BATCHED_TOKENS,
+    PlanInput,
+    kv_budget,
+)
+from validator.plan.model_shape import ModelShape
+from validator.units import GiB, cdiv
 
 
-@dataclass
+@dataclass(kw_only=True)
 class Plan:
     inp: PlanInput
     layout: KVLayout
@@ -75,8 +40,6 @@ class Plan:
     reasons: list[str]
     ways_out: list[dict]
     notes: list[str]
-    vllm_args: list[str]
-    vllm_env: dict[str, str]
     bandwidth: dict | None = None
     limits_source: dict = field(default_factory=dict)
 
@@ -118,8 +81,6 @@ class Plan:
             "ways_out": self.ways_out,
             "notes": self.notes,
             "bandwidth": self.bandwidth,
-            "vllm_args": self.vllm_args,
-            "vllm_env": self.vllm_env,
         }
 
 
@@ -134,84 +95,10 @@ def _runs(kinds: tuple[str, ...]) -> str:
     return ", ".join(f"{k} x{n}" for k, n in out)
 
 
-def _weights_rank(inp: PlanInput) -> int | None:
-    if inp.weights_rank_bytes is not None:
-        return inp.weights_rank_bytes
-    if inp.weights_bytes is None:
-        return None
-    return -(-inp.weights_bytes // (inp.tensor_parallel_size * inp.pipeline_parallel_size))
-
-
-def default_max_num_seqs(gpu_memory_bytes: int | None) -> int:
-    """vLLM's API-server default: 1024 on GPUs of 70 GiB and more, 256 below."""
-    return 1024 if gpu_memory_bytes is not None and gpu_memory_bytes >= 70 * GiB else 256
-
-
-def _kv_budget(inp: PlanInput, max_num_seqs: int | None = None,
-               max_num_batched_tokens: int | None = None) -> tuple[int | None, dict]:
-    """KV bytes per rank and the ledger rows that produce it (on a GPU: vLLM's start-up memory of
-    rank 0, term by term, each with its source)."""
-    weights_rank = _weights_rank(inp)
-    ledger = {"mode": None, "gpu_memory_bytes": inp.gpu_memory_bytes,
-              "gpu_memory_utilization": None, "budget_bytes": None,
-              "weights_bytes": weights_rank, "weights_source": inp.weights_source,
-              "workspace_bytes": None, "kv_cache_bytes": None, "activation_peak_bytes": None,
-              "non_torch_bytes": None, "cudagraph_bytes": None, "cudagraph_subtracted": None,
-              "sources": {"weights_bytes": inp.weights_source}}
-    memory = None
-    if inp.platform == "gpu" and inp.gpu_memory_bytes is not None and weights_rank is not None \
-            and not inp.workspace_given:
-        memory = startup_memory(
-            shape=inp.shape, weights_rank=weights_rank, weights_source=inp.weights_source,
-            gpu_memory_bytes=inp.gpu_memory_bytes, utilization=inp.gpu_memory_utilization,
-            max_num_seqs=max_num_seqs or default_max_num_seqs(inp.gpu_memory_bytes),
-            max_num_batched_tokens=max_num_batched_tokens or DEFAULT_MAX_NUM_BATCHED_TOKENS,
-            tp=inp.tensor_parallel_size, pp=inp.pipeline_parallel_size, version=inp.vllm_version,
-            enforce_eager=inp.enforce_eager, dtype=None if inp.dtype == "auto" else
-            {"half": "float16", "float": "float32"}.get(inp.dtype, inp.dtype))
-        ledger.update(activation_peak_bytes=memory.activation_peak.bytes, non_torch_bytes=memory.non_torch.bytes,
-                      cudagraph_bytes=memory.cudagraph.bytes, cudagraph_subtracted=memory.cudagraph_subtracted)
-        ledger["sources"].update(activation_peak_bytes=memory.activation_peak.source,
-                                 non_torch_bytes=memory.non_torch.source, cudagraph_bytes=memory.cudagraph.source)
-        # what the three terms take together, for readers of the older single workspace figure
-        ledger["workspace_bytes"] = memory.activation_peak.bytes + memory.non_torch.bytes + (
-            memory.cudagraph.bytes if memory.cudagraph_subtracted else 0)
-        ledger["sources"]["workspace_bytes"] = "activation peak + non-torch + CUDA graphs where subtracted"
-    elif inp.workspace_given:
-        ledger["sources"]["workspace_bytes"] = "cache.workspace (given: replaces the modelled terms)"
-    if inp.kv_cache_bytes is not None:
-        ledger.update(mode="kv_cache_bytes given", kv_cache_bytes=inp.kv_cache_bytes)
-        ledger["sources"]["kv_cache_bytes"] = "given (--kv-cache-memory-bytes on a GPU)"
-        if inp.gpu_memory_bytes is not None:
-            ledger.update(gpu_memory_utilization=inp.gpu_memory_utilization,
-                          budget_bytes=int(inp.gpu_memory_bytes * inp.gpu_memory_utilization))
-            if inp.workspace_given:
-                ledger["workspace_bytes"] = inp.workspace_bytes
-        return inp.kv_cache_bytes, ledger
-    if inp.gpu_memory_bytes is None:
-        raise InputError("cache.kv_cache_bytes: give the KV budget directly (--kv-cache-memory-bytes), "
-                         "or hardware.gpu_memory (--gpu-memory-bytes) to derive it")
-    if weights_rank is None:
-        raise InputError("model.weights_bytes: unknown; point model.path at the checkpoint or pass --weights-bytes")
-    budget = int(inp.gpu_memory_bytes * inp.gpu_memory_utilization)
-    if memory is not None:
-        kv = memory.kv_cache_bytes
-        ledger["sources"]["kv_cache_bytes"] = (f"vLLM {memory.version}'s available KV: utilization x total - "
-                                               "weights - activation peak - non-torch"
-                                               + (" - CUDA-graph estimate" if memory.cudagraph_subtracted else ""))
-    else:
-        kv = budget - weights_rank - inp.workspace_bytes
-        ledger["workspace_bytes"] = inp.workspace_bytes
-        ledger["sources"]["kv_cache_bytes"] = "budget - weights - workspace"
-    ledger.update(mode="derived from GPU memory", gpu_memory_utilization=inp.gpu_memory_utilization,
-                  budget_bytes=budget, kv_cache_bytes=kv)
-    return kv, ledger
-
-
 def _derive(inp: PlanInput, layout: KVLayout, block: int, shape: ModelShape, assume_mns: int | None,
             assume_mnbt: int | None, notes: list[str]):
     """The KV budget (for an activation peak at assume_mns / assume_mnbt) and the limits it allows."""
-    kv_bytes, ledger = _kv_budget(inp, assume_mns, assume_mnbt)
+    kv_bytes, ledger = kv_budget(inp, assume_mns, assume_mnbt)
     if inp.platform == "cpu" and inp.kv_cache_bytes is not None and inp.kv_cache_bytes % GiB:
         raise InputError("cache.kv_cache_bytes: on the CPU vLLM takes whole GiB (VLLM_CPU_KVCACHE_SPACE); "
                          "use 1GiB, 2GiB, ... and cache.num_gpu_blocks_override for a smaller pool")
@@ -230,7 +117,7 @@ def _derive(inp: PlanInput, layout: KVLayout, block: int, shape: ModelShape, ass
                          "lower it (vLLM refuses longer contexts)")
     if mml is None and mns is None:
         if inp.workload_len is not None:
-            mml = -(-inp.workload_len // block) * block
+            mml = cdiv(inp.workload_len, block) * block
             if max_pos is not None:
                 mml = min(mml, max_pos)
             source["max_model_len"] = "workload (prompt + output + margin, block-rounded)"
@@ -345,33 +232,9 @@ def make_plan(inp: PlanInput, explore: bool = True) -> Plan:
     else:
         ledger["required_bytes"] = None
 
-    args = ["--max-model-len", str(mml), "--max-num-seqs", str(mns),
-            "--max-num-batched-tokens", str(mnbt), "--block-size", str(block)]
-    env: dict[str, str] = {}
-    if inp.dtype != "auto":
-        args += ["--dtype", inp.dtype]
-    if inp.kv_cache_dtype != "auto":
-        args += ["--kv-cache-dtype", inp.kv_cache_dtype]
-    if inp.tensor_parallel_size > 1:
-        args += ["--tensor-parallel-size", str(inp.tensor_parallel_size)]
-    if inp.pipeline_parallel_size > 1:
-        args += ["--pipeline-parallel-size", str(inp.pipeline_parallel_size)]
-    if inp.num_gpu_blocks_override is not None:
-        args += ["--num-gpu-blocks-override", str(inp.num_gpu_blocks_override)]
-    if platform == "cpu":
-        if inp.kv_cache_bytes is not None:
-            env["VLLM_CPU_KVCACHE_SPACE"] = str(inp.kv_cache_bytes // GiB)
-    else:
-        if inp.kv_cache_bytes is not None:
-            args += ["--kv-cache-memory-bytes", str(inp.kv_cache_bytes)]
-        elif inp.pin_kv_cache and kv_bytes is not None and kv_bytes > 0:
-            # the planned budget, pinned: vLLM's blocks are then exactly the plan's
-            args += ["--kv-cache-memory-bytes", str(kv_bytes)]
-            ledger["kv_pinned"] = True
-        else:
-            args += ["--gpu-memory-utilization", f"{inp.gpu_memory_utilization:g}"]
-        if inp.async_scheduling is False:
-            args += ["--no-async-scheduling"]
+    if platform == "gpu" and inp.kv_cache_bytes is None and inp.pin_kv_cache and kv_bytes is not None \
+            and kv_bytes > 0:
+        ledger["kv_pinned"] = True  # the launcher passes the planned budget: vLLM's blocks are the plan's
 
     plan = Plan(
         inp=inp, layout=layout, kv_bytes_per_token=layout.kv_bytes_per_token, block_size=block,
@@ -380,8 +243,7 @@ def make_plan(inp: PlanInput, explore: bool = True) -> Plan:
         max_concurrency=layout.max_concurrency(num_blocks, mml, mnbt) if num_blocks else 0.0,
         kv_cache_tokens=layout.kv_cache_tokens(num_blocks, mml, mnbt) if num_blocks else 0,
         kv_bytes_at_limits=bytes_at_limits, kv_payload_bytes_at_limits=payload_at_limits,
-        ledger=ledger, fits=fits, reasons=reasons, ways_out=[], notes=notes, vllm_args=args,
-        vllm_env=env, limits_source=source,
+        ledger=ledger, fits=fits, reasons=reasons, ways_out=[], notes=notes, limits_source=source,
     )
     plan.bandwidth = bandwidth.at_limits(shape, layout, mml, mns, inp.weights_bytes,
                                          inp.tensor_parallel_size, inp.memory_bandwidth, inp.workload_request)
@@ -424,63 +286,3 @@ def ways_out(inp: PlanInput, plan: Plan) -> list[dict]:
                             "max_num_seqs": mns, "text": f"--tensor-parallel-size {tp} fits {mns} x {mml} tokens"})
                 break
     return out
-
-
-def plan_input_from_profile(profile: Profile) -> PlanInput:
-    """Read the model files the profile points at; everything after is pure."""
-    g = profile.get
-    path = g("model", "path")
-    if path is None:
-        raise InputError("model.path: missing; point it at a checkpoint directory or a config.json (or use --model)")
-    p = Path(path)
-    if not p.exists() and g("model", "build"):
-        from validator.tinymodels import ensure_tiny_model  # builds only when asked for
-        ensure_tiny_model(g("model", "build"), p)
-    shape = shape_from_config(load_config(p))
-    weights, source = g("model", "weights_bytes"), "model.weights_bytes"
-    if weights is None:
-        weights = weight_bytes_from_checkpoint(p)
-        source = "safetensors headers" if weights is not None else None
-    if weights is None and count_weights(shape) is None:
-        source = "unknown"
-    count = count_weights(shape)
-    tp, pp = g("hardware", "tensor_parallel_size"), g("hardware", "pipeline_parallel_size")
-    rank = None
-    if weights is None and count is not None:
-        weights, rank = count.total_bytes, count.rank_bytes(tp, pp)
-        source = ("estimated from config.json (parameter count: " + ("MoE experts, " if shape.num_experts else "")
-                  + ("tied embeddings, " if shape.tie_word_embeddings else "")
-                  + (f"{shape.quant_method} weights, " if shape.quant_method else "") + "split by TP/PP)")
-    extra = g("vllm", "extra_args") or []
-    wl_p, wl_o = g("workload", "prompt_tokens"), g("workload", "output_tokens")
-    wl_len = wl_p + wl_o + (g("workload", "margin_tokens") or 0) if wl_p and wl_o else None
-    return PlanInput(
-        shape=shape, platform=g("hardware", "platform"), weights_bytes=weights, weights_source=source,
-        kv_cache_bytes=g("cache", "kv_cache_bytes"), gpu_memory_bytes=g("hardware", "gpu_memory"),
-        gpu_memory_utilization=g("hardware", "gpu_memory_utilization"),
-        workspace_bytes=g("cache", "workspace") or 0, block_size=g("cache", "block_size"),
-        kv_cache_dtype=g("cache", "kv_cache_dtype"), max_model_len=g("limits", "max_model_len"),
-        max_num_seqs=g("limits", "max_num_seqs"), max_num_batched_tokens=g("limits", "max_num_batched_tokens"),
-        tensor_parallel_size=g("hardware", "tensor_parallel_size"),
-        num_gpu_blocks_override=g("cache", "num_gpu_blocks_override"),
-        async_scheduling=g("vllm", "async_scheduling"), memory_bandwidth=g("hardware", "memory_bandwidth"),
-        dtype=g("model", "dtype"), workload_len=wl_len, workload_concurrency=g("workload", "concurrency"),
-        workload_request=(wl_p, wl_o) if wl_p and wl_o else None,
-        vllm_version=g("vllm", "version") or installed_vllm_version(), pipeline_parallel_size=pp,
-        enforce_eager="--enforce-eager" in extra, weights_rank_bytes=rank,
-        workspace_given=g("cache", "workspace") is not None, pin_kv_cache=bool(g("cache", "pin_kv_cache")),
-    )
-
-
-def installed_vllm_version() -> str:
-    """The vLLM this Python would run (package metadata only: vLLM is never imported)."""
-    from importlib import metadata
-    for name in ("vllm", "vllm-cpu"):
-        try:
-            return metadata.version(name)
-        except metadata.PackageNotFoundError:
-            continue
-    return DEFAULT_VLLM_VERSION
-
-
-__all__ = ["PlanInput", "Plan", "make_plan", "plan_input_from_profile", "DTYPE_BYTES"]

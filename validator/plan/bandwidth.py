@@ -9,7 +9,8 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
-from validator.model_shape import ModelShape, embedding_bytes
+from validator.plan.model_shape import ModelShape, embedding_bytes
+from validator.units import cdiv
 
 
 @dataclass(frozen=True)
@@ -65,7 +66,7 @@ def at_limits(shape: ModelShape, layout, max_model_len: int, max_num_seqs: int, 
                           "read_to_stored": round(r.read_to_stored, 1)}
     if weights is None:
         return out
-    rw = -(-weight_read_bytes(weights, shape) // tp)
+    rw = cdiv(weight_read_bytes(weights, shape), tp)
     out["weight_read_bytes_per_step"] = rw
     out["crossover_batch"] = math.ceil(rw / layout.payload_bytes(max_model_len))
     if bandwidth_bytes_per_s:

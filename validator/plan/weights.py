@@ -15,8 +15,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from validator.model_shape import DTYPE_BYTES, LINEAR, ModelShape
-from validator.predict import cdiv
+from validator.plan.model_shape import DTYPE_BYTES, LINEAR, ModelShape
+from validator.units import cdiv
 
 # bits per linear weight by quant_method when the config gives no `bits`
 _QUANT_BITS = {"fp8": 8, "fbgemm_fp8": 8, "compressed-tensors": 8, "awq": 4, "gptq": 4, "gptq_marlin": 4,

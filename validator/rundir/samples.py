@@ -1,16 +1,9 @@
-"""vLLM's /metrics: Prometheus text -> flat samples, and a sampler that keeps a time series.
-
-Parsed with prometheus_client's parser. Current and older vLLM names are
-accepted; a metric the server does not export is None (with a warning once),
-never 0. Series with several label sets (engines, models) are summed.
-"""
+"""A /metrics sample: vLLM's Prometheus text parsed into the figures kvgate uses, and
+saved one JSON line each in metrics.jsonl (failed scrapes as {t, error} lines)."""
 
 from __future__ import annotations
 
-import asyncio
-import json
 import time
-import warnings
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -24,6 +17,8 @@ GAUGES = {
     "num_requests_running": ("vllm:num_requests_running",),
     "num_requests_waiting": ("vllm:num_requests_waiting",),
 }
+
+
 COUNTERS = {
     "prefix_cache_queries": ("vllm:prefix_cache_queries", "vllm:gpu_prefix_cache_queries"),
     "prefix_cache_hits": ("vllm:prefix_cache_hits", "vllm:gpu_prefix_cache_hits"),
@@ -32,6 +27,8 @@ COUNTERS = {
     "generation_tokens": ("vllm:generation_tokens",),
     "request_success": ("vllm:request_success",),
 }
+
+
 HISTOGRAMS = {
     "ttft": ("vllm:time_to_first_token_seconds",),
     "itl": ("vllm:inter_token_latency_seconds", "vllm:time_per_output_token_seconds"),
@@ -140,6 +137,8 @@ def parse_metrics(text: str, t: float | None = None, with_histograms: bool = Tru
 
 
 _WANTED = tuple(n for names in (*GAUGES.values(), *COUNTERS.values()) for n in names)
+
+
 _WANTED_H = tuple(n for names in HISTOGRAMS.values() for n in names)
 
 
@@ -160,83 +159,6 @@ def wanted_lines(text: str, with_histograms: bool) -> str:
 
 def missing(sample: Sample) -> list[str]:
     return [k for k, v in sample.values.items() if v is None]
-
-
-class Sampler:
-    """Scrapes /metrics every `interval` seconds into memory and a JSONL file, until stopped.
-
-    Light samples (gauges and counters) every interval; histograms only on
-    `snapshot()` calls, which the caller makes at run boundaries.
-    """
-
-    def __init__(self, session, base_url: str, path: Path | None = None, interval: float = 0.25,
-                 timeout: float = 5.0):
-        self.session = session
-        self.url = base_url.rstrip("/") + "/metrics"
-        self.interval = interval
-        self.timeout = timeout
-        self.samples: list[Sample] = []
-        self.errors: list[dict] = []   # failed scrapes: {t, error}
-        self._file = open(path, "a", encoding="utf-8") if path else None
-        self._task: asyncio.Task | None = None
-        self._warned: set[str] = set()
-        self.last_ok: float | None = None
-
-    async def scrape(self, with_histograms: bool = False) -> Sample | None:
-        import aiohttp
-        t_sent = time.time()
-        try:
-            async with self.session.get(self.url, timeout=aiohttp.ClientTimeout(total=self.timeout)) as r:
-                text = await r.text()
-                if r.status != 200:
-                    raise aiohttp.ClientError(f"HTTP {r.status}")
-        except (asyncio.TimeoutError, OSError, Exception) as e:  # noqa: BLE001 - any failure is a missed sample
-            if isinstance(e, asyncio.CancelledError):
-                raise
-            err = {"t": time.time(), "error": f"{type(e).__name__}: {e}"[:300]}
-            self.errors.append(err)
-            if self._file:  # saved next to the samples: the judge counts the gaps
-                self._file.write(json.dumps(err) + "\n")
-                self._file.flush()
-            return None
-        t_done = time.time()
-        s = parse_metrics(wanted_lines(text, with_histograms), t=t_done, with_histograms=with_histograms)
-        s.t_sent = t_sent
-        self.last_ok = s.t
-        for m in missing(s):
-            if m not in self._warned:
-                self._warned.add(m)
-                warnings.warn(f"/metrics has no {m}; it is reported as not measured", stacklevel=2)
-        self.samples.append(s)
-        if self._file:
-            self._file.write(json.dumps(s.to_json(), separators=(",", ":")) + "\n")
-            self._file.flush()
-        return s
-
-    async def snapshot(self) -> Sample | None:
-        return await self.scrape(with_histograms=True)
-
-    async def _loop(self) -> None:
-        while True:
-            t = time.monotonic()
-            await self.scrape()
-            await asyncio.sleep(max(self.interval - (time.monotonic() - t), 0.0))
-
-    def start(self) -> None:
-        self._task = asyncio.create_task(self._loop())
-
-    async def stop(self) -> None:
-        if self._task:
-            self._task.cancel()
-            await asyncio.gather(self._task, return_exceptions=True)
-            self._task = None
-        if self._file:
-            self._file.flush()
-
-    def close(self) -> None:
-        if self._file:
-            self._file.close()
-            self._file = None
 
 
 def read_samples(path: str | Path, problems: list[str] | None = None,

@@ -10,9 +10,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-
-def cdiv(a: int, b: int) -> int:
-    return -(-a // b)
+from validator.units import cdiv
 
 
 @dataclass(frozen=True)

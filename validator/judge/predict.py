@@ -16,9 +16,7 @@ import bisect
 from collections import OrderedDict
 from dataclasses import dataclass
 
-
-def cdiv(a: int, b: int) -> int:
-    return -(-a // b)
+from validator.units import cdiv
 
 
 def block_keys(tokens: list[int], block_size: int, n_blocks: int | None = None) -> list[int]:
@@ -92,12 +90,6 @@ def kv_blocks_at(held: list[Held], t: float, block_size: int) -> int:
         seen.update(new)
         total += own - (n_shared - len(new))
     return total
-
-
-def kv_peak(held: list[Held], block_size: int) -> int:
-    """The largest predicted total at any chunk arrival (the total only changes there)."""
-    times = sorted({t for h in held for t in h.chunk_times})
-    return max((kv_blocks_at(held, t, block_size) for t in times), default=0)
 
 
 def final_peak(held: list[Held], block_size: int, max_running: int | None = None) -> int:

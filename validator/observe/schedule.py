@@ -1,0 +1,78 @@
+"""The runs of a validation (cold, warm prime, warm, probe), their workloads and freeze points,
+from the plan and the profile."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from loadgen.workload import Lengths, Workload, near_limit, new_salt, shared_prefix
+from validator.rundir.freezes import FreezePoint
+
+
+@dataclass
+class RunSpec:
+    name: str                 # cold, warm-prime, warm, probe
+    cache: str                # cold | warm | probe | prime
+    workload: Workload
+    concurrency: int
+    reset_cache: bool = False
+    measured: bool = True     # prime runs feed the cache; their latencies are not judged
+    purpose: str = ""
+    freezes: list[FreezePoint] = field(default_factory=list)   # planned freeze-frames
+
+
+def plan_runs(plan: dict, profile) -> list[RunSpec]:
+    """Near-limit cold run, primed shared-prefix warm run, over-limit probe."""
+    g = profile.get
+    n, mml, bs = plan["max_num_seqs"], plan["max_model_len"], plan["block_size"]
+    margin = g("workload", "margin_tokens") or 0
+    out = g("workload", "output_tokens") or min(bs, max(mml // 4, 1))
+    if g("workload", "prompt_tokens") and g("workload", "output_tokens"):
+        total = g("workload", "prompt_tokens") + out
+        margin = max(margin, mml - total)
+    waves, seed = g("workload", "waves"), g("workload", "seed")
+    prompt = mml - margin - out
+    cold = near_limit(mml, n, out, margin, requests=n * waves, seed=seed, salt=new_salt())
+    prefix = g("workload", "prefix_tokens") or max(bs, prompt // 2 // bs * bs)
+    prefix = min(prefix, prompt - 1)
+    groups = g("workload", "prefix_groups")
+    salt = new_salt()
+    suffix = Lengths.parse(prompt - prefix, "suffix")
+    o = Lengths.parse(out, "output")
+    prime = shared_prefix(groups, groups, prefix, suffix, o, seed=seed + 1, salt=salt, suffix_seed=1,
+                          id_prefix="prime")
+    warm = shared_prefix(n * waves, groups, prefix, suffix, o, seed=seed + 1, salt=salt, suffix_seed=2,
+                         id_prefix="w")
+    # the probe's requests decode for half the context, so the queue lasts long enough to be frozen;
+    # three waves, so the excess still waits in the second if a server stall swallows the first
+    probe_out = max((mml - margin) // 2, 1)
+    probe = near_limit(mml, n, probe_out, margin, requests=3 * n, seed=seed + 2, salt=new_salt())
+    probe.description = (f"probe: {3 * n} full-length requests ({mml - margin - probe_out} + {probe_out}) at once, "
+                         f"{2 * n} over max_num_seqs")
+    return [
+        RunSpec("cold", "cold", cold, n, reset_cache=True, freezes=freeze_points(n, out, waves, 3),
+                purpose=f"near the limits: {n} x ({prompt} + {out}) tokens, {waves} waves, cache reset"),
+        RunSpec("warm-prime", "prime", prime, 1, reset_cache=True, measured=False,
+                purpose=f"puts {groups} shared prefix(es) of {prefix} tokens in the cache"),
+        RunSpec("warm", "warm", warm, n, freezes=freeze_points(n, out, waves, 2),
+                purpose=f"{n * waves} requests over the primed prefix(es): hits expected"),
+        RunSpec("probe", "probe", probe, 3 * n, freezes=freeze_points(n, probe_out, 2, 2, waiting=1),
+                purpose=f"{3 * n} concurrent full-length requests: {n} run, the others wait"),
+    ]
+
+
+def freeze_points(running: int, output: int, waves: int, count: int, waiting: int = 0) -> list[FreezePoint]:
+    """Freezes spread over the first half of the decode, each with `running` requests decoding
+    (and, for the probe, at least `waiting` requests queued behind them).
+
+    The first is taken as soon as all have a token; later ones at growing token counts. A point
+    the stream passes in one burst is taken in the next wave, so no more points than waves + 1
+    (the probe's points sit early in a wave, while the excess still waits)."""
+    if output < 2:
+        return []  # a single token: nothing decodes, there is no moment to hold
+    count = min(count, waves + 1) if waves > 1 else count
+    marks = sorted({1, *(max(1, output * i // (2 * count)) for i in range(1, count))})
+    if waiting:  # the excess waits only while the first requests run: stay in their first quarter
+        marks = sorted({1, *(max(1, output * i // (4 * count)) for i in range(1, count))})
+    return [FreezePoint(name=f"freeze{i + 1}", min_tokens=k, running=running, waiting=waiting)
+            for i, k in enumerate(marks[:count])]

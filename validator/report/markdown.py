@@ -1,0 +1,76 @@
+"""summary.md, and the number formatting shared by the renderings."""
+
+from __future__ import annotations
+
+from validator.judge.verdict import counts_line, status_of
+
+
+def fmt(v) -> str:
+    if v is None:
+        return "—"
+    if isinstance(v, float):
+        if v.is_integer() and abs(v) < 1e15:   # counters come as floats: 11520.0 reads as 11520
+            return str(int(v))
+        return f"{v:.4g}"
+    if isinstance(v, dict):
+        return ", ".join(f"{k} {fmt(x)}" for k, x in v.items())
+    return str(v)
+
+
+def checks_table(checks: list[dict]) -> str:
+    rows = ["| check | expected | observed | tolerance | result |", "|---|---|---|---|---|"]
+    for c in checks:
+        res = {"pass": "pass", "fail": "**FAIL**", "not_measured": "not measured",
+               "not_judged": "not judged"}[status_of(c)]
+        rows.append(f"| {c['name']} | {fmt(c['expected'])} | {fmt(c['observed'])} | {c['tolerance']} | {res} |")
+    return "\n".join(rows)
+
+
+DEV_MODE_NOTE = ("vLLM ran in dev mode (VLLM_SERVER_DEV_MODE=1, for freeze-frames and the cache reset): its "
+                 "/pause, /sleep and /collective_rpc routes are not guarded by the API key; kvgate allows it only "
+                 "on a loopback address")
+
+
+def dev_mode_of(rep: dict) -> bool:
+    return bool((rep.get("startup") or {}).get("dev_mode"))
+
+
+def summary_md(rep: dict) -> str:
+    p = rep["plan"]
+    failed = [c for c in rep["checks"] if c["passed"] is False]
+    lines = [f"# kvgate: {rep['verdict'].upper()} ({rep['profile']})", ""]
+    if rep.get("error"):
+        lines += [f"**error:** {rep['error']}", ""]
+    if dev_mode_of(rep):
+        lines += [f"note: {DEV_MODE_NOTE}", ""]
+    lines += [f"plan: {p['max_num_seqs']} sequences x {p['max_model_len']:,} tokens, {p['num_blocks']:,} blocks of "
+              f"{p['block_size']} ({p['usable_blocks']:,} usable), {p['kv_bytes_per_token']:,} B/token", ""]
+    for r in rep["runs"]:
+        c = r["client"]
+        ttft = c["ttft_ms"]["p99"] if c.get("ttft_ms") else None
+        itl = c["itl_ms"]["p50"] if c.get("itl_ms") else None
+        floor = r.get("decode_step_floor_ms")
+        lines.append(f"- **{r['name']}** ({r['cache']}, cache {r['isolation'] or 'as left'}): {c['ok']}/{c['requests']} "
+                     f"ok, {freeze_summary(r)}, sampled KV peak {fmt(r['kv']['kv_observed_peak'])} (bound "
+                     f"{fmt(r['kv']['kv_upper_bound'])}) blocks, prefix hits {fmt(r['prefix']['observed_hit_tokens'])} observed / "
+                     f"{fmt(r['prefix']['predicted_hit_tokens'])} predicted, TTFT p99 {fmt(ttft)} ms, ITL p50 "
+                     f"{fmt(itl)} ms" + (f" (decode-step floor {floor:.2f} ms)" if floor is not None else "")
+                     + (" — cut short" if r["interrupted"] else ""))
+    missing = [c for c in rep["checks"] if status_of(c) == "not_measured"]
+    lines += ["", checks_table(rep["checks"]), ""]
+    if failed:
+        lines.append("Failed: " + ", ".join(c["name"] for c in failed))
+    if missing:
+        lines.append("Not measured: " + ", ".join(c["name"] for c in missing))
+    lines.append(f"**{rep['verdict']}**: {counts_line(rep)}.")
+    return "\n".join(lines) + "\n"
+
+
+def freeze_summary(r: dict) -> str:
+    fz = r.get("freezes") or []
+    if r.get("freeze_note"):
+        return f"no freezes ({r['freeze_note']})"
+    if not fz:
+        return "no freezes"
+    return f"{sum(1 for f in fz if f['settled'])} freeze(s) at " + ", ".join(
+        f"{fmt(f['observed'])}" for f in fz) + " blocks"
