@@ -58,9 +58,12 @@ class ProcessWatch:
             self.seen.setdefault(p.pid, p)
         for pid, p in self.seen.items():  # the engine renames itself (VLLM::EngineCore) after its start
             try:
-                self.name_of[pid] = p.name()
+                name = p.name()
             except psutil.Error:
-                pass
+                continue
+            # an exiting process shows only its 15-character kernel name ("VLLM::EngineCor"): keep the full one
+            if not self.name_of.get(pid, "").startswith(name):
+                self.name_of[pid] = name
 
     def _poll(self) -> None:
         while not self._stop.wait(0.1):

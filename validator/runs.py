@@ -171,28 +171,31 @@ async def _settle(sampler: Sampler, before: Sample | None, prompt: int, output: 
 async def execute(specs: list[RunSpec], base_url: str, model: str, run_dir: Path, profile, say,
                   api_key: str | None = None, alive=None) -> list[RunData]:
     """Run the specs in order. With `alive` (a server kvgate started), a watchdog polls it every
-    0.1 s and cuts the runs the moment the process is gone: ServerDied within a fraction of a
+    0.1 s and cancels the runs the moment the process is gone: ServerDied within a fraction of a
     second, whatever the runs were doing (waiting on a request, a freeze, the counters)."""
     current: list[str] = ["start"]
-    work = asyncio.ensure_future(_execute(specs, base_url, model, run_dir, profile, say, api_key, alive, current))
     if alive is None:
-        return await work
-    watch = asyncio.ensure_future(_watch(alive))
+        return await _execute(specs, base_url, model, run_dir, profile, say, api_key, alive, current)
+    died: list[bool] = []
+    runs = asyncio.current_task()
+
+    async def watch() -> None:
+        while alive():
+            await asyncio.sleep(0.1)
+        died.append(True)
+        runs.cancel()  # the runs' own cleanup keeps what was recorded
+
+    # the runs stay in this task, so an interrupt (Terminated, Ctrl-C) propagates as before
+    watchdog = asyncio.ensure_future(watch())
     try:
-        done, _ = await asyncio.wait({work, watch}, return_when=asyncio.FIRST_COMPLETED)
+        return await _execute(specs, base_url, model, run_dir, profile, say, api_key, alive, current)
+    except asyncio.CancelledError:
+        if died:
+            raise ServerDied(current[0]) from None
+        raise
     finally:
-        watch.cancel()
-        if not work.done():
-            work.cancel()  # the runs' own cleanup keeps what was recorded
-            await asyncio.gather(work, return_exceptions=True)
-    if work in done:
-        return work.result()
-    raise ServerDied(current[0])
-
-
-async def _watch(alive, every: float = 0.1) -> None:
-    while alive():
-        await asyncio.sleep(every)
+        watchdog.cancel()
+        await asyncio.gather(watchdog, return_exceptions=True)  # collects an interrupt raised in it too
 
 
 async def _execute(specs, base_url, model, run_dir, profile, say, api_key, alive, current) -> list[RunData]:
