@@ -11,6 +11,7 @@ import argparse
 import asyncio
 import ipaddress
 import json
+import math
 import os
 import socket
 import sys
@@ -21,6 +22,7 @@ from urllib.parse import urlparse
 import aiohttp
 import numpy as np
 
+from loadgen import __version__, benchjson
 from loadgen.client import OpenAIStream, connector
 from loadgen.records import RecordWriter
 from loadgen.runner import RunConfig, Runner, tokenize_lengths
@@ -64,36 +66,67 @@ class _Parser(argparse.ArgumentParser):
 
 
 def build_parser() -> argparse.ArgumentParser:
-    ap = _Parser(prog="loadgen", description=__doc__.splitlines()[0])
-    ap.add_argument("--url", required=True, help="server base URL, e.g. http://127.0.0.1:8000")
+    ap = _Parser(prog="loadgen", description=__doc__.splitlines()[0],
+                 epilog="`vllm bench serve`'s flag names are accepted with their meanings (docs/loadgen.md).")
+    ap.add_argument("--version", action="version", version=f"loadgen (kvgate) {__version__}")
+    ap.add_argument("--url", "--base-url", dest="url", required=True,
+                    help="server base URL, e.g. http://127.0.0.1:8000 (loopback only)")
+    ap.add_argument("--endpoint", default="/v1/completions", choices=["/v1/completions", "/v1/chat/completions"],
+                    help="API path (vllm bench serve's name); /v1/chat/completions is --chat")
     ap.add_argument("--model", required=True, help="model name the server answers to")
     mode = ap.add_mutually_exclusive_group()
     mode.add_argument("--concurrency", type=int, help="closed loop: requests in flight (default 1)")
     mode.add_argument("--rate", type=float, help="open loop: requests per second")
+    ap.add_argument("--max-concurrency", type=int,
+                    help="requests in flight at most (vllm bench serve): alone, a closed loop; with "
+                         "--request-rate, the cap of the open loop")
+    ap.add_argument("--request-rate", type=float,
+                    help="requests per second (vllm bench serve); inf (its default) sends all at once")
     ap.add_argument("--burstiness", type=float, default=1.0, help="gamma shape of arrivals; 1 = Poisson")
-    ap.add_argument("--requests", type=int, help="how many requests (default 100 unless --duration)")
+    ap.add_argument("--requests", "--num-prompts", dest="requests", type=int,
+                    help="how many requests (default 100 unless --duration)")
     ap.add_argument("--duration", type=float, help="seconds during which requests start")
     ap.add_argument("--ramp-up", type=float, default=0.0, help="seconds to reach full concurrency or rate")
     ap.add_argument("--warmup", type=int, default=0, help="first N requests left out of the statistics")
+    ap.add_argument("--num-warmups", type=int, default=0,
+                    help="warm-up requests sent first and left out (vllm bench serve): added to --num-prompts")
     ap.add_argument("--prompt-tokens", default="256", help="N, uniform:LO:HI or normal:MEAN:STD[:LO:HI]")
     ap.add_argument("--output-tokens", default="128", help="as --prompt-tokens; served exactly (ignore_eos)")
+    ap.add_argument("--random-input-len", type=int, help="prompt tokens (vllm bench serve); see --random-range-ratio")
+    ap.add_argument("--random-output-len", type=int, help="output tokens (vllm bench serve), served exactly")
+    ap.add_argument("--random-range-ratio", type=float, default=0.0,
+                    help="lengths uniform in [N x (1 - r), N x (1 + r)] (vllm bench serve; default 0: fixed)")
     ap.add_argument("--prefix-groups", type=int, help="shared-prefix workload: number of prefixes")
     ap.add_argument("--prefix-tokens", type=int, help="shared-prefix length (the run salt included)")
     ap.add_argument("--turns", type=int, help="multi-turn: turns per conversation (prompt grows with history)")
     ap.add_argument("--dataset", help="replay a JSONL file of {prompt, output_tokens}")
     ap.add_argument("--chat", action="store_true", help="use /v1/chat/completions (text prompts)")
-    ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--seed", type=int, default=0, help="random seed of prompts and arrivals")
     ap.add_argument("--salt", help="run salt (default: random, so a repeated run does not hit the prefix cache)")
     ap.add_argument("--api-key-env", help="environment variable holding the API key")
     ap.add_argument("--timeout", type=float, default=300.0, help="seconds per request in all")
     ap.add_argument("--read-timeout", type=float, default=60.0, help="seconds without a byte before a request fails")
-    ap.add_argument("--out", required=True, help="directory for records.jsonl and summary.json")
-    ap.add_argument("--quiet", action="store_true")
+    ap.add_argument("--out", help="directory for records.jsonl and summary.json (default: runs/loadgen-<time>)")
+    ap.add_argument("--quiet", action="store_true", help="no progress line")
+    bench = ap.add_argument_group("results in vllm bench serve's format")
+    bench.add_argument("--save-result", action="store_true", help="write vllm bench serve's result JSON")
+    bench.add_argument("--save-detailed", action="store_true",
+                       help="add input_lens, output_lens, ttfts, itls (seconds) and errors to it")
+    bench.add_argument("--result-dir", help="directory of the result JSON (default: the current one)")
+    bench.add_argument("--result-filename", help="its name (default: {backend}-{rate}qps[-concurrencyN]-{model}-"
+                                                 "{date}.json, as vLLM names it)")
+    bench.add_argument("--percentile-metrics", default="ttft,tpot,itl",
+                       help="which of ttft,tpot,itl,e2el get mean/median/std/percentiles (default ttft,tpot,itl)")
+    bench.add_argument("--metric-percentiles", default="99", help="comma-separated percentiles (default 99)")
+    bench.add_argument("--goodput", nargs="+", metavar="KEY:VALUE",
+                       help="SLOs in ms for request_goodput, KEY one of ttft, tpot, e2el")
+    bench.add_argument("--metadata", nargs="+", metavar="KEY=VALUE", help="extra keys written into the result JSON")
     return ap
 
 
 # numeric flags and the smallest value each takes (the largest: what a run can bound in time)
-_MINIMUM = {"requests": 1, "warmup": 0, "prefix_groups": 1, "prefix_tokens": 1, "turns": 2, "concurrency": 1}
+_MINIMUM = {"requests": 1, "warmup": 0, "prefix_groups": 1, "prefix_tokens": 1, "turns": 2, "concurrency": 1,
+            "max_concurrency": 1, "num_warmups": 0, "random_input_len": 1, "random_output_len": 1}
 MAX_REQUESTS = 1_000_000          # prompts are built up front: split larger runs
 MAX_PROMPT_TOKENS_IN_MEMORY = 200_000_000
 _POSITIVE = ("timeout", "read_timeout", "rate", "duration", "burstiness")
@@ -101,7 +134,6 @@ _POSITIVE = ("timeout", "read_timeout", "rate", "duration", "burstiness")
 
 def check_ranges(a) -> None:
     """Every numeric flag in range, or a one-line error naming it (exit 2)."""
-    import math
     for name, low in _MINIMUM.items():
         v = getattr(a, name, None)
         if v is not None and not low <= v <= 10**9:
@@ -110,6 +142,12 @@ def check_ranges(a) -> None:
         v = getattr(a, name, None)
         if v is not None and not (math.isfinite(v) and 0 < v <= 10**9):
             raise UsageError(f"--{name.replace('_', '-')}: {v} is out of range; give a number above 0")
+    if a.request_rate is not None and not (a.request_rate > 0 and (math.isinf(a.request_rate)
+                                                                   or a.request_rate <= 10**9)):
+        raise UsageError(f"--request-rate: {a.request_rate} is out of range; give requests per second above 0, "
+                         "or inf")
+    if not (math.isfinite(a.random_range_ratio) and 0 <= a.random_range_ratio < 1):
+        raise UsageError(f"--random-range-ratio: {a.random_range_ratio} is out of range; give a number in [0, 1)")
     if not (math.isfinite(a.ramp_up) and 0 <= a.ramp_up <= 10**9):
         raise UsageError(f"--ramp-up: {a.ramp_up} is out of range; give seconds from 0")
     if a.requests is not None and a.warmup >= a.requests:
@@ -117,6 +155,39 @@ def check_ranges(a) -> None:
     if a.requests is not None and a.requests > MAX_REQUESTS:
         raise UsageError(f"--requests: {a.requests} is over {MAX_REQUESTS:,} (prompts are built before the run); "
                          "split the run")
+
+
+def _ranged(n: int, ratio: float) -> str:
+    """vllm bench serve's random lengths: uniform in [N x (1 - r), N x (1 + r)]."""
+    if not ratio:
+        return str(n)
+    return f"uniform:{max(int(n * (1 - ratio)), 1)}:{max(int(n * (1 + ratio)), 1)}"
+
+
+def apply_bench_flags(a) -> None:
+    """`vllm bench serve`'s flags onto loadgen's own: the two vocabularies describe the same run."""
+    if a.endpoint == "/v1/chat/completions":
+        a.chat = True
+    if a.random_input_len is not None:
+        a.prompt_tokens = _ranged(a.random_input_len, a.random_range_ratio)
+    if a.random_output_len is not None:
+        a.output_tokens = _ranged(a.random_output_len, a.random_range_ratio)
+    if a.max_concurrency is not None and a.concurrency is not None and a.max_concurrency != a.concurrency:
+        raise UsageError(f"--max-concurrency {a.max_concurrency} and --concurrency {a.concurrency} disagree; give one")
+    if a.request_rate is not None and a.rate is not None:
+        raise UsageError("--request-rate and --rate are the same thing; give one")
+    if a.request_rate is not None and math.isfinite(a.request_rate):
+        if a.concurrency is not None:
+            raise UsageError("--request-rate with --concurrency: use --max-concurrency to cap an open loop")
+        a.rate = a.request_rate
+    if a.rate is None and a.concurrency is None:
+        if a.max_concurrency is not None:
+            a.concurrency = a.max_concurrency
+        elif a.request_rate is not None:  # inf: every request at once, as vllm bench serve sends them
+            a.concurrency = a.requests if a.requests is not None else 100
+    if a.num_warmups:
+        a.requests = (a.requests if a.requests is not None else 100) + a.num_warmups
+        a.warmup += a.num_warmups
 
 
 def make_workload(a):
@@ -163,6 +234,7 @@ def progress_printer(quiet: bool):
 
 
 async def _main(a, workload, cfg: RunConfig, out: Path) -> dict:
+    """Run; write records.jsonl and summary.json to out, and vllm bench's result JSON when asked."""
     key = os.environ.get(a.api_key_env) if a.api_key_env else None
     async with aiohttp.ClientSession(connector=connector()) as session:
         await tokenize_lengths(session, a.url, a.model, [s for s in workload.items if hasattr(s, "prompt")],
@@ -176,6 +248,19 @@ async def _main(a, workload, cfg: RunConfig, out: Path) -> dict:
     summary.update(window=list(result.window), interrupted=result.interrupted, workload=result.workload,
                    config=result.config, url=a.url, model=a.model)
     (out / "summary.json").write_text(json.dumps(summary, indent=2))
+    if a.save_result:
+        backend = "openai-chat" if a.chat else "openai"
+        date = time.strftime("%Y%m%d-%H%M%S")
+        rate = cfg.rate
+        res = benchjson.result(
+            result.records, result.ended_at - result.started_at, backend=backend, model_id=a.model,
+            num_prompts=(a.requests or len(result.records)) - a.num_warmups, request_rate=rate,
+            burstiness=a.burstiness, max_concurrency=a.max_concurrency if a.max_concurrency is not None
+            else cfg.concurrency, percentile_metrics=a.percentile_metrics, percentiles=a.metric_percentiles,
+            goodput=a.goodput, detailed=a.save_detailed, metadata=a.metadata, date=date)
+        name = benchjson.file_name(backend=backend, model_id=a.model, request_rate=rate,
+                                   max_concurrency=a.max_concurrency, date=date, result_filename=a.result_filename)
+        summary["result_file"] = str(benchjson.write(res, a.result_dir, name))
     return summary
 
 
@@ -184,10 +269,17 @@ def main(argv: list[str] | None = None) -> int:
     try:
         require_loopback(a.url)
         check_ranges(a)
+        apply_bench_flags(a)
+        a.percentile_metrics = benchjson.parse_percentile_metrics(a.percentile_metrics)
+        a.metric_percentiles = benchjson.parse_percentiles(a.metric_percentiles)
+        a.goodput = benchjson.parse_goodput(a.goodput)
+        a.metadata = benchjson.parse_metadata(a.metadata)
+        check_ranges(a)
         workload = make_workload(a)
         cfg = RunConfig(concurrency=a.concurrency if a.rate is None else None, rate=a.rate,
                         burstiness=a.burstiness, max_requests=a.requests, duration=a.duration,
-                        ramp_up=a.ramp_up, warmup=a.warmup, seed=a.seed)
+                        ramp_up=a.ramp_up, warmup=a.warmup, seed=a.seed,
+                        max_in_flight=a.max_concurrency if a.rate is not None and a.max_concurrency else 4096)
         if cfg.rate is None and cfg.concurrency is None:
             cfg.concurrency = 1
         if cfg.max_requests is None and cfg.duration is None:
@@ -196,7 +288,7 @@ def main(argv: list[str] | None = None) -> int:
     except (UsageError, ValueError) as e:
         print(f"loadgen: error: {e}", file=sys.stderr)
         return 2
-    out = Path(a.out)
+    out = Path(a.out) if a.out else Path("runs") / f"loadgen-{time.strftime('%Y%m%d-%H%M%S')}"
     out.mkdir(parents=True, exist_ok=True)
     try:
         summary = asyncio.run(_main(a, workload, cfg, out))

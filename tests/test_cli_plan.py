@@ -93,6 +93,12 @@ def test_counter_example_refused_with_ledger_and_ways_out():
                     "--max-model-len", "8192", "--max-num-seqs", "8")
     assert text.returncode == 1
     assert "24.040 GiB" in text.stdout and "DOES NOT FIT" in text.stdout
+    # limits that do not fit are not offered as a launch line; the ways out are, each with its number
+    assert "vllm serve args" not in text.stdout and "ways out" in text.stdout
+    assert "--max-num-seqs" in text.stdout.split("ways out", 1)[1]
+    fits = validate("--plan-only", "--model", GQA, "--kv-cache-memory-bytes", "10GiB", "--block-size", "16",
+                    "--max-model-len", "8192")
+    assert fits.returncode == 0 and "vllm serve args: --max-model-len 8192" in fits.stdout
 
 
 def test_qwen3_8b_profile_ledger():

@@ -172,7 +172,8 @@ def test_report_renders_in_chromium_with_its_plots(demo_run, tmp_path):
     assert dom.count('data-kind="cdf"') == 2            # TTFT and ITL, cold vs warm
     assert dom.count('data-kind="bar"') == 1            # the memory ledger
     assert 'data-name="sampled (kv_cache_usage_perc x usable)"' in dom
-    assert dom.count('class="marker"') >= 7              # every freeze drawn as an exact point
+    assert dom.count('class="marker"') >= 14             # every freeze: observed ring and predicted dot
+    assert "<pre>" not in dom and "report.json" in dom    # no raw JSON on the page; a link to it
     png = tmp_path / "report.png"
     subprocess.run([*args, "--window-size=1000,2400", f"--screenshot={png}", url], capture_output=True,
                    timeout=120)
@@ -235,3 +236,59 @@ def test_vllm_killed_mid_run_exits_3_and_keeps_what_was_recorded(victim, tmp_pat
     assert runs["probe"]["interrupted"] is True
     assert (out / "runs" / "probe" / "records.jsonl").exists()
     assert (out / "metrics.jsonl").stat().st_size > 0
+
+
+def _chromium_args(tmp_path):
+    chromium = shutil.which("chromium") or shutil.which("chromium-browser")
+    assert chromium, "chromium is installed by scripts/bootstrap.sh (Debian package chromium)"
+    return [chromium, "--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
+            "--disable-background-networking", "--disable-component-update", "--disable-sync",
+            f"--user-data-dir={tempfile.mkdtemp(dir=tmp_path)}"]
+
+
+def test_a_failing_check_is_named_in_the_first_screen(demo_run, tmp_path):
+    """The 0.9-scaled copy fails; in a 1280 x 800 window, without scrolling, a failed check's name is
+    on screen. A probe script is added to a copy of the page (the report itself runs no script)."""
+    _, out = demo_run
+    scaled = _scaled_copy(out, tmp_path / "scaled", 0.9)
+    assert validate("--report", str(scaled)).returncode == 1
+    page = (scaled / "report.html").read_text()
+    probe = ("<script>window.addEventListener('load',()=>{const seen=[...document.querySelectorAll('td.name')]"
+             ".filter(td=>td.nextElementSibling&&td.parentElement.querySelector('td.fail'))"
+             ".filter(td=>{const r=td.getBoundingClientRect();return r.top>=0&&r.bottom<=window.innerHeight"
+             "&&r.width>0});document.body.setAttribute('data-first-screen',seen.map(td=>td.textContent)"
+             ".join(','));});</script>")
+    probe_page = scaled / "probe.html"
+    probe_page.write_text(page.replace("</body>", probe + "</body>"))
+    dom = subprocess.run([*_chromium_args(tmp_path), "--window-size=1280,800", "--dump-dom",
+                          probe_page.as_uri()], capture_output=True, text=True, timeout=120).stdout
+    seen = dom.split('data-first-screen="', 1)[1].split('"', 1)[0]
+    assert "cold.freeze1.kv_blocks" in seen.split(","), seen
+    assert "kvgate: <span class=\"fail\">FAIL</span>" in dom
+
+
+def test_provenance_and_one_vllm_bench_result_per_run(demo_run):
+    r, out = demo_run
+    rep = json.loads((out / "report.json").read_text())
+    meta = rep["meta"]
+    assert meta["kvgate_version"] and meta["vllm_version"].startswith("0.32")
+    assert meta["python"].count(".") == 2 and meta["device"] and meta["date_utc"].endswith("Z")
+    assert meta["command"][:2] == ["validate", "--profile"] and len(meta["profile_sha256"]) == 64
+    import hashlib
+    saved = json.loads((out / "profile.json").read_text())
+    assert meta["profile_sha256"] == hashlib.sha256(json.dumps(saved, sort_keys=True).encode()).hexdigest()
+    for name, n in (("cold", 24), ("warm", 24), ("probe", 12)):
+        res = json.loads((out / "runs" / name / "vllm-bench-result.json").read_text())
+        assert res["completed"] == n and res["failed"] == 0 and len(res["ttfts"]) == n
+        records = [json.loads(x) for x in (out / "runs" / name / "records.jsonl").read_text().splitlines()]
+        assert res["total_output_tokens"] == sum(x["output_tokens"] for x in records)
+        assert res["max_concurrency"] == {"cold": 4, "warm": 4, "probe": 12}[name]
+    assert not (out / "runs" / "warm-prime" / "vllm-bench-result.json").exists()   # not measured, not reported
+
+
+def test_version_flags_print_and_exit_0():
+    import sys
+    for tool in ("validator", "loadgen"):
+        r = subprocess.run([sys.executable, "-m", tool, "--version"], cwd=ROOT, capture_output=True, text=True,
+                           timeout=60)
+        assert r.returncode == 0 and "(kvgate) " in r.stdout and r.stdout.split()[-1][0].isdigit(), r.stdout

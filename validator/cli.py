@@ -11,6 +11,7 @@ import argparse
 import json
 import sys
 
+from loadgen import __version__
 from validator import profile as profiles
 from validator.errors import (
     EXIT_FAIL,
@@ -42,6 +43,7 @@ def _bytes(field: str):
 
 def build_parser() -> argparse.ArgumentParser:
     ap = _Parser(prog="validate", description="Plan, launch and validate a vLLM deployment.")
+    ap.add_argument("--version", action="version", version=f"validate (kvgate) {__version__}")
     ap.add_argument("--profile", help=f"deployment profile (YAML); e.g. {DEFAULT_PROFILE}")
     ap.add_argument("--plan-only", action="store_true", help="print the plan and exit (0 fits, 1 does not)")
     ap.add_argument("--launch-only", action="store_true",
@@ -55,17 +57,21 @@ def build_parser() -> argparse.ArgumentParser:
         f = profiles.SCHEMA[section][name]
         kind = {"bytes": _bytes(flag), "int": int, "float": float}.get(f.kind)
         listed = f" One of: {', '.join(f.choices)}." if f.choices and flag != "--platform" else ""
+        names = [flag, *ALIASES.get(flag, ())]
         # the profile validates values (its errors name the field); argparse only for --platform, as before
-        g.add_argument(flag, dest=flag[2:].replace("-", "_"), type=kind,
+        g.add_argument(*names, dest=flag[2:].replace("-", "_"), type=kind,
                        choices=f.choices if flag == "--platform" else None,
                        help=f"{f.doc}{listed} (profile: {section}.{name})")
     return ap
 
 
+# older names kept working (flags are a contract): vLLM's name first, kvgate's earlier one after it
+ALIASES = {"--kv-cache-memory-bytes": ("--kv-cache-bytes",)}
+
 # each plan flag sets one profile field: declared once here, typed and documented by the schema
 PLAN_FLAGS = {
     "--model": ("model", "path"), "--platform": ("hardware", "platform"),
-    "--kv-cache-bytes": ("cache", "kv_cache_bytes"), "--gpu-memory-bytes": ("hardware", "gpu_memory"),
+    "--kv-cache-memory-bytes": ("cache", "kv_cache_bytes"), "--gpu-memory-bytes": ("hardware", "gpu_memory"),
     "--gpu-memory-utilization": ("hardware", "gpu_memory_utilization"),
     "--weights-bytes": ("model", "weights_bytes"), "--workspace-bytes": ("cache", "workspace"),
     "--block-size": ("cache", "block_size"), "--kv-cache-dtype": ("cache", "kv_cache_dtype"),
@@ -106,8 +112,9 @@ def run(argv: list[str] | None = None) -> int:
         print(json.dumps(record, indent=2) if args.json else plan_text(record))
         return EXIT_OK if plan.fits else EXIT_FAIL
     from validator.session import RunOptions, run_session  # launch / load / judge
-    return run_session(RunOptions(url=args.url, out=args.out, as_json=args.json, launch_only=args.launch_only),
-                       prof, plan)
+    opts = RunOptions(argv=tuple(argv if argv is not None else sys.argv[1:]), url=args.url, out=args.out,
+                      as_json=args.json, launch_only=args.launch_only)
+    return run_session(opts, prof, plan)
 
 
 def main(argv: list[str] | None = None) -> int:

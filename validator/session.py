@@ -18,6 +18,7 @@ import time
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 
+from validator import provenance
 from validator.errors import EXIT_FAIL, EXIT_INFRA, EXIT_OK, InfraError, InputError
 from validator.judge.compare import judge
 from validator.judge.startup import cross_check
@@ -28,7 +29,7 @@ from validator.profile import Profile, from_dict
 from validator.report.console import print_checks
 from validator.report.markdown import DEV_MODE_NOTE, dev_mode_of
 from validator.report.text import plan_text
-from validator.report.write import write_all
+from validator.report.write import write_all, write_bench_results
 from validator.rundir.files import redacted, run_dir_for, write_json
 from validator.rundir.rundata import load_runs
 from validator.rundir.startup import StartupFacts
@@ -41,6 +42,7 @@ from validator.serve.launch import Server, ServerFailed, install_signal_handlers
 class RunOptions:
     """What the command line asks of a session (the CLI builds it; nothing below reads argparse)."""
 
+    argv: tuple[str, ...] = ()      # the command line, for the report's provenance (redacted there)
     url: str | None = None          # a server kvgate did not start
     out: str | None = None          # the run directory (new or empty)
     as_json: bool = False
@@ -74,8 +76,9 @@ def run_session(opts: RunOptions, profile: Profile, plan: Plan) -> int:
     spec = None if url else launch_spec(profile, plan)  # bad input is refused before anything is written
     run_dir = run_dir_for(opts.out, profile.name)
     run_dir.mkdir(parents=True, exist_ok=True)
+    saved_profile = {"name": profile.name, "values": redacted(profile.values)}
     write_json(run_dir / "plan.json", record)
-    write_json(run_dir / "profile.json", {"name": profile.name, "values": redacted(profile.values)})
+    write_json(run_dir / "profile.json", saved_profile)
     install_signal_handlers()
     outcome = Outcome()
     code = EXIT_INFRA
@@ -111,7 +114,9 @@ def run_session(opts: RunOptions, profile: Profile, plan: Plan) -> int:
         raise
     finally:
         _save_startup(run_dir, outcome)
-        rep = None if opts.launch_only else judge_run_dir(run_dir, record, profile.name, profile.values, outcome)
+        rep = None if opts.launch_only else judge_run_dir(
+            run_dir, record, profile.name, profile.values, outcome,
+            _meta(opts.argv, saved_profile, outcome, record))
     if opts.launch_only:
         return code
     rep_code = finish(rep, run_dir, opts.as_json)
@@ -131,6 +136,7 @@ def _with_server(opts: RunOptions, profile: Profile, record: dict, run_dir: Path
     api_key = api_key_of(profile)
     facts = server_facts(url, api_key, parse_log(server.log_text()) if server else StartupFacts())
     outcome.startup["facts"] = facts.to_json()
+    outcome.startup["vllm_version"] = server_version(url)
     checks = [c.to_json() for c in cross_check(record, facts, started_here=server is not None)]
     outcome.startup_checks = checks
     if opts.launch_only:
@@ -150,8 +156,14 @@ def _with_server(opts: RunOptions, profile: Profile, record: dict, run_dir: Path
     return EXIT_OK  # the verdict is decided by judge_run_dir
 
 
-def judge_run_dir(run_dir: Path, record: dict, profile_name: str, profile_values: dict, outcome: Outcome) -> dict:
-    """Judge the runs saved in run_dir and write the report."""
+def _meta(argv, saved_profile: dict, outcome: Outcome, record: dict) -> dict:
+    return provenance.meta(argv=list(argv), profile_saved=saved_profile, startup=outcome.startup,
+                           vllm_version=outcome.startup.get("vllm_version"), platform_kind=record.get("platform", "gpu"))
+
+
+def judge_run_dir(run_dir: Path, record: dict, profile_name: str, profile_values: dict, outcome: Outcome,
+                  meta: dict | None = None) -> dict:
+    """Judge the runs saved in run_dir and write the report (with its provenance, `meta`)."""
     runs = load_runs(run_dir)
     blocks = (outcome.startup.get("facts") or {}).get("num_gpu_blocks")
     checks, figures = judge(record, runs, profile_values, blocks) if runs else ([], {})
@@ -161,8 +173,10 @@ def judge_run_dir(run_dir: Path, record: dict, profile_name: str, profile_values
         error = "no run was recorded"
     rep = build(record, outcome.startup or None, runs, figures, all_checks, error, profile_name,
                 outcome.rejudged)
+    rep["meta"] = meta
     latency = {r.name: {"ttft": figures[r.name]["ttft_ms"], "itl": figures[r.name]["itl_ms"]} for r in runs}
     write_all(run_dir, rep, latency)
+    write_bench_results(run_dir, runs, profile_values)
     return rep
 
 
@@ -213,7 +227,8 @@ def rejudge(run_dir: str, as_json: bool) -> int:
         outcome.error = first.get("error")
         outcome.rejudged = {"original_verdict": first.get("verdict"), "original_report": original.name,
                             "at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())}
-    rep = judge_run_dir(d, record, prof["name"], values, outcome)
+    rep = judge_run_dir(d, record, prof["name"], values, outcome,
+                        _meta(["--report", run_dir, *(["--json"] if as_json else [])], prof, outcome, record))
     return finish(rep, d, as_json)
 
 

@@ -7,7 +7,7 @@ import math
 
 import numpy as np
 
-from validator.judge.freezecheck import freeze_intervals, observed_state
+from validator.judge.freezecheck import expected_state, freeze_intervals, observed_state
 from validator.judge.predict import (
     Held,
     PrefixCacheModel,
@@ -140,7 +140,8 @@ def run_figures(run: RunData, plan: dict, server_blocks: int | None = None) -> d
         freezes.append({"name": f.name, "t": None if f.t_pause is None else round(f.t_pause, 4),
                         "held_ms": None if f.t_resumed is None or f.t_pause is None
                         else round((f.t_resumed - f.t_pause) * 1e3, 1),
-                        "settled": f.settled, "observed": o["kv_blocks"], "error": f.error})
+                        "settled": f.settled, "observed": o["kv_blocks"], "error": f.error,
+                        "expected": expected_state(f.requests, run.prompts, bs)["kv_blocks"]})
     return {
         "late_first_tokens": late,
         "requests": len(run.records), "ok": len(ok),

@@ -37,3 +37,7 @@ def counts_line(rep: dict) -> str:
     c = rep.get("counts") or counts_of(rep["checks"])
     return (f"{c['passed']} passed, {c['failed']} failed, {c['not_measured']} not measured"
             + (f", {c['not_judged']} not judged" if c["not_judged"] else ""))
+
+
+# one word per status, the same in the console, summary.md, report.html and the docs
+STATUS_WORD = {"pass": "pass", "fail": "FAIL", "not_measured": "not measured", "not_judged": "not judged"}

@@ -76,7 +76,8 @@ def client_view(live: dict, records: list) -> tuple[list[dict], int]:
     """What the client holds now: each live request's asked lengths and delivered tokens, and the
     tokens of the run's finished requests."""
     reqs = [{"id": r.id, "prompt_tokens": r.asked_prompt_tokens, "output_tokens": r.asked_output_tokens,
-             "delivered": r.delivered, "exact_counts": not r.chunk_times or (bool(r.chunk_tokens) and r.chunk_tokens[-1] is not None)}
+             "delivered": r.delivered,
+             "exact_counts": not r.chunk_times or (bool(r.chunk_tokens) and r.chunk_tokens[-1] is not None)}
             for r in list(live.values())]
     finished = sum(r.delivered for r in records)
     return reqs, finished

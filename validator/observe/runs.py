@@ -150,7 +150,8 @@ async def _one_run(spec: RunSpec, transport, sampler: Sampler, base_url: str, ru
         name=spec.name, cache=spec.cache, purpose=spec.purpose, records=[], prompts=prompts,
         started_at=time.time(), ended_at=None, before=before, after=None, isolation=isolation,
         interrupted=True, measured=spec.measured,
-        workload={"description": spec.workload.description, "salt": spec.workload.salt},
+        workload={"description": spec.workload.description, "salt": spec.workload.salt,
+                  "concurrency": spec.concurrency},
         freeze_points=[p.to_json() for p in points], freeze_note=_freeze_note(spec, freeze))
     (d / "meta.json").write_text(json.dumps(provisional.meta(), indent=1, default=str))
     say(f"run {spec.name}: {spec.workload.description} (concurrency {spec.concurrency})")
@@ -192,7 +193,8 @@ async def _one_run(spec: RunSpec, transport, sampler: Sampler, base_url: str, ru
         name=spec.name, cache=spec.cache, purpose=spec.purpose, records=result.records, prompts=prompts,
         started_at=result.started_at, ended_at=result.ended_at, before=before, after=after, samples=samples,
         isolation=isolation, settled=settled, interrupted=interrupted, measured=spec.measured,
-        workload=result.workload, freeze_points=provisional.freeze_points, freeze_note=provisional.freeze_note,
+        workload={**result.workload, "concurrency": spec.concurrency}, freeze_points=provisional.freeze_points,
+        freeze_note=provisional.freeze_note,
         freezes=list(freezer.taken) if freezer is not None else [])
     (d / "meta.json").write_text(json.dumps(data.meta(), indent=1, default=str))
     ok = sum(r.ok for r in result.records)

@@ -1,22 +1,34 @@
-"""The checks table printed to the console."""
+"""The checks table printed to the console: columns as wide as their content, the tolerance of
+each check, and what needs attention (failed, not measured) repeated last with its count."""
 
 from __future__ import annotations
 
+from validator.judge.verdict import STATUS_WORD as WORD
 from validator.judge.verdict import status_of
 from validator.report.markdown import fmt
 
-_WORD = {"pass": "pass", "fail": "FAIL", "not_measured": "not measured", "not_judged": "not judged"}
+MAX_CELL = 60  # a cell longer than this is cut with "..." (the full value is in report.json)
+
+
+def _cell(v) -> str:
+    s = fmt(v)
+    return s if len(s) <= MAX_CELL else s[:MAX_CELL - 3] + "..."
+
+
+def checks_lines(checks: list[dict]) -> list[str]:
+    rows = [("check", "expected", "observed", "tolerance", "result")]
+    rows += [(c["name"], _cell(c["expected"]), _cell(c["observed"]), str(c.get("tolerance") or ""),
+              WORD[status_of(c)]) for c in checks]
+    w = [max(len(r[i]) for r in rows) for i in range(5)]
+    lines = [f"{r[0]:<{w[0]}}  {r[1]:>{w[1]}}  {r[2]:>{w[2]}}  {r[3]:<{w[3]}}  {r[4]}" for r in rows]
+    for st in ("fail", "not_measured"):
+        these = [c for c in checks if status_of(c) == st]
+        if these:
+            lines.append(f"{WORD[st]} ({len(these)}):")
+            lines += [f"  {c['name']}: expected {fmt(c['expected'])}, observed {fmt(c['observed'])} "
+                      f"({c['explanation']})" for c in these]
+    return lines
 
 
 def print_checks(checks: list[dict]) -> None:
-    w = max(len(c["name"]) for c in checks)
-    print(f"{'check':<{w}}  {'expected':>22}  {'observed':>22}  result")
-    for c in checks:
-        res = _WORD[status_of(c)]
-        print(f"{c['name']:<{w}}  {fmt(c['expected'])[:22]:>22}  {fmt(c['observed'])[:22]:>22}  {res}")
-    # what needs attention, repeated last so it is the first thing a reader sees
-    for st in ("fail", "not_measured"):
-        for c in checks:
-            if status_of(c) == st:
-                print(f"{_WORD[st]}: {c['name']}: expected {fmt(c['expected'])}, observed "
-                      f"{fmt(c['observed'])} ({c['explanation']})")
+    print("\n".join(checks_lines(checks)))

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from validator.judge.verdict import counts_line, status_of
+from validator.judge.verdict import STATUS_WORD, counts_line, status_of
 
 
 def fmt(v) -> str:
@@ -20,8 +20,8 @@ def fmt(v) -> str:
 def checks_table(checks: list[dict]) -> str:
     rows = ["| check | expected | observed | tolerance | result |", "|---|---|---|---|---|"]
     for c in checks:
-        res = {"pass": "pass", "fail": "**FAIL**", "not_measured": "not measured",
-               "not_judged": "not judged"}[status_of(c)]
+        st = status_of(c)
+        res = f"**{STATUS_WORD[st]}**" if st == "fail" else STATUS_WORD[st]
         rows.append(f"| {c['name']} | {fmt(c['expected'])} | {fmt(c['observed'])} | {c['tolerance']} | {res} |")
     return "\n".join(rows)
 

@@ -62,9 +62,11 @@ def lines(title: str, series: list[tuple[str, list[tuple[float, float]]]], x_lab
         legend.append((name, c))
         if not s:
             continue
-        if name in markers:
+        if name in markers:  # the first marker series as rings, the next as dots inside them: both show
+            ring = markers.index(name) == 0
+            style = (f'r="6" fill="none" stroke="{c}" stroke-width="2.5"' if ring else f'r="2.8" fill="{c}"')
             body.extend(f'<circle class="marker" data-name="{html.escape(name)}" cx="{xy(x, y)[0]:.1f}" '
-                        f'cy="{xy(x, y)[1]:.1f}" r="5" fill="none" stroke="{c}" stroke-width="2.5"/>' for x, y in s)
+                        f'cy="{xy(x, y)[1]:.1f}" {style}/>' for x, y in s)
             continue
         path = []
         prev = None
@@ -74,10 +76,13 @@ def lines(title: str, series: list[tuple[str, list[tuple[float, float]]]], x_lab
                 path.append(f"L{px:.1f},{prev:.1f}")
             path.append(f"{'M' if not path else 'L'}{px:.1f},{py:.1f}")
             prev = py
-        dash = ' stroke-dasharray="6 3" stroke-width="3"' if i == 0 and len(series) > 1 else ' stroke-width="1.8"'
+        # the first of several series (the prediction) as a wide translucent band, the others thin on
+        # top of it: where they agree both stay visible
+        dash = (' stroke-width="8" stroke-opacity="0.3" stroke-linejoin="round"' if i == 0 and len(series) > 1
+                else ' stroke-width="1.8"')
         body.append(f'<path class="series" data-name="{html.escape(name)}" d="{" ".join(path)}" fill="none" '
                     f'stroke="{c}"{dash}/>')
-        if len(s) < 80:
+        if len(s) < 80 and not (i == 0 and len(series) > 1):
             body.extend(f'<circle cx="{xy(x, y)[0]:.1f}" cy="{xy(x, y)[1]:.1f}" r="2.2" fill="{c}"/>' for x, y in s)
     if hline:
         _, y = xy(0, hline[1])

@@ -71,31 +71,35 @@ def plan_text(plan_json: dict) -> str:
     bw = p.get("bandwidth") or {}
     if bw.get("weight_read_bytes_per_step") is not None:
         out.append("")
-        out.append("Decode bandwidth at the limits (per rank, all sequences at full length)")
-        out.append(f"  weight reads / step  {_g(bw['weight_read_bytes_per_step'])}")
-        out.append(f"  KV reads / step      {_g(bw['kv_read_bytes_per_step'])}")
-        out.append(f"  KV passes weights at batch {bw['crossover_batch']}")
+        out.append("Decode bandwidth at the limits (per rank, every sequence at full length)")
+        out.append(f"  each decode step reads the weights once: {_g(bw['weight_read_bytes_per_step'])}")
+        out.append(f"  and every cached position of every sequence: {_g(bw['kv_read_bytes_per_step'])}")
+        out.append(f"  from {bw['crossover_batch']} sequences on, reading the KV cache costs more than reading the "
+                   "weights")
         rq = bw.get("request")
         if rq:
-            out.append(f"  one request of {rq['prompt_tokens']:,} + {rq['output_tokens']:,} tokens: "
-                       f"{rq['token_reads']:,} token-reads = {_g(rq['kv_bytes_read'])} read, "
-                       f"{_g(rq['kv_bytes_stored'])} stored ({rq['read_to_stored']:g}x)")
+            out.append(f"  one request of {rq['prompt_tokens']:,} + {rq['output_tokens']:,} tokens reads "
+                       f"{_g(rq['kv_bytes_read'])} of KV over its decode ({rq['token_reads']:,} position reads) "
+                       f"and stores {_g(rq['kv_bytes_stored'])}: {rq['read_to_stored']:g}x more read than stored")
         if bw.get("decode_step_floor_ms") is not None:
-            out.append(f"  decode step floor    {bw['decode_step_floor_ms']:.2f} ms at "
-                       f"{bw['memory_bandwidth_bytes_per_s'] / 1e12:g} TB/s")
+            out.append(f"  so a decode step takes at least {bw['decode_step_floor_ms']:.2f} ms at "
+                       f"{bw['memory_bandwidth_bytes_per_s'] / 1e12:g} TB/s: the floor for inter-token latency")
     for n in p.get("notes", []):
         out.append(f"note: {n}")
     out.append("")
     if p["fits"]:
         out.append(f"FITS: {p['max_num_seqs']} sequences x {p['max_model_len']:,} tokens")
+        env = " ".join(f"{k}={v}" for k, v in p["vllm_env"].items())
+        out.append("vllm serve args: " + (env + " " if env else "") + " ".join(p["vllm_args"]))
+        return "\n".join(out)
+    # no launch line for limits that do not fit: only the ways out, each with its number
+    out.append("DOES NOT FIT")
+    for r in p["reasons"]:
+        out.append(f"  - {r}")
+    if p["ways_out"]:
+        out.append("ways out (plan and measure again after any of them):")
+        for w_ in p["ways_out"]:
+            out.append(f"  - {w_['way']}: {w_['text']}")
     else:
-        out.append("DOES NOT FIT")
-        for r in p["reasons"]:
-            out.append(f"  - {r}")
-        if p["ways_out"]:
-            out.append("ways out (measure again after any of them):")
-            for w_ in p["ways_out"]:
-                out.append(f"  - {w_['way']}: {w_['text']}")
-    env = " ".join(f"{k}={v}" for k, v in p["vllm_env"].items())
-    out.append("vllm serve args: " + (env + " " if env else "") + " ".join(p["vllm_args"]))
+        out.append("no way out found by the planner: a smaller model, more memory or more GPUs")
     return "\n".join(out)

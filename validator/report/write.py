@@ -4,8 +4,10 @@ from __future__ import annotations
 
 import json
 import os
+import time
 from pathlib import Path
 
+from loadgen import benchjson
 from validator.report.html import report_html
 from validator.report.markdown import summary_md
 
@@ -14,6 +16,25 @@ def write_all(run_dir: Path, rep: dict, latency_values: dict | None = None) -> N
     _atomic(run_dir / "report.json", json.dumps(rep, indent=1, default=_json_default))
     _atomic(run_dir / "summary.md", summary_md(rep))
     _atomic(run_dir / "report.html", report_html(rep, latency_values or {}))
+
+
+def write_bench_results(run_dir: Path, runs: list, profile_values: dict) -> None:
+    """Each measured run also as `vllm bench serve`'s result JSON (runs/<run>/vllm-bench-result.json),
+    for the scripts and dashboards built around it; detailed lists included."""
+    model = (profile_values.get("model") or {}).get("served_name") or (profile_values.get("model") or {}).get("path")
+    for r in runs:
+        if not r.measured:
+            continue
+        res = benchjson.result(
+            r.records, max(r.ended_at - r.started_at, 0.0), backend="openai", model_id=str(model),
+            num_prompts=len([x for x in r.records if not x.warmup]), request_rate=None, burstiness=1.0,
+            max_concurrency=(r.workload or {}).get("concurrency"),
+            percentile_metrics=("ttft", "tpot", "itl", "e2el"), percentiles=(50.0, 90.0, 99.0), detailed=True,
+            metadata={"kvgate_run": r.name, "cache": r.cache},
+            date=time.strftime("%Y%m%d-%H%M%S", time.localtime(r.started_at)))
+        d = run_dir / "runs" / r.name
+        if d.is_dir():
+            _atomic(d / "vllm-bench-result.json", json.dumps(res))
 
 
 def _json_default(o):
