@@ -15,6 +15,7 @@ import argparse
 import asyncio
 import json
 import sys
+import time
 
 FAULTS = ("none", "drop", "5xx", "malformed", "cut", "slow-headers", "more-tokens", "fewer-tokens", "error-event")
 
@@ -32,6 +33,7 @@ class Stub:
         self.prompt_total = 0
         self.generation_total = 0
         self.seen: list[str | None] = []  # the client's request ids, one entry per request received
+        self.stamps = None                # a file: one line per paced request with each event's send time
 
     def metrics(self) -> bytes:
         """A few of vLLM's metrics, deliberately not all of them (kvgate must report the rest as missing)."""
@@ -40,10 +42,10 @@ class Stub:
                 f"# TYPE vllm:generation_tokens_total counter\n"
                 f"vllm:generation_tokens_total{{engine=\"0\"}} {self.generation_total}\n").encode()
 
-    def token_event(self, rid: str, model: str, finish: str | None) -> bytes:
+    def token_event(self, rid: str, model: str, finish: str | None, text: str = " tok") -> bytes:
         fr = "null" if finish is None else json.dumps(finish)
         return (f'data: {{"id":"{rid}","object":"text_completion","created":0,"model":"{model}",'
-                f'"choices":[{{"index":0,"text":" tok","logprobs":null,"finish_reason":{fr},'
+                f'"choices":[{{"index":0,"text":"{text}","logprobs":null,"finish_reason":{fr},'
                 f'"stop_reason":null,"prompt_token_ids":null,"token_ids":null}}]}}\n\n').encode()
 
     async def handle(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
@@ -66,14 +68,14 @@ class Stub:
                     writer.write(b"HTTP/1.1 404 Not Found\r\nContent-Length: 0\r\n\r\n")
                     continue
                 self.seen.append(headers.get("x-kvgate-request-id"))
-                await self.stream(json.loads(body), writer)
+                await self.stream(json.loads(body), writer, headers.get("x-kvgate-request-id"))
                 await writer.drain()
         except (asyncio.IncompleteReadError, ConnectionError, ValueError):
             pass
         finally:
             writer.close()
 
-    async def stream(self, req: dict, writer: asyncio.StreamWriter) -> None:
+    async def stream(self, req: dict, writer: asyncio.StreamWriter, client_id: str | None = None) -> None:
         self.n += 1
         fault = self.fault if self.n % self.fault_every == 0 else "none"
         rid = f"cmpl-{self.n}"
@@ -113,6 +115,9 @@ class Stub:
             self.events_sent += k * self.batch
             pending = [ev] * rest + [self.token_event(rid, model, "length")]
         else:
+            # stamped (paced runs): each event's send time on the machine-wide monotonic clock, the
+            # first event's text carries the stub's request id so any client's output can be paired
+            sent_at = [] if self.stamps is not None and self.itl else None
             for i in range(served):
                 if fault == "cut" and i == served // 2:
                     await writer.drain()
@@ -124,14 +129,19 @@ class Stub:
                 if fault == "error-event" and i == 1:
                     pending.append(b'data: {"error": {"message": "stub: injected error", "code": 500}}\n\n')
                     break
-                pending.append(self.token_event(rid, model, "length" if i == served - 1 else None))
+                pending.append(self.token_event(rid, model, "length" if i == served - 1 else None,
+                                                f" {rid}" if i == 0 and sent_at is not None else " tok"))
                 if self.itl or len(pending) >= self.batch:
                     chunk(b"".join(pending))
                     self.events_sent += len(pending)
                     pending = []
                     await writer.drain()
+                    if sent_at is not None:
+                        sent_at.append(time.perf_counter())
                     if self.itl:
                         await asyncio.sleep(self.itl)
+            if sent_at is not None:
+                self.stamps.write(json.dumps({"tag": rid, "client_id": client_id, "sent": sent_at}) + "\n")
         usage = {"prompt_tokens": p_tokens, "total_tokens": p_tokens + served, "completion_tokens": served}
         self.prompt_total += p_tokens
         self.generation_total += served
@@ -162,19 +172,31 @@ def main() -> None:
     ap.add_argument("--fault", choices=FAULTS, default="none")
     ap.add_argument("--fault-every", type=int, default=1)
     ap.add_argument("--max-seconds", type=float, default=3600.0, help="the stub stops by itself after this")
+    ap.add_argument("--stamp-log", help="paced runs: write each event's send time (perf_counter) here, a line a "
+                                        "request")
     a = ap.parse_args()
     if a.host not in ("127.0.0.1", "::1", "localhost"):
         sys.exit("stub_server: binds loopback only")
     stub = Stub(a.ttft_ms, a.itl_ms, a.fault, a.fault_every)
+    if a.stamp_log:
+        stub.stamps = open(a.stamp_log, "w", buffering=1 << 16)
 
     async def run():
         task = asyncio.create_task(serve(stub, a.host, a.port, lambda p: print(f"listening on {p}", flush=True)))
         await asyncio.sleep(a.max_seconds)
         task.cancel()
+    import signal
+
+    def stop(*_):
+        raise KeyboardInterrupt  # TERM ends the stub like Ctrl-C: the stamp log is closed whole
+    signal.signal(signal.SIGTERM, stop)
     try:
         asyncio.run(run())
     except KeyboardInterrupt:
         pass
+    finally:
+        if stub.stamps:
+            stub.stamps.close()
 
 
 if __name__ == "__main__":

@@ -10,7 +10,6 @@ from __future__ import annotations
 import argparse
 import asyncio
 import ipaddress
-import json
 import math
 import os
 import socket
@@ -24,9 +23,11 @@ import numpy as np
 
 from loadgen import __version__, benchjson
 from loadgen.client import OpenAIStream, connector
+from loadgen.outputs import write_outputs
+from loadgen.workers import merge, parse_shard, run_processes, share
 from loadgen.records import RecordWriter
 from loadgen.runner import RunConfig, Runner, tokenize_lengths
-from loadgen.stats import format_summary, summarize
+from loadgen.stats import format_summary
 from loadgen.workload import (
     Lengths,
     WorkloadError,
@@ -108,6 +109,10 @@ def build_parser() -> argparse.ArgumentParser:
     ap.add_argument("--read-timeout", type=float, default=60.0, help="seconds without a byte before a request fails")
     ap.add_argument("--out", help="directory for records.jsonl and summary.json (default: runs/loadgen-<time>)")
     ap.add_argument("--quiet", action="store_true", help="no progress line")
+    ap.add_argument("--workers", type=int, default=1,
+                    help="processes, each with its own event loop and a shard of the schedule (records merged "
+                         "exactly); closed loop: at most --concurrency")
+    ap.add_argument("--worker-shard", help=argparse.SUPPRESS)  # set by --workers for each worker
     bench = ap.add_argument_group("results in vllm bench serve's format")
     bench.add_argument("--save-result", action="store_true", help="write vllm bench serve's result JSON")
     bench.add_argument("--save-detailed", action="store_true",
@@ -126,7 +131,7 @@ def build_parser() -> argparse.ArgumentParser:
 
 # numeric flags and the smallest value each takes (the largest: what a run can bound in time)
 _MINIMUM = {"requests": 1, "warmup": 0, "prefix_groups": 1, "prefix_tokens": 1, "turns": 2, "concurrency": 1,
-            "max_concurrency": 1, "num_warmups": 0, "random_input_len": 1, "random_output_len": 1}
+            "max_concurrency": 1, "num_warmups": 0, "random_input_len": 1, "random_output_len": 1, "workers": 1}
 MAX_REQUESTS = 1_000_000          # prompts are built up front: split larger runs
 MAX_PROMPT_TOKENS_IN_MEMORY = 200_000_000
 _POSITIVE = ("timeout", "read_timeout", "rate", "duration", "burstiness")
@@ -155,39 +160,6 @@ def check_ranges(a) -> None:
     if a.requests is not None and a.requests > MAX_REQUESTS:
         raise UsageError(f"--requests: {a.requests} is over {MAX_REQUESTS:,} (prompts are built before the run); "
                          "split the run")
-
-
-def _ranged(n: int, ratio: float) -> str:
-    """vllm bench serve's random lengths: uniform in [N x (1 - r), N x (1 + r)]."""
-    if not ratio:
-        return str(n)
-    return f"uniform:{max(int(n * (1 - ratio)), 1)}:{max(int(n * (1 + ratio)), 1)}"
-
-
-def apply_bench_flags(a) -> None:
-    """`vllm bench serve`'s flags onto loadgen's own: the two vocabularies describe the same run."""
-    if a.endpoint == "/v1/chat/completions":
-        a.chat = True
-    if a.random_input_len is not None:
-        a.prompt_tokens = _ranged(a.random_input_len, a.random_range_ratio)
-    if a.random_output_len is not None:
-        a.output_tokens = _ranged(a.random_output_len, a.random_range_ratio)
-    if a.max_concurrency is not None and a.concurrency is not None and a.max_concurrency != a.concurrency:
-        raise UsageError(f"--max-concurrency {a.max_concurrency} and --concurrency {a.concurrency} disagree; give one")
-    if a.request_rate is not None and a.rate is not None:
-        raise UsageError("--request-rate and --rate are the same thing; give one")
-    if a.request_rate is not None and math.isfinite(a.request_rate):
-        if a.concurrency is not None:
-            raise UsageError("--request-rate with --concurrency: use --max-concurrency to cap an open loop")
-        a.rate = a.request_rate
-    if a.rate is None and a.concurrency is None:
-        if a.max_concurrency is not None:
-            a.concurrency = a.max_concurrency
-        elif a.request_rate is not None:  # inf: every request at once, as vllm bench serve sends them
-            a.concurrency = a.requests if a.requests is not None else 100
-    if a.num_warmups:
-        a.requests = (a.requests if a.requests is not None else 100) + a.num_warmups
-        a.warmup += a.num_warmups
 
 
 def make_workload(a):
@@ -244,24 +216,34 @@ async def _main(a, workload, cfg: RunConfig, out: Path) -> dict:
         with RecordWriter(out / "records.jsonl") as w:
             runner = Runner(transport, w, name="loadgen", progress=progress_printer(a.quiet))
             result = await runner.run(workload, cfg)
-    summary = summarize(result.records, result.ended_at - result.started_at)
-    summary.update(window=list(result.window), interrupted=result.interrupted, workload=result.workload,
-                   config=result.config, url=a.url, model=a.model)
-    (out / "summary.json").write_text(json.dumps(summary, indent=2))
-    if a.save_result:
-        backend = "openai-chat" if a.chat else "openai"
-        date = time.strftime("%Y%m%d-%H%M%S")
-        rate = cfg.rate
-        res = benchjson.result(
-            result.records, result.ended_at - result.started_at, backend=backend, model_id=a.model,
-            num_prompts=(a.requests or len(result.records)) - a.num_warmups, request_rate=rate,
-            burstiness=a.burstiness, max_concurrency=a.max_concurrency if a.max_concurrency is not None
-            else cfg.concurrency, percentile_metrics=a.percentile_metrics, percentiles=a.metric_percentiles,
-            goodput=a.goodput, detailed=a.save_detailed, metadata=a.metadata, date=date)
-        name = benchjson.file_name(backend=backend, model_id=a.model, request_rate=rate,
-                                   max_concurrency=a.max_concurrency, date=date, result_filename=a.result_filename)
-        summary["result_file"] = str(benchjson.write(res, a.result_dir, name))
-    return summary
+    return write_outputs(a, cfg, result.records, result.started_at, result.ended_at, runner.t0, out,
+                         interrupted=result.interrupted, workload=result.workload)
+
+
+def shard_config(cfg: RunConfig, i: int, k: int) -> None:
+    """Worker i of k: its part of the schedule, the concurrency and the warm-up."""
+    cfg.shard = (i, k)
+    if cfg.concurrency is not None:
+        cfg.concurrency = share(cfg.concurrency, i, k)
+    else:
+        cfg.max_in_flight = max(share(cfg.max_in_flight, i, k), 1)
+    cfg.warmup = len(range(i, cfg.warmup, k))
+
+
+def _with_workers(a, cfg: RunConfig, out: Path, argv: list[str]) -> dict:
+    from loadgen.workload import new_salt
+    salt = a.salt or new_salt()   # one salt, so every worker builds the same workload
+    bound = (a.duration or 24 * 3600) + a.timeout + 300
+    codes = run_processes(argv, a.workers, salt, out, bound)
+    dirs = [out / f"worker-{i}" for i in range(a.workers)]
+    bad = [f"worker {i} exited {c}" for i, c in enumerate(codes) if c not in (0, 1, 3)]
+    if bad or not all((d / "summary.json").exists() for d in dirs):
+        raise UsageError("; ".join(bad) or "a worker wrote no summary") from None
+    records, started, ended, origin, clocks = merge(dirs)
+    with RecordWriter(out / "records.jsonl") as w:
+        for r in records:
+            w.write(r)
+    return write_outputs(a, cfg, records, started, ended, origin, out, clocks=clocks, workers=a.workers)
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -269,7 +251,7 @@ def main(argv: list[str] | None = None) -> int:
     try:
         require_loopback(a.url)
         check_ranges(a)
-        apply_bench_flags(a)
+        benchjson.apply_bench_flags(a)
         a.percentile_metrics = benchjson.parse_percentile_metrics(a.percentile_metrics)
         a.metric_percentiles = benchjson.parse_percentiles(a.metric_percentiles)
         a.goodput = benchjson.parse_goodput(a.goodput)
@@ -285,13 +267,21 @@ def main(argv: list[str] | None = None) -> int:
         if cfg.max_requests is None and cfg.duration is None:
             cfg.max_requests = 100
         cfg.check()
+        if a.workers > 1 and cfg.concurrency is not None and cfg.concurrency < a.workers:
+            raise UsageError(f"--workers: {a.workers} workers need at least as many requests in flight "
+                             f"(--concurrency {cfg.concurrency})")
+        if a.worker_shard:
+            shard_config(cfg, *parse_shard(a.worker_shard))
     except (UsageError, ValueError) as e:
         print(f"loadgen: error: {e}", file=sys.stderr)
         return 2
     out = Path(a.out) if a.out else Path("runs") / f"loadgen-{time.strftime('%Y%m%d-%H%M%S')}"
     out.mkdir(parents=True, exist_ok=True)
     try:
-        summary = asyncio.run(_main(a, workload, cfg, out))
+        if a.workers > 1:
+            summary = _with_workers(a, cfg, out, list(argv if argv is not None else sys.argv[1:]))
+        else:
+            summary = asyncio.run(_main(a, workload, cfg, out))
     except KeyboardInterrupt:
         print(f"\nloadgen: interrupted; finished requests are in {out / 'records.jsonl'}", file=sys.stderr)
         return 130

@@ -44,6 +44,7 @@ class RequestRecord:
     turn: int | None = None
     text_chunks: int | None = None
     token_mismatch: str | None = None          # asked vs served, when they differ
+    worker: int | None = None                  # which --workers process sent it
 
     @property
     def ok(self) -> bool:

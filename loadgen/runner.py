@@ -32,6 +32,7 @@ class RunConfig:
     drain_timeout: float = 120.0        # after `duration`, how long in-flight requests may finish
     max_in_flight: int = 4096           # open-loop ceiling
     seed: int = 0
+    shard: tuple[int, int] | None = None  # (i, k): this process sends items i, i+k, ... of the whole schedule
 
     def check(self) -> None:
         if (self.concurrency is None) == (self.rate is None):
@@ -107,17 +108,18 @@ class Runner:
         duration = min(cfg.duration or MAX_DURATION_S, MAX_DURATION_S)
         self._stop_at = self.t0 + duration
         limit = cfg.max_requests if cfg.max_requests is not None else 1 << 62
-        self.limit = limit
+        mine, times = self._schedule(workload, cfg, limit)
+        self.limit = len(mine) if cfg.shard else limit
         ticker = asyncio.create_task(self._tick()) if self.progress else None
         tasks: set[asyncio.Task] = set()
         interrupted = False
         try:
             if cfg.concurrency is not None:
-                items = iter(workload.items)
+                items = iter(mine)
                 tasks |= {asyncio.create_task(self._worker(k, items)) for k in range(cfg.concurrency)}
                 await self._wait(tasks, duration + cfg.drain_timeout)
             else:
-                await self._open_loop(workload, cfg, tasks, duration)
+                await self._open_loop(mine, times, cfg, tasks, duration)
         except asyncio.CancelledError:
             interrupted = True
         finally:
@@ -152,11 +154,21 @@ class Runner:
                 return
             await self._execute(item, None)
 
-    async def _open_loop(self, workload: Workload, cfg: RunConfig, tasks: set, duration: float) -> None:
-        n = min(len(workload.items), self.limit)
-        times = arrival_times(n, cfg.rate, cfg.burstiness, cfg.ramp_up, cfg.seed)
+    @staticmethod
+    def _schedule(workload: Workload, cfg: RunConfig, limit: int) -> tuple[list, list[float] | None]:
+        """The items this runner sends and, open loop, when: with a shard (i, k), items i, i+k, ...
+        of the whole schedule and their arrival times in it, so k processes together send exactly
+        the arrival process one would."""
+        n = min(len(workload.items), limit)
+        times = arrival_times(n, cfg.rate, cfg.burstiness, cfg.ramp_up, cfg.seed) if cfg.rate else None
+        if cfg.shard is None:
+            return workload.items, times
+        i, k = cfg.shard
+        return workload.items[:n][i::k], (times[i::k] if times is not None else None)
+
+    async def _open_loop(self, items: list, times: list[float], cfg: RunConfig, tasks: set, duration: float) -> None:
         sem = asyncio.Semaphore(cfg.max_in_flight)
-        for item, at in zip(workload.items, times):
+        for item, at in zip(items, times):
             if at > duration or not self._can_issue():
                 break
             delay = self.t0 + at - time.perf_counter()

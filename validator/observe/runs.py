@@ -167,7 +167,10 @@ async def _one_run(spec: RunSpec, transport, sampler: Sampler, base_url: str, ru
             freezer = Freezer(session, base_url, runner, spec.name, points, d / "freezes.jsonl", before, say)
             freezer_task = asyncio.ensure_future(freezer.run())
         try:
-            result = await task  # a server kvgate started is watched by execute()
+            # waited on, not awaited: a cancel of this run (Ctrl-C, the watchdog) must reach this task
+            # and not be absorbed by the runner, which ends quietly when cancelled
+            await asyncio.wait({task})
+            result = task.result()
             if any(not r.ok for r in result.records) and await _server_down(session, base_url, alive):
                 raise ServerDied(spec.name)  # requests fail fast once the server is gone
         finally:

@@ -1,0 +1,82 @@
+"""`loadgen --workers N`: N processes, one schedule, records merged exactly."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from loadgen.records import read_records
+from loadgen.runner import RunConfig, Runner, arrival_times
+from loadgen.workload import Lengths, synthetic
+from loadgen.workers import share
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+@pytest.fixture
+def stub_url():
+    p = subprocess.Popen([sys.executable, str(ROOT / "benchmarks" / "stub_server.py"), "--port", "0", "--itl-ms", "1",
+                          "--max-seconds", "120"], stdout=subprocess.PIPE, text=True)
+    port = int(p.stdout.readline().split()[-1])
+    yield f"http://127.0.0.1:{port}"
+    p.terminate()
+    p.wait(timeout=10)
+
+
+def loadgen(*args):
+    return subprocess.run([sys.executable, "-m", "loadgen", *args], cwd=ROOT, capture_output=True, text=True,
+                          timeout=300)
+
+
+def test_shards_together_are_the_one_schedule():
+    w = synthetic(50, Lengths.parse(8, "p"), Lengths.parse(4, "o"), seed=3, salt="s")
+    cfg = RunConfig(rate=20.0, burstiness=0.5, max_requests=50, seed=3)
+    full = arrival_times(50, 20.0, 0.5, 0.0, 3)
+    parts = []
+    for i in range(3):
+        items, times = Runner._schedule(w, RunConfig(**{**vars(cfg), "shard": (i, 3)}), 50)
+        parts += list(zip((x.id for x in items), times))
+    assert sorted(parts, key=lambda p: p[1]) == list(zip((x.id for x in w.items), full))
+    assert [share(10, i, 3) for i in range(3)] == [4, 3, 3]
+
+
+def test_two_workers_merge_exactly(stub_url, tmp_path):
+    out = tmp_path / "lg"
+    r = loadgen("--url", stub_url, "--model", "M", "--requests", "60", "--concurrency", "6", "--workers", "2",
+                "--prompt-tokens", "16", "--output-tokens", "8", "--seed", "5", "--out", str(out), "--quiet")
+    assert r.returncode == 0, r.stderr
+    merged = read_records(out / "records.jsonl")
+    parts = [read_records(out / f"worker-{i}" / "records.jsonl") for i in range(2)]
+    assert len(merged) == sum(len(p) for p in parts) == 60
+    assert sorted(x.id for x in merged) == sorted(x.id for p in parts for x in p)   # each request once
+    assert {x.worker for x in merged} == {0, 1} and [len(p) for p in parts] == [30, 30]
+    assert all(x.ok and x.token_mismatch is None and x.output_tokens == 8 for x in merged)  # exact tokens
+    s = json.loads((out / "summary.json").read_text())
+    ttft = np.asarray([x.ttft for x in merged]) * 1e3
+    itl = np.asarray([g for x in merged for g in x.itl]) * 1e3
+    assert s["ttft_ms"]["p99"] == pytest.approx(float(np.percentile(ttft, 99)))   # from all records at once
+    assert s["itl_ms"]["p50"] == pytest.approx(float(np.percentile(itl, 50)))
+    assert s["ok"] == 60 and s["workers"] == 2 and s["clocks"]["wall_minus_monotonic_spread_s"] < 0.05
+    # one clock: every merged send time falls inside the run
+    assert all(0 <= x.sent <= s["window"][1] - s["window"][0] + 1 for x in merged)
+
+
+def test_open_loop_workers_send_the_whole_arrival_process(stub_url, tmp_path):
+    out = tmp_path / "lg"
+    r = loadgen("--url", stub_url, "--model", "M", "--requests", "40", "--rate", "200", "--workers", "2",
+                "--prompt-tokens", "16", "--output-tokens", "4", "--seed", "7", "--out", str(out), "--quiet")
+    assert r.returncode == 0, r.stderr
+    merged = read_records(out / "records.jsonl")
+    full = arrival_times(40, 200.0, 1.0, 0.0, 7)
+    assert sorted(x.scheduled for x in merged) == pytest.approx(sorted(full), abs=0.05)
+
+
+def test_workers_need_enough_concurrency(tmp_path):
+    r = loadgen("--url", "http://127.0.0.1:9", "--model", "M", "--concurrency", "1", "--workers", "2",
+                "--out", str(tmp_path / "x"))
+    assert r.returncode == 2 and "--workers" in r.stderr
