@@ -103,7 +103,11 @@ class Validate:
         import sys
         import threading
         self.watch = ProcessWatch()
-        self.p = subprocess.Popen([sys.executable, "-m", "validator", *args], cwd=ROOT, stdout=subprocess.PIPE,
+        # Ctrl-C as a user at a terminal delivers it: a test runner started in the background by a
+        # shell without job control inherits SIGINT ignored, and Python would keep ignoring it
+        start = ("import runpy, signal, sys; signal.signal(signal.SIGINT, signal.default_int_handler); "
+                 "sys.argv[0] = 'validate'; runpy.run_module('validator', run_name='__main__', alter_sys=True)")
+        self.p = subprocess.Popen([sys.executable, "-c", start, *args], cwd=ROOT, stdout=subprocess.PIPE,
                                   stderr=subprocess.PIPE, text=True, env=env)
         self.err: list[str] = []
         self.out: list[str] = []

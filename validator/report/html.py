@@ -40,13 +40,15 @@ def pct(v) -> str:
 def num(v) -> str:
     if v is None:
         return "—"
-    return f"{v:,}" if isinstance(v, int) or (isinstance(v, float) and v.is_integer()) else f"{v:,.3g}"
+    if isinstance(v, float) and v.is_integer():
+        v = int(v)  # counters come as floats: 11520.0 reads 11,520
+    return f"{v:,}" if isinstance(v, int) else f"{v:,.3g}"
 
 
 def _table(head: list[str], rows: list[list[str]], cls: str = "") -> str:
-    th = "".join(f"<th>{esc(h)}</th>" for h in head)
+    th = "<tr>" + "".join(f"<th>{esc(h)}</th>" for h in head) + "</tr>" if any(head) else ""
     body = "".join("<tr>" + "".join(c if c.startswith("<td") else f"<td>{c}</td>" for c in r) + "</tr>" for r in rows)
-    return f"<table class='{cls}'><tr>{th}</tr>{body}</table>"
+    return f"<table class='{cls}'>{th}{body}</table>"
 
 
 def _checks(checks: list[dict], cls: str = "checks") -> str:

@@ -6,7 +6,7 @@ import html
 import math
 
 COLORS = ("#1f77b4", "#d62728", "#2ca02c", "#ff7f0e", "#9467bd")
-W, H, PAD_L, PAD_B, PAD_T, PAD_R = 640, 260, 56, 36, 24, 16
+W, H, PAD_L, PAD_B, PAD_T, PAD_R = 640, 270, 56, 36, 40, 16
 
 
 def _nice_max(v: float) -> float:
@@ -31,9 +31,15 @@ def _frame(title: str, x_label: str, y_label: str, x_max: float, y_max: float, b
         x = PAD_L + pw * i / 4
         ticks.append(f'<text x="{x:.1f}" y="{H - PAD_B + 16}" text-anchor="middle" font-size="11">'
                      f'{x_max * i / 4:.3g}</text>')
-    leg = "".join(f'<rect x="{PAD_L + 10 + 150 * i}" y="6" width="10" height="10" fill="{c}"/>'
-                  f'<text x="{PAD_L + 24 + 150 * i}" y="15" font-size="11">{html.escape(n)}</text>'
-                  for i, (n, c) in enumerate(legend))
+    leg, x, row = [], PAD_L + 10, 0
+    for n, c in legend:  # entries as wide as their text (about 6 px a character), wrapping to a new row
+        w = 24 + 6 * len(n)
+        if x + w > W - PAD_R and x > PAD_L + 10:
+            x, row = PAD_L + 10, row + 1
+        leg.append(f'<rect x="{x}" y="{6 + 14 * row}" width="10" height="10" fill="{c}"/>'
+                   f'<text x="{x + 14}" y="{15 + 14 * row}" font-size="11">{html.escape(n)}</text>')
+        x += w
+    leg = "".join(leg)
     return (f'<svg class="chart" data-kind="{kind}" xmlns="http://www.w3.org/2000/svg" width="{W}" height="{H}" '
             f'viewBox="0 0 {W} {H}" role="img" aria-label="{html.escape(title)}">'
             f'<title>{html.escape(title)}</title>{"".join(ticks)}'
