@@ -113,6 +113,7 @@ def build_parser() -> argparse.ArgumentParser:
                     help="processes, each with its own event loop and a shard of the schedule (records merged "
                          "exactly); closed loop: at most --concurrency")
     ap.add_argument("--worker-shard", help=argparse.SUPPRESS)  # set by --workers for each worker
+    ap.add_argument("--worker-start", type=float, help=argparse.SUPPRESS)  # perf_counter instant to begin at
     bench = ap.add_argument_group("results in vllm bench serve's format")
     bench.add_argument("--save-result", action="store_true", help="write vllm bench serve's result JSON")
     bench.add_argument("--save-detailed", action="store_true",
@@ -215,6 +216,8 @@ async def _main(a, workload, cfg: RunConfig, out: Path) -> dict:
                                  read_timeout=a.read_timeout)
         with RecordWriter(out / "records.jsonl") as w:
             runner = Runner(transport, w, name="loadgen", progress=progress_printer(a.quiet))
+            if a.worker_start is not None:  # --workers: every shard begins at the same instant
+                await asyncio.sleep(max(a.worker_start - time.perf_counter(), 0.0))
             result = await runner.run(workload, cfg)
     return write_outputs(a, cfg, result.records, result.started_at, result.ended_at, runner.t0, out,
                          interrupted=result.interrupted, workload=result.workload)

@@ -15,6 +15,7 @@ import json
 import signal
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 from loadgen.records import RequestRecord, read_records
@@ -35,15 +36,20 @@ def parse_shard(text: str) -> tuple[int, int]:
     return i, k
 
 
-def worker_argv(argv: list[str], i: int, k: int, salt: str, out: Path) -> list[str]:
+START_AFTER_S = 3.0  # time every worker is given to start up before the one schedule begins
+
+
+def worker_argv(argv: list[str], i: int, k: int, salt: str, out: Path, start: float) -> list[str]:
     # argparse keeps the last value of a repeated option: the overrides go at the end
     return [sys.executable, "-m", "loadgen", *argv, "--workers", "1", "--worker-shard", f"{i}/{k}",
-            "--salt", salt, "--out", str(out), "--quiet"]
+            "--worker-start", repr(start), "--salt", salt, "--out", str(out), "--quiet"]
 
 
 def run_processes(argv: list[str], k: int, salt: str, out: Path, timeout: float) -> list[int]:
     """Start k workers, wait for all (bounded), stop them all on Ctrl-C; their exit codes."""
-    procs = [subprocess.Popen(worker_argv(argv, i, k, salt, out / f"worker-{i}"), stdout=subprocess.DEVNULL,
+    # one start instant on the machine's monotonic clock: the shards of one schedule start together
+    start = time.perf_counter() + START_AFTER_S
+    procs = [subprocess.Popen(worker_argv(argv, i, k, salt, out / f"worker-{i}", start), stdout=subprocess.DEVNULL,
                               stderr=subprocess.PIPE, text=True) for i in range(k)]
     try:
         return [p.wait(timeout=timeout) for p in procs]

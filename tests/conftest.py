@@ -181,6 +181,19 @@ def run_validate(*args, timeout=600, env=None) -> Completed:
     return Completed(code, out, err, v.watch)
 
 
+@pytest.fixture
+def stub_url():
+    """The loopback stub (benchmarks/stub_server.py), paced 1 ms a token, for a test; its URL."""
+    import subprocess
+    import sys
+    p = subprocess.Popen([sys.executable, str(ROOT / "benchmarks" / "stub_server.py"), "--port", "0", "--itl-ms", "1",
+                          "--max-seconds", "120"], stdout=subprocess.PIPE, text=True)
+    port = int(p.stdout.readline().split()[-1])
+    yield f"http://127.0.0.1:{port}"
+    p.terminate()
+    p.wait(timeout=10)
+
+
 @pytest.fixture(scope="session")
 def tiny_server(tiny_model, tmp_path_factory):
     """One real vLLM for the load tests: tiny GQA model, 64 usable blocks of 32, prefix caching on,

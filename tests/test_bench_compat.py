@@ -27,16 +27,6 @@ def loadgen(*args, cwd=ROOT):
                           timeout=300)
 
 
-@pytest.fixture
-def stub_url():
-    p = subprocess.Popen([sys.executable, str(ROOT / "benchmarks" / "stub_server.py"), "--port", "0", "--itl-ms", "1",
-                          "--max-seconds", "120"], stdout=subprocess.PIPE, text=True)
-    port = int(p.stdout.readline().split()[-1])
-    yield f"http://127.0.0.1:{port}"
-    p.terminate()
-    p.wait(timeout=10)
-
-
 def only_json(d: Path) -> dict:
     files = list(d.iterdir())
     assert len(files) == 1 and files[0].suffix == ".json", files

@@ -18,16 +18,6 @@ from loadgen.workers import share
 ROOT = Path(__file__).resolve().parents[1]
 
 
-@pytest.fixture
-def stub_url():
-    p = subprocess.Popen([sys.executable, str(ROOT / "benchmarks" / "stub_server.py"), "--port", "0", "--itl-ms", "1",
-                          "--max-seconds", "120"], stdout=subprocess.PIPE, text=True)
-    port = int(p.stdout.readline().split()[-1])
-    yield f"http://127.0.0.1:{port}"
-    p.terminate()
-    p.wait(timeout=10)
-
-
 def loadgen(*args):
     return subprocess.run([sys.executable, "-m", "loadgen", *args], cwd=ROOT, capture_output=True, text=True,
                           timeout=300)
