@@ -103,11 +103,6 @@ def apply_bench_flags(a) -> None:
         a.warmup += a.num_warmups
 
 
-def _tpot(r: RequestRecord) -> float:
-    n = r.output_tokens or 0
-    return (r.e2e - r.ttft) / (n - 1) if n > 1 else 0.0
-
-
 def result(records: list[RequestRecord], duration: float, *, backend: str, model_id: str, num_prompts: int,
            request_rate: float | None, burstiness: float, max_concurrency: int | None,
            percentile_metrics: tuple[str, ...] = ("ttft", "tpot", "itl"), percentiles: tuple[float, ...] = (99.0,),
@@ -119,11 +114,11 @@ def result(records: list[RequestRecord], duration: float, *, backend: str, model
     out_lens = [(r.output_tokens or 0) if r.ok else 0 for r in measured]
     total_in = sum(r.prompt_tokens or 0 for r in ok)
     total_out = sum(out_lens)
-    values = {"ttft": [r.ttft for r in ok], "tpot": [_tpot(r) for r in ok if (r.output_tokens or 0) > 1],
+    values = {"ttft": [r.ttft for r in ok], "tpot": [r.tpot for r in ok if r.tpot is not None],
               "itl": [g for r in ok for g in r.itl], "e2el": [r.e2e for r in ok]}
     good = None
     if goodput:
-        all_tpots = [_tpot(r) for r in ok]
+        all_tpots = [r.tpot or 0.0 for r in ok]  # 0 for one-token requests, as vLLM counts them
         per = {"ttft": [r.ttft for r in ok], "tpot": all_tpots, "e2el": [r.e2e for r in ok]}
         good = sum(all(per[k][i] <= v / 1e3 for k, v in goodput.items()) for i in range(len(ok)))
     res: dict = {

@@ -24,10 +24,10 @@ import numpy as np
 from loadgen import __version__, benchjson
 from loadgen.client import OpenAIStream, connector
 from loadgen.outputs import write_outputs
-from loadgen.workers import merge, parse_shard, run_processes, share
 from loadgen.records import RecordWriter
 from loadgen.runner import RunConfig, Runner, tokenize_lengths
 from loadgen.stats import format_summary
+from loadgen.workers import merge, parse_shard, run_processes, share
 from loadgen.workload import (
     Lengths,
     WorkloadError,
@@ -253,13 +253,13 @@ def main(argv: list[str] | None = None) -> int:
     a = build_parser().parse_args(argv)
     try:
         require_loopback(a.url)
-        check_ranges(a)
+        check_ranges(a)                  # the flags as given: the error names what the user wrote
         benchjson.apply_bench_flags(a)
         a.percentile_metrics = benchjson.parse_percentile_metrics(a.percentile_metrics)
         a.metric_percentiles = benchjson.parse_percentiles(a.metric_percentiles)
         a.goodput = benchjson.parse_goodput(a.goodput)
         a.metadata = benchjson.parse_metadata(a.metadata)
-        check_ranges(a)
+        check_ranges(a)                  # again: --num-warmups has added to --requests and --warmup
         workload = make_workload(a)
         cfg = RunConfig(concurrency=a.concurrency if a.rate is None else None, rate=a.rate,
                         burstiness=a.burstiness, max_requests=a.requests, duration=a.duration,

@@ -55,3 +55,13 @@ def test_bandwidth_lines_are_in_plain_words():
     text = plan_text(p)
     assert "from 13 sequences on, reading the KV cache costs more than reading the weights" in text
     assert "the floor for inter-token latency" in text and "KV passes weights" not in text
+
+
+def test_the_command_line_in_the_provenance_hides_secrets():
+    from validator.provenance import redact_argv
+    argv = ["--url", "http://user:s3cret@127.0.0.1:8000", "--api-token", "tok-1", "--hf-token=tok-2",
+            "--api-key-env", "MY_KEY", "--profile", "p.yaml"]
+    shown = redact_argv(argv)
+    assert "s3cret" not in " ".join(shown) and "tok-1" not in shown and "--hf-token=tok-2" not in shown
+    assert shown == ["--url", "http://<redacted>@127.0.0.1:8000", "--api-token", "<redacted>",
+                     "--hf-token=<redacted>", "--api-key-env", "MY_KEY", "--profile", "p.yaml"]

@@ -6,14 +6,12 @@ from __future__ import annotations
 import hashlib
 import json
 import platform
-import re
 import sys
 import time
 from urllib.parse import urlsplit, urlunsplit
 
 from loadgen import __version__
-
-_SECRET_FLAG = re.compile(r"key|token|secret|password|passwd|credential", re.I)
+from validator.rundir.files import SECRET_KEYS
 
 
 def redact_argv(argv: list[str]) -> list[str]:
@@ -27,7 +25,7 @@ def redact_argv(argv: list[str]) -> list[str]:
             hide_next = False
             continue
         flag, eq, value = a.partition("=")
-        if flag.startswith("--") and _SECRET_FLAG.search(flag) and not flag.endswith("-env"):
+        if flag.startswith("--") and SECRET_KEYS.search(flag) and not flag.endswith("-env"):
             if eq:
                 out.append(f"{flag}=<redacted>")
             else:

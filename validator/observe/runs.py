@@ -30,15 +30,14 @@ async def _post_ok(session, url: str) -> bool:
         return False
 
 
-async def _server_down(session, base_url: str, alive, within: float = 2.0) -> bool:
-    """True if the process has exited, or /health stops answering, within `within` seconds."""
+async def _server_down(session, base_url: str, within: float = 2.0) -> bool:
+    """True if /health stops answering for `within` seconds (a server kvgate started is also
+    watched by execute()'s watchdog; a server at --url has only this)."""
     deadline = time.monotonic() + within
     while time.monotonic() < deadline:
-        if alive is not None and not alive():
-            return True
         try:
             async with session.get(base_url + "/health", timeout=aiohttp.ClientTimeout(total=1)) as r:
-                if r.status == 200 and (alive is None or alive()):
+                if r.status == 200:
                     return False
         except (aiohttp.ClientError, asyncio.TimeoutError, OSError):
             pass
@@ -70,7 +69,7 @@ async def execute(specs: list[RunSpec], base_url: str, model: str, run_dir: Path
     second, whatever the runs were doing (waiting on a request, a freeze, the counters)."""
     current: list[str] = ["start"]
     if alive is None:
-        return await _execute(specs, base_url, model, run_dir, profile, say, api_key, alive, current)
+        return await _execute(specs, base_url, model, run_dir, profile, say, api_key, current)
     died: list[bool] = []
     runs = asyncio.current_task()
 
@@ -83,7 +82,7 @@ async def execute(specs: list[RunSpec], base_url: str, model: str, run_dir: Path
     # the runs stay in this task, so an interrupt (Terminated, Ctrl-C) propagates as before
     watchdog = asyncio.ensure_future(watch())
     try:
-        return await _execute(specs, base_url, model, run_dir, profile, say, api_key, alive, current)
+        return await _execute(specs, base_url, model, run_dir, profile, say, api_key, current)
     except asyncio.CancelledError:
         if died:
             raise ServerDied(current[0]) from None
@@ -93,13 +92,12 @@ async def execute(specs: list[RunSpec], base_url: str, model: str, run_dir: Path
         await asyncio.gather(watchdog, return_exceptions=True)  # collects an interrupt raised in it too
 
 
-async def _execute(specs, base_url, model, run_dir, profile, say, api_key, alive, current) -> list[RunData]:
+async def _execute(specs, base_url, model, run_dir, profile, say, api_key, current) -> list[RunData]:
     g = profile.get
     out: list[RunData] = []
     timeout = aiohttp.ClientTimeout(total=g("observe", "read_timeout_s") + 5)
     async with aiohttp.ClientSession(timeout=timeout) as scrape_s, \
             aiohttp.ClientSession(connector=connector()) as load_s:
-        headers = {"Authorization": f"Bearer {api_key}"} if api_key else {}
         sampler = Sampler(scrape_s, base_url, run_dir / "metrics.jsonl",
                           interval=g("observe", "scrape_interval_s"), timeout=g("observe", "read_timeout_s"))
         transport = OpenAIStream(load_s, base_url, model, api_key=api_key,
@@ -109,8 +107,8 @@ async def _execute(specs, base_url, model, run_dir, profile, say, api_key, alive
         try:
             for spec in specs:
                 current[0] = spec.name
-                data = await _one_run(spec, transport, sampler, base_url, run_dir, scrape_s, headers, say,
-                                      g("observe", "run_timeout_s"), alive, freeze)
+                data = await _one_run(spec, transport, sampler, base_url, run_dir, scrape_s, say,
+                                      g("observe", "run_timeout_s"), freeze)
                 out.append(data)
                 if data.interrupted:
                     break
@@ -128,8 +126,8 @@ class FreezeState:
     unavailable: str | None = None
 
 
-async def _one_run(spec: RunSpec, transport, sampler: Sampler, base_url: str, run_dir: Path, session, headers,
-                   say, run_timeout: float, alive, freeze: FreezeState | None = None) -> RunData:
+async def _one_run(spec: RunSpec, transport, sampler: Sampler, base_url: str, run_dir: Path, session,
+                   say, run_timeout: float, freeze: FreezeState | None = None) -> RunData:
     d = run_dir / "runs" / spec.name
     d.mkdir(parents=True, exist_ok=True)
     prompts = {s.id: s.prompt for s in spec.workload.items}
@@ -171,7 +169,7 @@ async def _one_run(spec: RunSpec, transport, sampler: Sampler, base_url: str, ru
             # and not be absorbed by the runner, which ends quietly when cancelled
             await asyncio.wait({task})
             result = task.result()
-            if any(not r.ok for r in result.records) and await _server_down(session, base_url, alive):
+            if any(not r.ok for r in result.records) and await _server_down(session, base_url):
                 raise ServerDied(spec.name)  # requests fail fast once the server is gone
         finally:
             if freezer_task is not None:  # points not reached by the end of the run stay untaken

@@ -3,19 +3,19 @@
 from __future__ import annotations
 
 import json
-import os
 import time
 from pathlib import Path
 
 from loadgen import benchjson
 from validator.report.html import report_html
 from validator.report.markdown import summary_md
+from validator.rundir.files import write_text
 
 
 def write_all(run_dir: Path, rep: dict, latency_values: dict | None = None) -> None:
-    _atomic(run_dir / "report.json", json.dumps(rep, indent=1, default=_json_default))
-    _atomic(run_dir / "summary.md", summary_md(rep))
-    _atomic(run_dir / "report.html", report_html(rep, latency_values or {}))
+    write_text(run_dir / "report.json", json.dumps(rep, indent=1, default=_json_default))
+    write_text(run_dir / "summary.md", summary_md(rep))
+    write_text(run_dir / "report.html", report_html(rep, latency_values or {}))
 
 
 def write_bench_results(run_dir: Path, runs: list, profile_values: dict) -> None:
@@ -34,7 +34,7 @@ def write_bench_results(run_dir: Path, runs: list, profile_values: dict) -> None
             date=time.strftime("%Y%m%d-%H%M%S", time.localtime(r.started_at)))
         d = run_dir / "runs" / r.name
         if d.is_dir():
-            _atomic(d / "vllm-bench-result.json", json.dumps(res))
+            write_text(d / "vllm-bench-result.json", json.dumps(res))
 
 
 def _json_default(o):
@@ -43,7 +43,3 @@ def _json_default(o):
     return str(o)
 
 
-def _atomic(path: Path, text: str) -> None:
-    tmp = path.with_suffix(path.suffix + ".tmp")
-    tmp.write_text(text)
-    os.replace(tmp, path)

@@ -46,7 +46,12 @@ def redacted(values: dict) -> dict:
     return out
 
 
-def write_json(path: Path, obj) -> None:
+def write_text(path: Path, text: str) -> None:
+    """Whole or not at all: a reader never sees half a file."""
     tmp = path.with_suffix(path.suffix + ".tmp")
-    tmp.write_text(json.dumps(obj, indent=2, default=str))
+    tmp.write_text(text)
     os.replace(tmp, path)
+
+
+def write_json(path: Path, obj) -> None:
+    write_text(path, json.dumps(obj, indent=2, default=str))

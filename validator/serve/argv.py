@@ -139,15 +139,8 @@ class LaunchSpec:
         return argv + list(self.extra_args)
 
 
-# flags that decide capacity or where the server listens: the plan and the launcher own them
-OWNED_FLAGS = {
-    "--max-model-len", "--max-num-seqs", "--max-num-batched-tokens", "--block-size", "--kv-cache-dtype",
-    "--gpu-memory-utilization", "--kv-cache-memory-bytes", "--num-gpu-blocks-override",
-    "--tensor-parallel-size", "-tp", "--pipeline-parallel-size", "-pp", "--dtype", "--host", "--port", "--model", "--api-key",
-    "--served-model-name", "--async-scheduling", "--no-async-scheduling",
-}
-
-
+# flags that decide capacity or where the server listens (the plan and the launcher own them), and
+# the profile field to change instead
 OWNED_FIELD = {
     "--max-model-len": "limits.max_model_len", "--max-num-seqs": "limits.max_num_seqs",
     "--max-num-batched-tokens": "limits.max_num_batched_tokens", "--block-size": "cache.block_size",
@@ -192,9 +185,9 @@ def validate_extra_args(args: list[str]) -> None:
     for a in args:
         flag = a.split("=", 1)[0]
         norm = flag if not flag.startswith("--") else "--" + flag[2:].replace("_", "-")
-        if norm in OWNED_FLAGS:
+        if norm in OWNED_FIELD:
             raise InputError(f"vllm.extra_args: {flag} is set by the plan or the launcher; "
-                             f"change the profile field instead ({OWNED_FIELD.get(norm, 'see docs/profiles.md')})")
+                             f"change the profile field instead ({OWNED_FIELD[norm]})")
         if norm == "--config":
             raise InputError("vllm.extra_args: --config loads flags from a file kvgate cannot check against the "
                              "plan; list the flags in vllm.extra_args instead")
