@@ -69,9 +69,10 @@ def merge(dirs: list[Path]) -> tuple[list[RequestRecord], float, float, float, d
     summaries = [json.loads((d / "summary.json").read_text()) for d in dirs]
     origin = min(s["clock_origin_perf_counter"] for s in summaries)
     records: list[RequestRecord] = []
+    problems: list[str] = []
     for i, (d, s) in enumerate(zip(dirs, summaries)):
         shift = s["clock_origin_perf_counter"] - origin
-        for r in read_records(d / "records.jsonl"):
+        for r in read_records(d / "records.jsonl", problems):
             r.worker = i
             if r.sent is not None:
                 r.sent += shift
@@ -83,5 +84,6 @@ def merge(dirs: list[Path]) -> tuple[list[RequestRecord], float, float, float, d
     ended = max(s["window"][1] for s in summaries)
     # how far apart the workers' clocks were: wall clock minus monotonic at each start
     offsets = [s["window"][0] - s["clock_origin_perf_counter"] for s in summaries]
-    clocks = {"workers": len(dirs), "wall_minus_monotonic_spread_s": max(offsets) - min(offsets)}
+    clocks = {"workers": len(dirs), "wall_minus_monotonic_spread_s": max(offsets) - min(offsets),
+              "unreadable_lines": problems}  # a worker's line that could not be read is said, not dropped
     return records, started, ended, origin, clocks

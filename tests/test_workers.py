@@ -52,6 +52,7 @@ def test_two_workers_merge_exactly(stub_url, tmp_path):
     assert s["ttft_ms"]["p99"] == pytest.approx(float(np.percentile(ttft, 99)))   # from all records at once
     assert s["itl_ms"]["p50"] == pytest.approx(float(np.percentile(itl, 50)))
     assert s["ok"] == 60 and s["workers"] == 2 and s["clocks"]["wall_minus_monotonic_spread_s"] < 0.05
+    assert s["clocks"]["unreadable_lines"] == []
     # one clock: every merged send time falls inside the run
     assert all(0 <= x.sent <= s["window"][1] - s["window"][0] + 1 for x in merged)
 
@@ -70,3 +71,19 @@ def test_workers_need_enough_concurrency(tmp_path):
     r = loadgen("--url", "http://127.0.0.1:9", "--model", "M", "--concurrency", "1", "--workers", "2",
                 "--out", str(tmp_path / "x"))
     assert r.returncode == 2 and "--workers" in r.stderr
+
+
+def test_a_line_a_worker_wrote_that_cannot_be_read_is_named_in_the_merge(tmp_path):
+    from loadgen.records import RequestRecord
+    from loadgen.workers import merge
+    for i in range(2):
+        d = tmp_path / f"worker-{i}"
+        d.mkdir()
+        good = json.dumps(RequestRecord(id=f"r{i}", sent=0.0).to_json())
+        (d / "records.jsonl").write_text(good + "\n" + ("{broken\n" + good + "\n" if i else ""))
+        (d / "summary.json").write_text(json.dumps({"clock_origin_perf_counter": 10.0 + i, "window": [100.0 + i,
+                                                                                                    101.0 + i]}))
+    records, started, ended, origin, clocks = merge([tmp_path / "worker-0", tmp_path / "worker-1"])
+    assert len(records) == 3 and (started, ended, origin) == (100.0, 102.0, 10.0)
+    assert clocks["unreadable_lines"] == ["records.jsonl line 2: JSONDecodeError"]
+    assert sorted(r.sent for r in records) == [0.0, 1.0, 1.0]      # worker 1's clock started 1 s later
