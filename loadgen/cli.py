@@ -27,7 +27,7 @@ from loadgen.outputs import write_outputs
 from loadgen.records import RecordWriter
 from loadgen.runner import RunConfig, Runner, tokenize_lengths
 from loadgen.stats import format_summary
-from loadgen.workers import merge, parse_shard, run_processes, share
+from loadgen.workers import merge, parse_shard, run_processes, shard_args, shard_config
 from loadgen.workload import (
     Lengths,
     WorkloadError,
@@ -112,6 +112,9 @@ def build_parser() -> argparse.ArgumentParser:
     ap.add_argument("--workers", type=int, default=1,
                     help="processes, each with its own event loop and a shard of the schedule (records merged "
                          "exactly); closed loop: at most --concurrency")
+    ap.add_argument("--ray", metavar="ADDRESS",
+                    help="run the --workers shards as Ray actors on a running cluster: its head's HOST:PORT, or "
+                         "auto (the cluster `ray start` started here); needs the ray extra")
     ap.add_argument("--worker-shard", help=argparse.SUPPRESS)  # set by --workers for each worker
     ap.add_argument("--worker-start", type=float, help=argparse.SUPPRESS)  # perf_counter instant to begin at
     bench = ap.add_argument_group("results in vllm bench serve's format")
@@ -223,70 +226,85 @@ async def _main(a, workload, cfg: RunConfig, out: Path) -> dict:
                          interrupted=result.interrupted, workload=result.workload)
 
 
-def shard_config(cfg: RunConfig, i: int, k: int) -> None:
-    """Worker i of k: its part of the schedule, the concurrency and the warm-up."""
-    cfg.shard = (i, k)
-    if cfg.concurrency is not None:
-        cfg.concurrency = share(cfg.concurrency, i, k)
-    else:
-        cfg.max_in_flight = max(share(cfg.max_in_flight, i, k), 1)
-    cfg.warmup = len(range(i, cfg.warmup, k))
-
-
 def _with_workers(a, cfg: RunConfig, out: Path, argv: list[str]) -> dict:
     from loadgen.workload import new_salt
     salt = a.salt or new_salt()   # one salt, so every worker builds the same workload
     bound = (a.duration or 24 * 3600) + a.timeout + 300
-    codes = run_processes(argv, a.workers, salt, out, bound)
+    offsets = clocks_extra = None
+    if a.ray:
+        from loadgen import rayworkers
+        try:
+            codes, clocks_extra = rayworkers.run_actors(
+                a.ray, [shard_args(argv, i, a.workers, salt) for i in range(a.workers)], out, bound)
+        except rayworkers.RayError as e:
+            raise UsageError(str(e)) from None
+        offsets = clocks_extra["offsets_s"]
+        why = {i: rayworkers.first_error(out, i) for i in range(a.workers)}
+    else:
+        codes = run_processes(argv, a.workers, salt, out, bound)
+        why = {}
     dirs = [out / f"worker-{i}" for i in range(a.workers)]
-    bad = [f"worker {i} exited {c}" for i, c in enumerate(codes) if c not in (0, 1, 3)]
+    bad = [f"worker {i} exited {c}" + (f" ({why[i]})" if why.get(i) else "")
+           for i, c in enumerate(codes) if c not in (0, 1, 3)]
     if bad or not all((d / "summary.json").exists() for d in dirs):
         raise UsageError("; ".join(bad) or "a worker wrote no summary") from None
-    records, started, ended, origin, clocks = merge(dirs)
+    records, started, ended, origin, clocks = merge(dirs, offsets)
+    clocks.update(clocks_extra or {})
     with RecordWriter(out / "records.jsonl") as w:
         for r in records:
             w.write(r)
     return write_outputs(a, cfg, records, started, ended, origin, out, clocks=clocks, workers=a.workers)
 
 
-def main(argv: list[str] | None = None) -> int:
+def prepare(argv: list[str]):
+    """The flags checked and the workload built: (args, workload, RunConfig). Raises UsageError."""
     a = build_parser().parse_args(argv)
+    require_loopback(a.url)
+    check_ranges(a)                  # the flags as given: the error names what the user wrote
+    benchjson.apply_bench_flags(a)
+    a.percentile_metrics = benchjson.parse_percentile_metrics(a.percentile_metrics)
+    a.metric_percentiles = benchjson.parse_percentiles(a.metric_percentiles)
+    a.goodput = benchjson.parse_goodput(a.goodput)
+    a.metadata = benchjson.parse_metadata(a.metadata)
+    check_ranges(a)                  # again: --num-warmups has added to --requests and --warmup
+    workload = make_workload(a)
+    cfg = RunConfig(concurrency=a.concurrency if a.rate is None else None, rate=a.rate,
+                    burstiness=a.burstiness, max_requests=a.requests, duration=a.duration,
+                    ramp_up=a.ramp_up, warmup=a.warmup, seed=a.seed,
+                    max_in_flight=a.max_concurrency if a.rate is not None and a.max_concurrency else 4096)
+    if cfg.rate is None and cfg.concurrency is None:
+        cfg.concurrency = 1
+    if cfg.max_requests is None and cfg.duration is None:
+        cfg.max_requests = 100
+    cfg.check()
+    if a.workers > 1 and cfg.concurrency is not None and cfg.concurrency < a.workers:
+        raise UsageError(f"--workers: {a.workers} workers need at least as many requests in flight "
+                         f"(--concurrency {cfg.concurrency})")
+    if a.worker_shard:
+        shard_config(cfg, *parse_shard(a.worker_shard))
+    return a, workload, cfg
+
+
+def main(argv: list[str] | None = None) -> int:
+    argv = list(argv if argv is not None else sys.argv[1:])
     try:
-        require_loopback(a.url)
-        check_ranges(a)                  # the flags as given: the error names what the user wrote
-        benchjson.apply_bench_flags(a)
-        a.percentile_metrics = benchjson.parse_percentile_metrics(a.percentile_metrics)
-        a.metric_percentiles = benchjson.parse_percentiles(a.metric_percentiles)
-        a.goodput = benchjson.parse_goodput(a.goodput)
-        a.metadata = benchjson.parse_metadata(a.metadata)
-        check_ranges(a)                  # again: --num-warmups has added to --requests and --warmup
-        workload = make_workload(a)
-        cfg = RunConfig(concurrency=a.concurrency if a.rate is None else None, rate=a.rate,
-                        burstiness=a.burstiness, max_requests=a.requests, duration=a.duration,
-                        ramp_up=a.ramp_up, warmup=a.warmup, seed=a.seed,
-                        max_in_flight=a.max_concurrency if a.rate is not None and a.max_concurrency else 4096)
-        if cfg.rate is None and cfg.concurrency is None:
-            cfg.concurrency = 1
-        if cfg.max_requests is None and cfg.duration is None:
-            cfg.max_requests = 100
-        cfg.check()
-        if a.workers > 1 and cfg.concurrency is not None and cfg.concurrency < a.workers:
-            raise UsageError(f"--workers: {a.workers} workers need at least as many requests in flight "
-                             f"(--concurrency {cfg.concurrency})")
-        if a.worker_shard:
-            shard_config(cfg, *parse_shard(a.worker_shard))
+        a, workload, cfg = prepare(argv)
     except (UsageError, ValueError) as e:
         print(f"loadgen: error: {e}", file=sys.stderr)
         return 2
     out = Path(a.out) if a.out else Path("runs") / f"loadgen-{time.strftime('%Y%m%d-%H%M%S')}"
     out.mkdir(parents=True, exist_ok=True)
     try:
-        if a.workers > 1:
-            summary = _with_workers(a, cfg, out, list(argv if argv is not None else sys.argv[1:]))
+        if a.workers > 1 or a.ray:
+            summary = _with_workers(a, cfg, out, argv)
         else:
             summary = asyncio.run(_main(a, workload, cfg, out))
+    except UsageError as e:   # a worker could not run, or Ray could not be reached
+        print(f"loadgen: error: {e}", file=sys.stderr)
+        return 2
     except KeyboardInterrupt:
-        print(f"\nloadgen: interrupted; finished requests are in {out / 'records.jsonl'}", file=sys.stderr)
+        where = out / ("worker-*" if a.workers > 1 or a.ray else "") / "records.jsonl"
+        print(f"\nloadgen: interrupted; finished requests are in {where}", file=sys.stderr)
         return 130
     if not a.quiet and sys.stderr.isatty():
         print(file=sys.stderr)

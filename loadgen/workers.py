@@ -36,13 +36,28 @@ def parse_shard(text: str) -> tuple[int, int]:
     return i, k
 
 
+def shard_config(cfg, i: int, k: int) -> None:
+    """Worker i of k: its part of the schedule, the concurrency and the warm-up."""
+    cfg.shard = (i, k)
+    if cfg.concurrency is not None:
+        cfg.concurrency = share(cfg.concurrency, i, k)
+    else:
+        cfg.max_in_flight = max(share(cfg.max_in_flight, i, k), 1)
+    cfg.warmup = len(range(i, cfg.warmup, k))
+
+
 START_AFTER_S = 3.0  # time every worker is given to start up before the one schedule begins
 
 
+def shard_args(argv: list[str], i: int, k: int, salt: str) -> list[str]:
+    """The command line of shard i of k. argparse keeps the last value of a repeated option: the
+    overrides go at the end (and --ray goes: a shard runs where it is)."""
+    return [*argv, "--workers", "1", "--ray", "", "--worker-shard", f"{i}/{k}", "--salt", salt, "--quiet"]
+
+
 def worker_argv(argv: list[str], i: int, k: int, salt: str, out: Path, start: float) -> list[str]:
-    # argparse keeps the last value of a repeated option: the overrides go at the end
-    return [sys.executable, "-m", "loadgen", *argv, "--workers", "1", "--worker-shard", f"{i}/{k}",
-            "--worker-start", repr(start), "--salt", salt, "--out", str(out), "--quiet"]
+    return [sys.executable, "-m", "loadgen", *shard_args(argv, i, k, salt), "--worker-start", repr(start),
+            "--out", str(out)]
 
 
 def run_processes(argv: list[str], k: int, salt: str, out: Path, timeout: float) -> list[int]:
@@ -64,14 +79,24 @@ def run_processes(argv: list[str], k: int, salt: str, out: Path, timeout: float)
         raise KeyboardInterrupt from None
 
 
-def merge(dirs: list[Path]) -> tuple[list[RequestRecord], float, float, float, dict]:
-    """Every worker's records on one clock: (records, started_at, ended_at, origin, clocks)."""
+def merge(dirs: list[Path], offsets: list[float] | None = None
+          ) -> tuple[list[RequestRecord], float, float, float, dict]:
+    """Every worker's records on one clock: (records, started_at, ended_at, origin, clocks).
+
+    Without offsets the workers share this machine's monotonic clock. With offsets (Ray: worker i's
+    wall clock minus the driver's) each worker's start is placed by its wall clock, corrected."""
     summaries = [json.loads((d / "summary.json").read_text()) for d in dirs]
-    origin = min(s["clock_origin_perf_counter"] for s in summaries)
+    if offsets is None:
+        starts = [s["clock_origin_perf_counter"] for s in summaries]
+        origin = min(starts)
+    else:
+        starts = [s["window"][0] - off for s, off in zip(summaries, offsets)]   # driver's wall clock
+        origin = min(starts) - (time.time() - time.perf_counter())             # as the driver's perf_counter
+    first = min(starts)
     records: list[RequestRecord] = []
     problems: list[str] = []
     for i, (d, s) in enumerate(zip(dirs, summaries)):
-        shift = s["clock_origin_perf_counter"] - origin
+        shift = starts[i] - first
         for r in read_records(d / "records.jsonl", problems):
             r.worker = i
             if r.sent is not None:
@@ -80,10 +105,14 @@ def merge(dirs: list[Path]) -> tuple[list[RequestRecord], float, float, float, d
                 r.scheduled += shift
             records.append(r)
     records.sort(key=lambda r: (r.sent is None, r.sent or 0.0))
-    started = min(s["window"][0] for s in summaries)
-    ended = max(s["window"][1] for s in summaries)
-    # how far apart the workers' clocks were: wall clock minus monotonic at each start
-    offsets = [s["window"][0] - s["clock_origin_perf_counter"] for s in summaries]
-    clocks = {"workers": len(dirs), "wall_minus_monotonic_spread_s": max(offsets) - min(offsets),
-              "unreadable_lines": problems}  # a worker's line that could not be read is said, not dropped
+    wall_off = [0.0] * len(dirs) if offsets is None else offsets   # the window on the driver's wall clock
+    started = min(s["window"][0] - off for s, off in zip(summaries, wall_off))
+    ended = max(s["window"][1] - off for s, off in zip(summaries, wall_off))
+    clocks: dict = {"workers": len(dirs), "unreadable_lines": problems}  # an unreadable line is said, not dropped
+    if offsets is None:
+        # how far apart the workers' clocks were: wall clock minus monotonic at each start
+        wm = [s["window"][0] - s["clock_origin_perf_counter"] for s in summaries]
+        clocks.update(basis="monotonic (one machine)", wall_minus_monotonic_spread_s=max(wm) - min(wm))
+    else:
+        clocks.update(offset_spread_s=max(offsets) - min(offsets))
     return records, started, ended, origin, clocks
