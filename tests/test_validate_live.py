@@ -292,3 +292,34 @@ def test_version_flags_print_and_exit_0():
         r = subprocess.run([sys.executable, "-m", tool, "--version"], cwd=ROOT, capture_output=True, text=True,
                            timeout=60)
         assert r.returncode == 0 and "(kvgate) " in r.stdout and r.stdout.split()[-1][0].isdigit(), r.stdout
+
+
+def test_a_profile_asking_for_load_processes_gets_a_latency_run_from_them(tmp_path, tiny_model):
+    """workload.workers: 2 adds a `latency` run sent by `loadgen --workers 2` (started by the launcher):
+    its records are the two workers' merged, each request once, served exactly, and the SLOs are
+    judged on it; an SLO below what it measured fails on re-judging."""
+    import psutil
+
+    from loadgen.records import read_records
+    out = tmp_path / "run"
+    r = validate("--profile", str(tiny_profile_file(tiny_model, tmp_path, workload__workers=2)), "--out", str(out))
+    assert r.returncode == 0, r.stdout[-3000:] + r.stderr[-3000:]
+    assert not [p for p in psutil.process_iter(["cmdline"]) if str(out) in " ".join(p.info["cmdline"] or [])]
+    d = out / "runs" / "latency"
+    recs = read_records(d / "records.jsonl")
+    parts = [read_records(d / "loadgen" / f"worker-{i}" / "records.jsonl") for i in range(2)]
+    assert len(recs) == 24 == sum(len(p) for p in parts) and {x.worker for x in recs} == {0, 1}   # 4 x 6 waves
+    assert len({x.id for x in recs}) == 24
+    workload_ids = [json.loads(x)["id"] for x in (d / "workload.jsonl").read_text().splitlines()]
+    assert sorted(workload_ids) == sorted(x.id for x in recs)        # loadgen rebuilt validate's workload
+    checks = {c["name"]: c for c in json.loads((out / "report.json").read_text())["checks"]}
+    assert checks["latency.tokens_exact"]["status"] == "pass" and checks["latency.preemptions"]["status"] == "pass"
+    assert "over the latency run" in checks["slo.ttft_p99_ms"]["explanation"]
+    ttft = checks["slo.ttft_p99_ms"]["observed"]
+    prof = json.loads((out / "profile.json").read_text())
+    prof["values"]["slo"]["ttft_p99_ms"] = ttft * 0.9
+    (out / "profile.json").write_text(json.dumps(prof))
+    r = validate("--report", str(out), "--json")
+    assert r.returncode == 1, r.stderr[-2000:]
+    failed = {c["name"] for c in json.loads(r.stdout)["checks"] if c["status"] == "fail"}
+    assert failed == {"slo.ttft_p99_ms"}

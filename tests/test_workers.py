@@ -12,8 +12,8 @@ import pytest
 
 from loadgen.records import read_records
 from loadgen.runner import RunConfig, Runner, arrival_times
-from loadgen.workload import Lengths, synthetic
 from loadgen.workers import share
+from loadgen.workload import Lengths, synthetic
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -87,3 +87,21 @@ def test_a_line_a_worker_wrote_that_cannot_be_read_is_named_in_the_merge(tmp_pat
     assert len(records) == 3 and (started, ended, origin) == (100.0, 102.0, 10.0)
     assert clocks["unreadable_lines"] == ["records.jsonl line 2: JSONDecodeError"]
     assert sorted(r.sent for r in records) == [0.0, 1.0, 1.0]      # worker 1's clock started 1 s later
+
+
+def test_validates_latency_run_is_the_workload_loadgen_rebuilds_from_its_flags():
+    """validate hands the latency run to `loadgen --workers` as flags; loadgen must rebuild exactly the
+    prompts validate saved (the tokens_exact check compares the served counts with them)."""
+    from loadgen.cli import prepare
+    from validator.errors import InputError
+    from validator.observe.schedule import latency_run
+    spec = latency_run(n=4, prompt=480, out=32, waves=6, seed=3, workers=2)
+    w = spec.workload
+    _, rebuilt, cfg = prepare(["--url", "http://127.0.0.1:9", "--model", "M", "--concurrency", "4", "--requests",
+                               str(len(w.items)), "--prompt-tokens", str(w.info["prompt_tokens"]), "--output-tokens",
+                               str(w.info["output_tokens"]), "--seed", str(w.seed), "--salt", w.salt])
+    assert [(x.id, x.prompt, x.output_tokens) for x in rebuilt.items] == [(x.id, x.prompt, x.output_tokens)
+                                                                           for x in w.items]
+    assert len(w.items) == 24 and all(len(x.prompt) == 480 for x in w.items) and spec.workers == 2
+    with pytest.raises(InputError, match="workload.workers"):
+        latency_run(n=4, prompt=480, out=32, waves=6, seed=3, workers=5)

@@ -98,6 +98,8 @@ SCHEMA: dict[str, dict[str, Field]] = {
         "prefix_tokens": Field("int", None, "Shared prefix length in the warm run (salt included); default: "
                                "half the prompt, whole blocks.", minimum=1, maximum=1 << 32),
         "seed": Field("int", 0, "Seed for prompts and arrivals."),
+        "workers": Field("int", 1, "Load processes for an extra near-limit `latency` run (loadgen --workers); "
+                         "above 1, the SLOs are judged on it. At most max_num_seqs.", minimum=1, maximum=256),
     },
     "slo": {
         "ttft_p99_ms": Field("float", None, "Time-to-first-token p99 limit, ms.", minimum=0),

@@ -176,7 +176,7 @@ def judge(
         if not run.measured:
             continue
         checks += _kv_checks(run, f, plan, tol)
-        if run.cache in ("cold", "warm"):
+        if run.cache in ("cold", "warm", "latency"):
             pre = f["preemptions"]
             checks.append(
                 _check(
@@ -228,10 +228,12 @@ def judge(
                 "failed requests in this run (slo.error_rate)",
             )
         )
-        if run.cache in ("cold", "warm"):  # the probe's waits are its point, not latency
+        if run.cache in ("cold", "warm", "latency"):  # the probe's waits are its point, not latency
             checks += _latency_checks(run, f, tol, platform)
-    # SLOs over the measured cold and warm runs, paused intervals left out
-    measured = [r for r in runs if r.cache in ("cold", "warm")]
+    # SLOs over the latency run when the profile asked for one (load processes, no freezes), else
+    # over the cold and warm runs, paused intervals left out
+    measured = [r for r in runs if r.cache == "latency"] or [r for r in runs if r.cache in ("cold", "warm")]
+    over = "the latency run" if measured and measured[0].cache == "latency" else "the cold and warm runs"
     ttft = [v for r in measured for v in figures[r.name]["ttft_ms"]]
     itl = [v for r in measured for v in figures[r.name]["itl_ms"]]
     total = sum(figures[r.name]["requests"] for r in measured)
@@ -246,7 +248,7 @@ def judge(
                 None if obs is None else round(obs, 3),
                 None if limit is None or obs is None else obs <= limit,
                 "ms",
-                f"{label} p99 over the cold and warm runs, freezes left out"
+                f"{label} p99 over {over}" + (", freezes left out" if "cold" in over else "")
                 + ("" if limit is not None else " (not judged: no SLO set)"),
                 judged=limit is not None,
             )
@@ -259,7 +261,7 @@ def judge(
             rate,
             None if rate is None else rate <= slo["error_rate"],
             "fraction",
-            "failed requests over the cold and warm runs",
+            f"failed requests over {over}",
         )
     )
     return checks, figures

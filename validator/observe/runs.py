@@ -12,14 +12,15 @@ from pathlib import Path
 import aiohttp
 
 from loadgen.client import OpenAIStream, connector
-from loadgen.records import RecordWriter
-from loadgen.runner import RunConfig, Runner
+from loadgen.records import RecordWriter, read_records
+from loadgen.runner import RunConfig, Runner, RunResult
 from validator.errors import InfraError
 from validator.observe.freeze import Freezer
 from validator.observe.schedule import RunSpec
 from validator.observe.scrape import Sampler
 from validator.rundir.rundata import RunData
 from validator.rundir.samples import Sample
+from validator.serve.launch import LoadProcess
 
 
 async def _post_ok(session, url: str) -> bool:
@@ -104,11 +105,16 @@ async def _execute(specs, base_url, model, run_dir, profile, say, api_key, curre
                                  request_timeout=g("observe", "request_timeout_s"),
                                  read_timeout=g("observe", "read_timeout_s"), token_counts=True)
         freeze = FreezeState(g("observe", "freezes"))
+        # what a run sent by loadgen processes shares with the in-process transport
+        load_args = ["--url", base_url, "--model", model, "--timeout", str(g("observe", "request_timeout_s")),
+                     "--read-timeout", str(g("observe", "read_timeout_s"))]
+        if api_key:
+            load_args += ["--api-key-env", g("vllm", "api_key_env")]
         try:
             for spec in specs:
                 current[0] = spec.name
                 data = await _one_run(spec, transport, sampler, base_url, run_dir, scrape_s, say,
-                                      g("observe", "run_timeout_s"), freeze)
+                                      g("observe", "run_timeout_s"), freeze, load_args)
                 out.append(data)
                 if data.interrupted:
                     break
@@ -127,7 +133,8 @@ class FreezeState:
 
 
 async def _one_run(spec: RunSpec, transport, sampler: Sampler, base_url: str, run_dir: Path, session,
-                   say, run_timeout: float, freeze: FreezeState | None = None) -> RunData:
+                   say, run_timeout: float, freeze: FreezeState | None = None,
+                   load_args: list[str] | None = None) -> RunData:
     d = run_dir / "runs" / spec.name
     d.mkdir(parents=True, exist_ok=True)
     prompts = {s.id: s.prompt for s in spec.workload.items}
@@ -156,32 +163,40 @@ async def _one_run(spec: RunSpec, transport, sampler: Sampler, base_url: str, ru
     n_before = len(sampler.samples)
     sampler.start()
     freezer_task = None
-    with RecordWriter(d / "records.jsonl") as w:
-        runner = Runner(transport, w, name=spec.name)
-        task = asyncio.ensure_future(runner.run(spec.workload, RunConfig(
-            concurrency=spec.concurrency, max_requests=len(spec.workload.items), duration=run_timeout)))
-        freezer = None
-        if points:
-            freezer = Freezer(session, base_url, runner, spec.name, points, d / "freezes.jsonl", before, say)
-            freezer_task = asyncio.ensure_future(freezer.run())
+    freezer = None
+    if spec.workers > 1:
         try:
-            # waited on, not awaited: a cancel of this run (Ctrl-C, the watchdog) must reach this task
-            # and not be absorbed by the runner, which ends quietly when cancelled
-            await asyncio.wait({task})
-            result = task.result()
+            result = await _from_processes(spec, d, load_args, run_timeout)
             if any(not r.ok for r in result.records) and await _server_down(session, base_url):
-                raise ServerDied(spec.name)  # requests fail fast once the server is gone
+                raise ServerDied(spec.name)
         finally:
-            if freezer_task is not None:  # points not reached by the end of the run stay untaken
-                freezer_task.cancel()
-                (err,) = await asyncio.gather(freezer_task, return_exceptions=True)
-                if isinstance(err, Exception):  # a bug, not a finding: shown, and the freezes not measured
-                    freezer.unavailable = f"freezer failed: {type(err).__name__}: {err}"
-                    say(f"freeze-frames failed in the {spec.name} run: {type(err).__name__}: {err}")
-            if not task.done():
-                task.cancel()
-                await asyncio.gather(task, return_exceptions=True)
             await sampler.stop()
+    else:
+        with RecordWriter(d / "records.jsonl") as w:
+            runner = Runner(transport, w, name=spec.name)
+            task = asyncio.ensure_future(runner.run(spec.workload, RunConfig(
+                concurrency=spec.concurrency, max_requests=len(spec.workload.items), duration=run_timeout)))
+            if points:
+                freezer = Freezer(session, base_url, runner, spec.name, points, d / "freezes.jsonl", before, say)
+                freezer_task = asyncio.ensure_future(freezer.run())
+            try:
+                # waited on, not awaited: a cancel of this run (Ctrl-C, the watchdog) must reach this task
+                # and not be absorbed by the runner, which ends quietly when cancelled
+                await asyncio.wait({task})
+                result = task.result()
+                if any(not r.ok for r in result.records) and await _server_down(session, base_url):
+                    raise ServerDied(spec.name)  # requests fail fast once the server is gone
+            finally:
+                if freezer_task is not None:  # points not reached by the end of the run stay untaken
+                    freezer_task.cancel()
+                    (err,) = await asyncio.gather(freezer_task, return_exceptions=True)
+                    if isinstance(err, Exception):  # a bug, not a finding: shown, and the freezes not measured
+                        freezer.unavailable = f"freezer failed: {type(err).__name__}: {err}"
+                        say(f"freeze-frames failed in the {spec.name} run: {type(err).__name__}: {err}")
+                if not task.done():
+                    task.cancel()
+                    await asyncio.gather(task, return_exceptions=True)
+                await sampler.stop()
     if freezer is not None and freezer.unavailable and freeze is not None:
         freeze.unavailable = freezer.unavailable
         say(f"freeze-frames unavailable ({freezer.unavailable}): later runs are not frozen")
@@ -204,6 +219,37 @@ async def _one_run(spec: RunSpec, transport, sampler: Sampler, base_url: str, ru
         f"{len(samples)} samples" + (f", {taken}/{len(points)} freezes" if points else "")
         + ("" if settled else ", counters did not catch up"))
     return data
+
+
+async def _from_processes(spec: RunSpec, d: Path, load_args: list[str], run_timeout: float) -> RunResult:
+    """The run sent by `loadgen --workers N` (started by the launcher), its merged records read back.
+    Cancelled (Ctrl-C, the watchdog): loadgen is interrupted and each worker's records are kept."""
+    w, out = spec.workload, d / "loadgen"
+    proc = LoadProcess([*load_args, "--concurrency", str(spec.concurrency), "--requests", str(len(w.items)),
+                        "--prompt-tokens", str(w.info["prompt_tokens"]), "--output-tokens",
+                        str(w.info["output_tokens"]), "--seed", str(w.seed), "--salt", w.salt, "--duration",
+                        str(run_timeout), "--workers", str(spec.workers), "--out", str(out), "--quiet"],
+                       d / "loadgen.log")
+    started, interrupted = time.time(), True
+    try:
+        while proc.poll() is None:
+            await asyncio.sleep(0.1)
+        interrupted = proc.poll() not in (0, 1, 3)
+    finally:
+        proc.stop()
+        merged = out / "records.jsonl"
+        files = [merged] if merged.exists() and not interrupted else sorted(out.glob("worker-*/records.jsonl"))
+        records = [r for f in files for r in read_records(f)]
+        with RecordWriter(d / "records.jsonl") as rw:   # where every run's records are read from
+            for r in records:
+                rw.write(r)
+    if proc.poll() == 2:
+        raise InfraError(f"loadgen could not run the {spec.name} run: {(d / 'loadgen.log').read_text()[-500:]}")
+    summary = json.loads((out / "summary.json").read_text()) if (out / "summary.json").exists() else {}
+    window = summary.get("window") or [started, time.time()]
+    return RunResult(spec.name, records, window[0], window[1], interrupted,
+                     workload={"description": w.description, "salt": w.salt, "seed": w.seed, **w.info,
+                               "workers": spec.workers, "clocks": summary.get("clocks")})
 
 
 def _freeze_note(spec: RunSpec, freeze: "FreezeState | None") -> str | None:

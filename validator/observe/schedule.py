@@ -5,7 +5,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from loadgen.workload import Lengths, Workload, near_limit, new_salt, shared_prefix
+from loadgen.workload import Lengths, Workload, near_limit, new_salt, shared_prefix, synthetic
+from validator.errors import InputError
 from validator.rundir.freezes import FreezePoint
 
 
@@ -19,6 +20,7 @@ class RunSpec:
     measured: bool = True     # prime runs feed the cache; their latencies are not judged
     purpose: str = ""
     freezes: list[FreezePoint] = field(default_factory=list)   # planned freeze-frames
+    workers: int = 1          # above 1: sent by that many loadgen processes (no freezes: they hold no runner)
 
 
 def plan_runs(plan: dict, profile) -> list[RunSpec]:
@@ -49,7 +51,7 @@ def plan_runs(plan: dict, profile) -> list[RunSpec]:
     probe = near_limit(mml, n, probe_out, margin, requests=3 * n, seed=seed + 2, salt=new_salt())
     probe.description = (f"probe: {3 * n} full-length requests ({mml - margin - probe_out} + {probe_out}) at once, "
                          f"{2 * n} over max_num_seqs")
-    return [
+    specs = [
         RunSpec("cold", "cold", cold, n, reset_cache=True, freezes=freeze_points(n, out, waves, 3),
                 purpose=f"near the limits: {n} x ({prompt} + {out}) tokens, {waves} waves, cache reset"),
         RunSpec("warm-prime", "prime", prime, 1, reset_cache=True, measured=False,
@@ -59,6 +61,25 @@ def plan_runs(plan: dict, profile) -> list[RunSpec]:
         RunSpec("probe", "probe", probe, 3 * n, freezes=freeze_points(n, probe_out, 2, 2, waiting=1),
                 purpose=f"{3 * n} concurrent full-length requests: {n} run, the others wait"),
     ]
+    k = g("workload", "workers") or 1
+    if k > 1:
+        specs.append(latency_run(n, prompt, out, waves, seed + 3, k))
+    return specs
+
+
+def latency_run(n: int, prompt: int, out: int, waves: int, seed: int, workers: int) -> RunSpec:
+    """The cold run's shape sent by `workers` loadgen processes. Built with loadgen's own
+    `synthetic`, so `loadgen --prompt-tokens P --output-tokens O --seed S --salt X` rebuilds it."""
+    if workers > n:
+        raise InputError(f"workload.workers: {workers} load processes need at least as many requests in flight; "
+                         f"max_num_seqs is {n}: lower workload.workers")
+    w = synthetic(n * waves, Lengths.parse(prompt, "prompt"), Lengths.parse(out, "output"), seed=seed,
+                  salt=new_salt())
+    w.description = f"latency: {n * waves} x ({prompt} + {out}) tokens at concurrency {n}, {workers} load processes"
+    w.info.update(prompt_tokens=prompt, output_tokens=out)
+    return RunSpec("latency", "latency", w, n, reset_cache=True, workers=workers,
+                   purpose=f"near the limits from {workers} load processes (loadgen --workers), no freezes: "
+                           "the SLOs are judged here")
 
 
 def freeze_points(running: int, output: int, waves: int, count: int, waiting: int = 0) -> list[FreezePoint]:

@@ -178,11 +178,12 @@ def report_html(rep: dict, latency_values: dict | None = None) -> str:
     by_name = {r["name"]: r for r in rep["runs"]}
     lat = []
     for metric, label in (("ttft", "TTFT (ms)"), ("itl", "ITL (ms)")):
-        series = [(n, latency_values.get(n, {}).get(metric, [])) for n in ("cold", "warm") if n in by_name]
+        names = [n for n in ("cold", "warm", "latency") if n in by_name]
+        series = [(n, latency_values.get(n, {}).get(metric, [])) for n in names]
         if any(v for _, v in series):
-            lat.append(svg.cdf(f"{label}: cold vs warm", series, label))
+            lat.append(svg.cdf(f"{label}: {' vs '.join(names)}", series, label))
     if lat:
-        parts += ["<h2>Latency: cold vs warm</h2>", *lat]
+        parts += [f"<h2>Latency: {' vs '.join(names)}</h2>", *lat]
     parts.append(f"<h2>All checks ({len(rep['checks'])})</h2>" + _checks(rep["checks"]))
     meta = rep.get("meta") or {}
     if meta:

@@ -14,6 +14,7 @@ import shutil
 import signal
 import socket
 import subprocess
+import sys
 import time
 from pathlib import Path
 from typing import Callable
@@ -26,7 +27,7 @@ from validator.serve.facts import healthy
 from validator.serve.startup_log import PHASES, parse_log, phase_of
 
 GRACE_SECONDS = 10.0
-_LIVE: set["Server"] = set()
+_LIVE: set = set()   # Servers and LoadProcesses, stopped at interpreter exit at the latest
 
 
 class Terminated(KeyboardInterrupt):
@@ -263,6 +264,38 @@ class Server:
 
     def __exit__(self, *exc) -> None:
         self.stop()
+
+
+class LoadProcess:
+    """A `loadgen` run kvgate starts for a run's load (`--workers N`: it starts its N processes in
+    its own process group). Ctrl-C semantics on stop: each worker keeps what it recorded."""
+
+    # SIGINT as a terminal delivers it, even when kvgate inherited it ignored (a background CI job)
+    _MAIN = ("import signal, sys; signal.signal(signal.SIGINT, signal.default_int_handler); "
+             "from loadgen.cli import main; sys.exit(main())")
+
+    def __init__(self, args: list[str], log: Path):
+        with open(log, "w") as f:
+            self.proc = subprocess.Popen([sys.executable, "-c", self._MAIN, *args], stdin=subprocess.DEVNULL,
+                                         stdout=f, stderr=subprocess.STDOUT, start_new_session=True)
+        _LIVE.add(self)
+
+    def poll(self) -> int | None:
+        return self.proc.poll()
+
+    def stop(self, grace: float = 30.0) -> None:
+        if self.proc.poll() is None:
+            self.proc.send_signal(signal.SIGINT)   # it passes the interrupt to its workers
+            try:
+                self.proc.wait(timeout=grace)
+            except subprocess.TimeoutExpired:
+                pass
+        try:
+            os.killpg(self.proc.pid, signal.SIGKILL)  # whatever of the group is left
+        except ProcessLookupError:
+            pass
+        self.proc.wait()
+        _LIVE.discard(self)
 
 
 class ServerFailed(InfraError):
