@@ -31,7 +31,7 @@ STUB_TTFT_MS = 50.0
 STUB_ITL_MS = 10.0
 
 
-def pinned(core: int) -> list[str]:
+def pinned(core: int | str) -> list[str]:
     return ["taskset", "-c", str(core)] if shutil.which("taskset") and os.cpu_count() > 1 else []
 
 
@@ -51,11 +51,12 @@ class Stub:
         self.p.wait(timeout=10)
 
 
-def run_loadgen(url: str, conc: int, n: int, out_tokens: int) -> dict:
+def run_loadgen(url: str, conc: int, n: int, out_tokens: int, workers: int = 1, cores: str = "0") -> dict:
     with tempfile.TemporaryDirectory() as d:
-        subprocess.run([*pinned(0), PY, "-m", "loadgen", "--url", url, "--model", "stub", "--concurrency", str(conc),
-                        "--requests", str(n), "--prompt-tokens", "16", "--output-tokens", str(out_tokens),
-                        "--out", d, "--quiet"], check=True, capture_output=True, timeout=900, cwd=ROOT)
+        subprocess.run([*pinned(cores), PY, "-m", "loadgen", "--url", url, "--model", "stub", "--concurrency",
+                        str(conc), "--requests", str(n), "--prompt-tokens", "16", "--output-tokens", str(out_tokens),
+                        "--workers", str(workers), "--out", d, "--quiet"], check=True, capture_output=True,
+                       timeout=900, cwd=ROOT)
         s = json.loads((Path(d) / "summary.json").read_text())
     events = s["output_tokens"]  # the stub sends one event per token
     return {"events": events, "duration_s": s["elapsed_s"], "events_per_s": events / s["elapsed_s"],

@@ -31,6 +31,7 @@ sys.path.insert(0, str(ROOT))
 from benchmarks.bench_loadgen import PY, pinned  # noqa: E402
 
 TTFT_MS, ITL_MS, TOKENS = 50.0, 20.0, 20
+PROMPT = [16]   # prompt tokens (--prompt-tokens)
 
 
 def stub(stamp_log: Path):
@@ -68,14 +69,16 @@ def lags(pairs: list[tuple[list[float], list[float]]]) -> dict:
     return {"ttft_lag_ms": d(first), "itl_lag_ms": d(rest), "paired": len(first)}
 
 
-def run_loadgen(streams: int, n: int, work: Path) -> dict:
+def run_loadgen(streams: int, n: int, work: Path, workers: int = 1, cores: str = "0") -> dict:
+    """loadgen on `cores` (--workers N: N processes there; their records are merged on one clock)."""
     log = work / "lg-stamps.jsonl"
     p, url = stub(log)
     try:
         out = work / "lg"
-        subprocess.run([*pinned(0), PY, "-m", "loadgen", "--url", url, "--model", "stub", "--concurrency", str(streams),
-                        "--requests", str(n), "--prompt-tokens", "16", "--output-tokens", str(TOKENS), "--out",
-                        str(out), "--quiet"], check=True, capture_output=True, timeout=900, cwd=ROOT)
+        subprocess.run([*pinned(cores), PY, "-m", "loadgen", "--url", url, "--model", "stub", "--concurrency",
+                        str(streams), "--requests", str(n), "--prompt-tokens", str(PROMPT[0]), "--output-tokens",
+                        str(TOKENS), "--workers", str(workers), "--out", str(out), "--quiet"], check=True, capture_output=True,
+                       timeout=900, cwd=ROOT)
     finally:
         stop(p)
     origin = json.loads((out / "summary.json").read_text())["clock_origin_perf_counter"]
@@ -96,7 +99,8 @@ def run_vllm_bench(streams: int, n: int, work: Path, tokenizer: str) -> dict:
         subprocess.run([*pinned(0), PY, str(ROOT / "benchmarks" / "vllm_cli.py"), "bench", "serve",
                         "--backend", "openai", "--base-url", url, "--endpoint", "/v1/completions",
                         "--model", "stub", "--tokenizer", tokenizer, "--dataset-name", "random",
-                        "--random-input-len", "16", "--random-output-len", str(TOKENS), "--num-prompts", str(n),
+                        "--random-input-len", str(PROMPT[0]), "--random-output-len", str(TOKENS),
+                        "--num-prompts", str(n),
                         "--max-concurrency", str(streams), "--ignore-eos", "--num-warmups", "0", "--disable-tqdm",
                         "--save-result", "--save-detailed", "--result-dir", str(work), "--result-filename", "vb.json"],
                        check=True, capture_output=True, timeout=900, cwd=ROOT)
@@ -120,8 +124,10 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--streams", default="1,100,500,1000")
     ap.add_argument("--requests-per-stream", type=int, default=3)
+    ap.add_argument("--prompt-tokens", type=int, default=16)
     ap.add_argument("--out", default=str(ROOT / "benchmarks" / "lag.json"))
     a = ap.parse_args()
+    PROMPT[0] = a.prompt_tokens
     from validator.tinymodels import ensure_tiny_model
     tok = str(ensure_tiny_model("tiny-gqa", ROOT / "models" / "tiny-gqa"))
     rows = []
@@ -136,7 +142,7 @@ def main() -> None:
             print(f"{streams:>5} streams {who:<11} TTFT lag p50/p99/max {t['p50']}/{t['p99']}/{t['max']} ms, "
                   f"ITL lag {i['p50']}/{i['p99']}/{i['max']} ms ({row[who]['paired']} of {n} paired)", flush=True)
     Path(a.out).write_text(json.dumps({"when": time.strftime("%Y-%m-%d"), "stub": {"ttft_ms": TTFT_MS, "itl_ms": ITL_MS,
-                                       "tokens": TOKENS}, "rows": rows}, indent=1))
+                                       "tokens": TOKENS, "prompt_tokens": PROMPT[0]}, "rows": rows}, indent=1))
 
 
 if __name__ == "__main__":

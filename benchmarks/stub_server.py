@@ -76,6 +76,7 @@ class Stub:
             writer.close()
 
     async def stream(self, req: dict, writer: asyncio.StreamWriter, client_id: str | None = None) -> None:
+        got = time.perf_counter()   # the request is read: what the client's send cost up to here
         self.n += 1
         fault = self.fault if self.n % self.fault_every == 0 else "none"
         rid = f"cmpl-{self.n}"
@@ -141,7 +142,7 @@ class Stub:
                     if self.itl:
                         await asyncio.sleep(self.itl)
             if sent_at is not None:
-                self.stamps.write(json.dumps({"tag": rid, "client_id": client_id, "sent": sent_at}) + "\n")
+                self.stamps.write(json.dumps({"tag": rid, "client_id": client_id, "got": got, "sent": sent_at}) + "\n")
         usage = {"prompt_tokens": p_tokens, "total_tokens": p_tokens + served, "completion_tokens": served}
         self.prompt_total += p_tokens
         self.generation_total += served

@@ -103,12 +103,13 @@ class Runner:
     async def run(self, workload: Workload, cfg: RunConfig) -> RunResult:
         cfg.check()
         self.cfg = cfg
+        limit = cfg.max_requests if cfg.max_requests is not None else 1 << 62
+        mine, times = self._schedule(workload, cfg, limit)
+        self.transport.prepare([s for s in mine if isinstance(s, RequestSpec)])   # before the clock starts
         self.t0 = time.perf_counter()
         started = time.time()
         duration = min(cfg.duration or MAX_DURATION_S, MAX_DURATION_S)
         self._stop_at = self.t0 + duration
-        limit = cfg.max_requests if cfg.max_requests is not None else 1 << 62
-        mine, times = self._schedule(workload, cfg, limit)
         self.limit = len(mine) if cfg.shard else limit
         ticker = asyncio.create_task(self._tick()) if self.progress else None
         tasks: set[asyncio.Task] = set()

@@ -98,3 +98,38 @@ async def test_a_request_the_server_read_is_never_sent_twice():
     bad = [r for r in res.records if not r.ok]
     assert len(bad) == 4 and all("Disconnected" in r.error or "reset" in r.error.lower() for r in bad), \
         [r.error for r in bad]
+
+
+async def test_bodies_are_encoded_before_the_run_and_sent_as_encoded(monkeypatch):
+    """prepare() encodes bodies before the clock starts, within its memory budget; what it encoded is
+    what is sent (a doctored body shows up as a prompt-token mismatch); the rest are encoded at send."""
+    import json
+
+    from loadgen import client
+    monkeypatch.setattr(client, "PREPARE_BYTES", 1)   # the budget is spent after the first body
+    stub = Stub(itl_ms=0.0)
+    ports = []
+    task = asyncio.create_task(serve(stub, ready=ports.append))
+    while not ports:
+        await asyncio.sleep(0.01)
+    try:
+        async with aiohttp.ClientSession() as s:
+            t = OpenAIStream(s, f"http://127.0.0.1:{ports[0]}", "stub")
+            w = synthetic(4, Lengths.parse(16, "p"), Lengths.parse(4, "o"), seed=1)
+            t.prepare(w.items)
+            assert [x.encoded is not None for x in w.items] == [True, False, False, False]
+            assert json.loads(w.items[0].encoded[1]) == t.payload(w.items[0])[1]
+            url, body = w.items[0].encoded
+            doctored = json.loads(body)
+            doctored["prompt"] = doctored["prompt"][:15]
+            w.items[0].encoded = (url, json.dumps(doctored).encode())
+            runner = Runner(t)
+            runner.transport.prepare = lambda specs: None   # keep the doctored body
+            res = await runner.run(w, RunConfig(concurrency=2, max_requests=4))
+    finally:
+        task.cancel()
+        await asyncio.gather(task, return_exceptions=True)
+    recs = sorted(res.records, key=lambda r: int(r.id[1:]))
+    assert all(r.ok for r in recs)
+    assert recs[0].token_mismatch == "prompt asked 16 served 15"
+    assert [r.token_mismatch for r in recs[1:]] == [None, None, None]
