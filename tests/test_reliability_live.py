@@ -116,9 +116,13 @@ def test_wrong_token_counts_through_validate(stub, tiny_model, tmp_path):
 
 
 @pytest.mark.vllm
-@pytest.mark.parametrize("phase,sig,code", [("run warm:", signal.SIGINT, 130), ("run probe:", signal.SIGTERM, 143)])
-def test_interrupted_during_load_keeps_a_partial_report(phase, sig, code, tiny_model, tmp_path):
-    f = tiny_profile(tiny_model, tmp_path)
+@pytest.mark.parametrize("phase,sig,code,workers", [("run warm:", signal.SIGINT, 130, 1),
+                                                     ("run probe:", signal.SIGTERM, 143, 1),
+                                                     ("run latency:", signal.SIGINT, 130, 2)])
+def test_interrupted_during_load_keeps_a_partial_report(phase, sig, code, workers, tiny_model, tmp_path):
+    """The last case interrupts the run sent by `loadgen --workers 2`: none of its processes stays."""
+    import psutil
+    f = tiny_profile(tiny_model, tmp_path, workload__workers=workers)
     out = tmp_path / "run"
     v = Validate(["--profile", str(f), "--out", str(out)])
     v.until(phase)
@@ -132,3 +136,7 @@ def test_interrupted_during_load_keeps_a_partial_report(phase, sig, code, tiny_m
     assert rep["verdict"] == "error" and rep["error"].startswith("interrupted")
     assert {r["name"] for r in rep["runs"]} >= {"cold"}
     assert (out / "runs" / "cold" / "records.jsonl").stat().st_size > 0
+    if workers > 1:
+        assert (out / "runs" / "latency" / "loadgen.log").exists()   # loadgen had been started
+        left = [p.pid for p in psutil.process_iter(["cmdline"]) if str(out) in " ".join(p.info["cmdline"] or [])]
+        assert not left, left
