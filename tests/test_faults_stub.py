@@ -5,6 +5,7 @@ goes on, and nothing raises."""
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import socket
 
 import aiohttp
@@ -16,21 +17,26 @@ from loadgen.runner import RunConfig, Runner
 from loadgen.workload import Lengths, synthetic
 
 
-async def run_against(fault: str, every: int = 1, n: int = 6, read_timeout: float = 5.0, output: int = 8):
-    stub = Stub(fault=fault, fault_every=every, itl_ms=1.0)
+@contextlib.asynccontextmanager
+async def serving(stub: Stub):
+    """The stub served in this event loop for the block; yields its base URL."""
     ports = []
     task = asyncio.create_task(serve(stub, ready=ports.append))
     while not ports:
         await asyncio.sleep(0.01)
     try:
-        async with aiohttp.ClientSession() as s:
-            t = OpenAIStream(s, f"http://127.0.0.1:{ports[0]}", "stub", read_timeout=read_timeout,
-                             request_timeout=read_timeout * 2)
-            w = synthetic(n, Lengths.parse(16, "p"), Lengths.parse(output, "o"), seed=1)
-            res = await Runner(t).run(w, RunConfig(concurrency=2, max_requests=n))
+        yield f"http://127.0.0.1:{ports[0]}"
     finally:
         task.cancel()
         await asyncio.gather(task, return_exceptions=True)
+
+
+async def run_against(fault: str, every: int = 1, n: int = 6, read_timeout: float = 5.0, output: int = 8):
+    stub = Stub(fault=fault, fault_every=every, itl_ms=1.0)
+    async with serving(stub) as url, aiohttp.ClientSession() as s:
+        t = OpenAIStream(s, url, "stub", read_timeout=read_timeout, request_timeout=read_timeout * 2)
+        w = synthetic(n, Lengths.parse(16, "p"), Lengths.parse(output, "o"), seed=1)
+        res = await Runner(t).run(w, RunConfig(concurrency=2, max_requests=n))
     return sorted(res.records, key=lambda r: int(r.id[1:]))
 
 
@@ -107,28 +113,19 @@ async def test_bodies_are_encoded_before_the_run_and_sent_as_encoded(monkeypatch
 
     from loadgen import client
     monkeypatch.setattr(client, "PREPARE_BYTES", 1)   # the budget is spent after the first body
-    stub = Stub(itl_ms=0.0)
-    ports = []
-    task = asyncio.create_task(serve(stub, ready=ports.append))
-    while not ports:
-        await asyncio.sleep(0.01)
-    try:
-        async with aiohttp.ClientSession() as s:
-            t = OpenAIStream(s, f"http://127.0.0.1:{ports[0]}", "stub")
-            w = synthetic(4, Lengths.parse(16, "p"), Lengths.parse(4, "o"), seed=1)
-            t.prepare(w.items)
-            assert [x.encoded is not None for x in w.items] == [True, False, False, False]
-            assert json.loads(w.items[0].encoded[1]) == t.payload(w.items[0])[1]
-            url, body = w.items[0].encoded
-            doctored = json.loads(body)
-            doctored["prompt"] = doctored["prompt"][:15]
-            w.items[0].encoded = (url, json.dumps(doctored).encode())
-            runner = Runner(t)
-            runner.transport.prepare = lambda specs: None   # keep the doctored body
-            res = await runner.run(w, RunConfig(concurrency=2, max_requests=4))
-    finally:
-        task.cancel()
-        await asyncio.gather(task, return_exceptions=True)
+    async with serving(Stub(itl_ms=0.0)) as url, aiohttp.ClientSession() as s:
+        t = OpenAIStream(s, url, "stub")
+        w = synthetic(4, Lengths.parse(16, "p"), Lengths.parse(4, "o"), seed=1)
+        t.prepare(w.items)
+        assert [x.encoded is not None for x in w.items] == [True, False, False, False]
+        assert json.loads(w.items[0].encoded[1]) == t.payload(w.items[0])[1]
+        url_, body = w.items[0].encoded
+        doctored = json.loads(body)
+        doctored["prompt"] = doctored["prompt"][:15]
+        w.items[0].encoded = (url_, json.dumps(doctored).encode())
+        runner = Runner(t)
+        runner.transport.prepare = lambda specs: None   # keep the doctored body
+        res = await runner.run(w, RunConfig(concurrency=2, max_requests=4))
     recs = sorted(res.records, key=lambda r: int(r.id[1:]))
     assert all(r.ok for r in recs)
     assert recs[0].token_mismatch == "prompt asked 16 served 15"

@@ -14,12 +14,12 @@ import sys
 import time
 from pathlib import Path
 
-import numpy as np
 import psutil
 import pytest
 
 from loadgen.records import RequestRecord, read_records
 from loadgen.workers import merge
+from tests.test_workers import assert_merged_exactly
 
 ROOT = Path(__file__).resolve().parents[1]
 RAY = Path(sys.executable).with_name("ray")
@@ -75,18 +75,9 @@ def test_two_ray_actors_merge_exactly(ray_head, stub_url, tmp_path):
                 "--ray", ray_head, "--prompt-tokens", "16", "--output-tokens", "8", "--seed", "5", "--out", str(out),
                 "--quiet")
     assert r.returncode == 0, r.stderr[-3000:]
-    merged = read_records(out / "records.jsonl")
-    parts = [read_records(out / f"worker-{i}" / "records.jsonl") for i in range(2)]
-    assert len(merged) == sum(len(p) for p in parts) == 60 and [len(p) for p in parts] == [30, 30]
-    assert sorted(x.id for x in merged) == sorted(x.id for p in parts for x in p)   # each request once
-    assert all(x.ok and x.token_mismatch is None and x.output_tokens == 8 for x in merged)  # exact tokens
-    s = json.loads((out / "summary.json").read_text())
-    ttft = np.asarray([x.ttft for x in merged]) * 1e3
-    itl = np.asarray([g for x in merged for g in x.itl]) * 1e3
-    assert s["ttft_ms"]["p99"] == pytest.approx(float(np.percentile(ttft, 99)))   # from all records at once
-    assert s["itl_ms"]["p50"] == pytest.approx(float(np.percentile(itl, 50)))
+    merged, s = assert_merged_exactly(out)
     c = s["clocks"]
-    assert s["ok"] == 60 and s["workers"] == 2 and len(c["hosts"]) == 2 and c["unreadable_lines"] == []
+    assert len(c["hosts"]) == 2 and c["unreadable_lines"] == []
     # one machine: the true offset between the actors' clocks and the driver's is 0, so each measured
     # offset must lie within its own uncertainty (the half round trip)
     assert all(abs(o) <= u + 1e-4 for o, u in zip(c["offsets_s"], c["offset_uncertainty_s"])), c

@@ -35,23 +35,31 @@ def test_shards_together_are_the_one_schedule():
     assert [share(10, i, 3) for i in range(3)] == [4, 3, 3]
 
 
+def assert_merged_exactly(out: Path, n: int = 60, output: int = 8):
+    """Two workers' records merged: their sum, each id once, exact tokens, percentiles from all
+    records at once (never averaged). Returns (merged records, summary)."""
+    merged = read_records(out / "records.jsonl")
+    parts = [read_records(out / f"worker-{i}" / "records.jsonl") for i in range(2)]
+    assert len(merged) == sum(len(p) for p in parts) == n and [len(p) for p in parts] == [n // 2, n // 2]
+    assert sorted(x.id for x in merged) == sorted(x.id for p in parts for x in p)   # each request once
+    assert {x.worker for x in merged} == {0, 1}
+    assert all(x.ok and x.token_mismatch is None and x.output_tokens == output for x in merged)  # exact tokens
+    s = json.loads((out / "summary.json").read_text())
+    ttft = np.asarray([x.ttft for x in merged]) * 1e3
+    itl = np.asarray([g for x in merged for g in x.itl]) * 1e3
+    assert s["ttft_ms"]["p99"] == pytest.approx(float(np.percentile(ttft, 99)))
+    assert s["itl_ms"]["p50"] == pytest.approx(float(np.percentile(itl, 50)))
+    assert s["ok"] == n and s["workers"] == 2
+    return merged, s
+
+
 def test_two_workers_merge_exactly(stub_url, tmp_path):
     out = tmp_path / "lg"
     r = loadgen("--url", stub_url, "--model", "M", "--requests", "60", "--concurrency", "6", "--workers", "2",
                 "--prompt-tokens", "16", "--output-tokens", "8", "--seed", "5", "--out", str(out), "--quiet")
     assert r.returncode == 0, r.stderr
-    merged = read_records(out / "records.jsonl")
-    parts = [read_records(out / f"worker-{i}" / "records.jsonl") for i in range(2)]
-    assert len(merged) == sum(len(p) for p in parts) == 60
-    assert sorted(x.id for x in merged) == sorted(x.id for p in parts for x in p)   # each request once
-    assert {x.worker for x in merged} == {0, 1} and [len(p) for p in parts] == [30, 30]
-    assert all(x.ok and x.token_mismatch is None and x.output_tokens == 8 for x in merged)  # exact tokens
-    s = json.loads((out / "summary.json").read_text())
-    ttft = np.asarray([x.ttft for x in merged]) * 1e3
-    itl = np.asarray([g for x in merged for g in x.itl]) * 1e3
-    assert s["ttft_ms"]["p99"] == pytest.approx(float(np.percentile(ttft, 99)))   # from all records at once
-    assert s["itl_ms"]["p50"] == pytest.approx(float(np.percentile(itl, 50)))
-    assert s["ok"] == 60 and s["workers"] == 2 and s["clocks"]["wall_minus_monotonic_spread_s"] < 0.05
+    merged, s = assert_merged_exactly(out)
+    assert s["clocks"]["wall_minus_monotonic_spread_s"] < 0.05
     assert s["clocks"]["unreadable_lines"] == []
     # one clock: every merged send time falls inside the run
     assert all(0 <= x.sent <= s["window"][1] - s["window"][0] + 1 for x in merged)
