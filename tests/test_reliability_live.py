@@ -140,3 +140,36 @@ def test_interrupted_during_load_keeps_a_partial_report(phase, sig, code, worker
         assert (out / "runs" / "latency" / "loadgen.log").exists()   # loadgen had been started
         left = [p.pid for p in psutil.process_iter(["cmdline"]) if str(out) in " ".join(p.info["cmdline"] or [])]
         assert not left, left
+
+
+def test_sigterm_during_the_runs_cancels_them_and_then_raises_terminated():
+    """While the runs' event loop turns, SIGTERM cancels the main task (no exception raised into
+    whichever task happens to run: that task would die with it unretrieved and lose its own tasks,
+    seen once in CI as "Task exception was never retrieved"); Terminated comes after the cleanup,
+    and kvgate's own handler is back for the judging and the teardown."""
+    import asyncio
+    import threading
+
+    from validator.serve.launch import Terminated, install_signal_handlers, run_loop
+    before = {s: signal.getsignal(s) for s in (signal.SIGTERM, signal.SIGHUP)}
+    install_signal_handlers()
+    ours = signal.getsignal(signal.SIGTERM)
+    seen = []
+
+    async def runs():
+        seen.append(signal.getsignal(signal.SIGTERM) is ours)   # a raising handler is not armed in the loop
+        try:
+            while True:
+                await asyncio.sleep(0.01)
+        except BaseException as e:
+            seen.append(type(e).__name__)
+            raise
+    threading.Timer(0.3, os.kill, (os.getpid(), signal.SIGTERM)).start()
+    try:
+        with pytest.raises(Terminated, match="SIGTERM"):
+            run_loop(runs())
+        assert seen == [False, "CancelledError"]
+        assert signal.getsignal(signal.SIGTERM) is ours
+    finally:
+        for s, h in before.items():
+            signal.signal(s, h)

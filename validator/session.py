@@ -10,7 +10,6 @@ so a live verdict and a re-judged one cannot differ by construction.
 
 from __future__ import annotations
 
-import asyncio
 import json
 import os
 import sys
@@ -35,7 +34,7 @@ from validator.rundir.rundata import load_runs
 from validator.rundir.startup import StartupFacts
 from validator.serve.argv import api_key_of, launch_spec, plan_record
 from validator.serve.facts import server_facts, server_version
-from validator.serve.launch import Server, ServerFailed, install_signal_handlers
+from validator.serve.launch import Server, ServerFailed, install_signal_handlers, run_loop
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -152,7 +151,7 @@ def _with_server(opts: RunOptions, profile: Profile, record: dict, run_dir: Path
     model = profile.get("model", "served_name") or facts.served_model or profile.get("model", "path")
     specs = plan_runs(record, profile)
     alive = server.alive if server else None
-    asyncio.run(execute(specs, url, model, run_dir, profile, say, api_key=api_key, alive=alive))
+    run_loop(execute(specs, url, model, run_dir, profile, say, api_key=api_key, alive=alive))
     return EXIT_OK  # the verdict is decided by judge_run_dir
 
 

@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 import json
+import socket
 import urllib.error
 import urllib.request
 
@@ -62,3 +63,15 @@ def server_version(url: str) -> str | None:
     except (urllib.error.URLError, OSError, ValueError, AttributeError):
         return None
     return version if isinstance(version, str) else None
+
+
+def free_port(host: str = "127.0.0.1") -> int:
+    with socket.socket(socket.AF_INET6 if ":" in host else socket.AF_INET) as s:
+        s.bind((host, 0))
+        return s.getsockname()[1]
+
+
+def port_in_use(host: str, port: int) -> bool:
+    with socket.socket(socket.AF_INET6 if ":" in host else socket.AF_INET) as s:
+        s.settimeout(0.5)
+        return s.connect_ex((host, port)) == 0

@@ -8,11 +8,12 @@ turns SIGTERM/SIGHUP into an exception so those paths run their ``finally``.
 
 from __future__ import annotations
 
+import asyncio
 import atexit
+import contextlib
 import os
 import shutil
 import signal
-import socket
 import subprocess
 import sys
 import time
@@ -23,7 +24,7 @@ import psutil
 
 from validator.errors import InfraError, InputError
 from validator.serve.argv import LaunchSpec, cpu_set, launch_environment
-from validator.serve.facts import healthy
+from validator.serve.facts import free_port, healthy, port_in_use
 from validator.serve.startup_log import PHASES, parse_log, phase_of
 
 GRACE_SECONDS = 10.0
@@ -43,6 +44,31 @@ def install_signal_handlers() -> None:
         signal.signal(sig, handler)
 
 
+def run_loop(coro):
+    """asyncio.run, with SIGTERM/SIGHUP cancelling the main task (as asyncio.run does for Ctrl-C)
+    and raising Terminated once it has ended: raised by the handler, it would land in whichever
+    task runs at that instant, which then dies with it unretrieved, its own tasks lost."""
+    got: list[int] = []
+
+    async def main():
+        loop, task = asyncio.get_running_loop(), asyncio.current_task()
+        for sig in (signal.SIGTERM, signal.SIGHUP):
+            loop.add_signal_handler(sig, lambda sig=sig: (got.append(sig), task.cancel()))
+        return await coro
+    before = {sig: signal.getsignal(sig) for sig in (signal.SIGTERM, signal.SIGHUP)}
+    try:
+        result = asyncio.run(main())
+    except asyncio.CancelledError:
+        if not got:
+            raise
+    finally:
+        for sig, handler in before.items():   # the loop's removal would leave the default (death)
+            signal.signal(sig, handler)
+    if got:
+        raise Terminated(signal.Signals(got[0]).name)
+    return result
+
+
 def read_gpus() -> tuple[list, list] | None:
     """nvidia-smi's view of the GPUs and their processes; None when there is no nvidia-smi."""
     from validator.serve.gpu_device import APPS_QUERY, GPU_QUERY, parse_apps, parse_gpus
@@ -57,18 +83,6 @@ def read_gpus() -> tuple[list, list] | None:
     if gpus.returncode != 0:
         return None
     return parse_gpus(gpus.stdout), parse_apps(apps.stdout if apps.returncode == 0 else "")
-
-
-def free_port(host: str = "127.0.0.1") -> int:
-    with socket.socket(socket.AF_INET6 if ":" in host else socket.AF_INET) as s:
-        s.bind((host, 0))
-        return s.getsockname()[1]
-
-
-def port_in_use(host: str, port: int) -> bool:
-    with socket.socket(socket.AF_INET6 if ":" in host else socket.AF_INET) as s:
-        s.settimeout(0.5)
-        return s.connect_ex((host, port)) == 0
 
 
 def _tree(pid: int) -> list[psutil.Process]:
@@ -228,20 +242,14 @@ class Server:
             os.killpg(pid, signal.SIGCONT)  # a stopped (SIGSTOP) server must wake up to handle TERM
         except ProcessLookupError:
             pass
-        try:
+        with contextlib.suppress(subprocess.TimeoutExpired):
             self.proc.wait(timeout=grace)
-        except subprocess.TimeoutExpired:
-            pass
         victims |= {*_tree(pid), *_group(pid)}
-        try:
+        with contextlib.suppress(ProcessLookupError):
             os.killpg(pid, signal.SIGKILL)
-        except ProcessLookupError:
-            pass
         for v in _running(victims):
-            try:
+            with contextlib.suppress(psutil.Error):
                 v.kill()
-            except psutil.Error:
-                pass
         try:
             self.proc.wait(timeout=5)
         except subprocess.TimeoutExpired:
@@ -253,10 +261,8 @@ class Server:
         self.pids = sorted({v.pid for v in victims} | {pid})
         _LIVE.discard(self)
         if self._affinity is not None:  # kvgate gets its CPUs back
-            try:
+            with contextlib.suppress(OSError):
                 os.sched_setaffinity(0, self._affinity)
-            except OSError:
-                pass
             self._affinity = None
 
     def __enter__(self) -> "Server":
@@ -286,10 +292,8 @@ class LoadProcess:
     def stop(self, grace: float = 30.0) -> None:
         if self.proc.poll() is None:
             self.proc.send_signal(signal.SIGINT)   # it passes the interrupt to its workers
-            try:
+            with contextlib.suppress(subprocess.TimeoutExpired):
                 self.proc.wait(timeout=grace)
-            except subprocess.TimeoutExpired:
-                pass
         try:
             os.killpg(self.proc.pid, signal.SIGKILL)  # whatever of the group is left
         except ProcessLookupError:
