@@ -31,7 +31,6 @@ sys.path.insert(0, str(ROOT))
 from benchmarks.bench_loadgen import PY, pinned  # noqa: E402
 
 TTFT_MS, ITL_MS, TOKENS = 50.0, 20.0, 20
-PROMPT = [16]   # prompt tokens (--prompt-tokens)
 
 
 def stub(stamp_log: Path):
@@ -69,14 +68,14 @@ def lags(pairs: list[tuple[list[float], list[float]]]) -> dict:
     return {"ttft_lag_ms": d(first), "itl_lag_ms": d(rest), "paired": len(first)}
 
 
-def run_loadgen(streams: int, n: int, work: Path, workers: int = 1, cores: str = "0") -> dict:
+def run_loadgen(streams: int, n: int, work: Path, workers: int = 1, cores: str = "0", prompt: int = 16) -> dict:
     """loadgen on `cores` (--workers N: N processes there; their records are merged on one clock)."""
     log = work / "lg-stamps.jsonl"
     p, url = stub(log)
     try:
         out = work / "lg"
         subprocess.run([*pinned(cores), PY, "-m", "loadgen", "--url", url, "--model", "stub", "--concurrency",
-                        str(streams), "--requests", str(n), "--prompt-tokens", str(PROMPT[0]), "--output-tokens",
+                        str(streams), "--requests", str(n), "--prompt-tokens", str(prompt), "--output-tokens",
                         str(TOKENS), "--workers", str(workers), "--out", str(out), "--quiet"], check=True, capture_output=True,
                        timeout=900, cwd=ROOT)
     finally:
@@ -92,14 +91,14 @@ def run_loadgen(streams: int, n: int, work: Path, workers: int = 1, cores: str =
     return lags(pairs)
 
 
-def run_vllm_bench(streams: int, n: int, work: Path, tokenizer: str) -> dict:
+def run_vllm_bench(streams: int, n: int, work: Path, tokenizer: str, prompt: int = 16) -> dict:
     log = work / "vb-stamps.jsonl"
     p, url = stub(log)
     try:
         subprocess.run([*pinned(0), PY, str(ROOT / "benchmarks" / "vllm_cli.py"), "bench", "serve",
                         "--backend", "openai", "--base-url", url, "--endpoint", "/v1/completions",
                         "--model", "stub", "--tokenizer", tokenizer, "--dataset-name", "random",
-                        "--random-input-len", str(PROMPT[0]), "--random-output-len", str(TOKENS),
+                        "--random-input-len", str(prompt), "--random-output-len", str(TOKENS),
                         "--num-prompts", str(n),
                         "--max-concurrency", str(streams), "--ignore-eos", "--num-warmups", "0", "--disable-tqdm",
                         "--save-result", "--save-detailed", "--result-dir", str(work), "--result-filename", "vb.json"],
@@ -127,22 +126,22 @@ def main() -> None:
     ap.add_argument("--prompt-tokens", type=int, default=16)
     ap.add_argument("--out", default=str(ROOT / "benchmarks" / "lag.json"))
     a = ap.parse_args()
-    PROMPT[0] = a.prompt_tokens
     from validator.tinymodels import ensure_tiny_model
     tok = str(ensure_tiny_model("tiny-gqa", ROOT / "models" / "tiny-gqa"))
     rows = []
     for streams in (int(x) for x in a.streams.split(",")):
         n = max(streams * a.requests_per_stream, 20)
         with tempfile.TemporaryDirectory() as d:
-            row = {"streams": streams, "requests": n, "loadgen": run_loadgen(streams, n, Path(d)),
-                   "vllm_bench": run_vllm_bench(streams, n, Path(d), tok)}
+            row = {"streams": streams, "requests": n,
+                   "loadgen": run_loadgen(streams, n, Path(d), prompt=a.prompt_tokens),
+                   "vllm_bench": run_vllm_bench(streams, n, Path(d), tok, prompt=a.prompt_tokens)}
         rows.append(row)
         for who in ("loadgen", "vllm_bench"):
             t, i = row[who]["ttft_lag_ms"], row[who]["itl_lag_ms"]
             print(f"{streams:>5} streams {who:<11} TTFT lag p50/p99/max {t['p50']}/{t['p99']}/{t['max']} ms, "
                   f"ITL lag {i['p50']}/{i['p99']}/{i['max']} ms ({row[who]['paired']} of {n} paired)", flush=True)
     Path(a.out).write_text(json.dumps({"when": time.strftime("%Y-%m-%d"), "stub": {"ttft_ms": TTFT_MS, "itl_ms": ITL_MS,
-                                       "tokens": TOKENS, "prompt_tokens": PROMPT[0]}, "rows": rows}, indent=1))
+                                       "tokens": TOKENS, "prompt_tokens": a.prompt_tokens}, "rows": rows}, indent=1))
 
 
 if __name__ == "__main__":

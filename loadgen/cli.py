@@ -27,7 +27,7 @@ from loadgen.outputs import write_outputs
 from loadgen.records import RecordWriter
 from loadgen.runner import RunConfig, Runner, tokenize_lengths
 from loadgen.stats import format_summary
-from loadgen.workers import merge, parse_shard, run_processes, shard_args, shard_config
+from loadgen.workers import exit_code, last_error, merge, parse_shard, run_processes, shard_args, shard_config
 from loadgen.workload import (
     Lengths,
     WorkloadError,
@@ -239,12 +239,10 @@ def _with_workers(a, cfg: RunConfig, out: Path, argv: list[str]) -> dict:
         except rayworkers.RayError as e:
             raise UsageError(str(e)) from None
         offsets = clocks_extra["offsets_s"]
-        why = {i: rayworkers.first_error(out, i) for i in range(a.workers)}
     else:
         codes = run_processes(argv, a.workers, salt, out, bound)
-        why = {}
     dirs = [out / f"worker-{i}" for i in range(a.workers)]
-    bad = [f"worker {i} exited {c}" + (f" ({why[i]})" if why.get(i) else "")
+    bad = [f"worker {i} exited {c}" + (f" ({last_error(out, i)})" if last_error(out, i) else "")
            for i, c in enumerate(codes) if c not in (0, 1, 3)]
     if bad or not all((d / "summary.json").exists() for d in dirs):
         raise UsageError("; ".join(bad) or "a worker wrote no summary") from None
@@ -309,6 +307,4 @@ def main(argv: list[str] | None = None) -> int:
     if not a.quiet and sys.stderr.isatty():
         print(file=sys.stderr)
     print(format_summary(summary))
-    if summary["ok"] == 0 and summary["requests"] > 0:
-        return 3
-    return 1 if summary["failed"] else 0
+    return exit_code(summary)

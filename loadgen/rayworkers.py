@@ -25,6 +25,8 @@ import threading
 import time
 from pathlib import Path
 
+from loadgen.workers import exit_code
+
 START_AFTER_S = 2.0      # after every actor answered: time to start the shards together
 CLOCK_PINGS = 5          # round trips per worker; the shortest gives the offset
 STOP_GRACE_S = 30.0      # after a stop: time for the shards to write what they recorded
@@ -84,7 +86,7 @@ class LoadWorker:
             return 130
         if self._stopped.is_set():
             return 130
-        return 3 if summary["ok"] == 0 and summary["requests"] else (1 if summary["failed"] else 0)
+        return exit_code(summary)
 
 
 def _probe(address: str) -> None:
@@ -177,10 +179,4 @@ def run_actors(address: str, shard_args: list[list[str]], out: Path, timeout: fl
             with contextlib.suppress(Exception):
                 ray.kill(x)
         ray.shutdown()
-
-
-def first_error(out: Path, i: int) -> str:
-    p = out / f"worker-{i}" / "stderr.txt"
-    lines = [x for x in p.read_text().splitlines() if x.strip()] if p.exists() else []
-    return lines[-1] if lines else ""
 

@@ -64,8 +64,12 @@ def run_processes(argv: list[str], k: int, salt: str, out: Path, timeout: float)
     """Start k workers, wait for all (bounded), stop them all on Ctrl-C; their exit codes."""
     # one start instant on the machine's monotonic clock: the shards of one schedule start together
     start = time.perf_counter() + START_AFTER_S
-    procs = [subprocess.Popen(worker_argv(argv, i, k, salt, out / f"worker-{i}", start), stdout=subprocess.DEVNULL,
-                              stderr=subprocess.PIPE, text=True) for i in range(k)]
+    procs = []
+    for i in range(k):
+        (out / f"worker-{i}").mkdir(parents=True, exist_ok=True)
+        with open(out / f"worker-{i}" / "stderr.txt", "w") as err:   # a file: a pipe nobody reads can fill
+            procs.append(subprocess.Popen(worker_argv(argv, i, k, salt, out / f"worker-{i}", start),
+                                          stdout=subprocess.DEVNULL, stderr=err))
     try:
         return [p.wait(timeout=timeout) for p in procs]
     except (KeyboardInterrupt, subprocess.TimeoutExpired):
@@ -77,6 +81,20 @@ def run_processes(argv: list[str], k: int, salt: str, out: Path, timeout: float)
             except subprocess.TimeoutExpired:
                 p.kill()
         raise KeyboardInterrupt from None
+
+
+def last_error(out: Path, i: int) -> str:
+    """The last line worker i wrote to its stderr.txt (processes and Ray actors alike)."""
+    p = out / f"worker-{i}" / "stderr.txt"
+    lines = [x for x in p.read_text(errors="replace").splitlines() if x.strip()] if p.exists() else []
+    return lines[-1] if lines else ""
+
+
+def exit_code(summary: dict) -> int:
+    """loadgen's exit code for a finished run: 3 none succeeded, 1 some failed, 0 all done."""
+    if summary["ok"] == 0 and summary["requests"] > 0:
+        return 3
+    return 1 if summary["failed"] else 0
 
 
 def merge(dirs: list[Path], offsets: list[float] | None = None

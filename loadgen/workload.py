@@ -162,15 +162,16 @@ def multi_turn(conversations: int, turns: int, first_prompt: Lengths, user_token
 
 
 def near_limit(max_model_len: int, max_num_seqs: int, output_tokens: int, margin: int = 0, requests: int | None = None,
-               seed: int = 0, salt: str | None = None, id_range=DEFAULT_ID_RANGE) -> Workload:
-    """max_num_seqs concurrent requests whose prompt + output = max_model_len - margin."""
+               seed: int = 0, salt: str | None = None, id_range=DEFAULT_ID_RANGE, id_prefix: str = "n") -> Workload:
+    """max_num_seqs concurrent requests whose prompt + output = max_model_len - margin. With id_prefix
+    "r", exactly what `loadgen --prompt-tokens P --output-tokens O --seed S --salt X` builds."""
     total = max_model_len - margin
     prompt = total - output_tokens
     if prompt < SALT_TOKENS + 1:
         raise WorkloadError(f"near-limit: output {output_tokens} + margin {margin} leave no prompt in "
                             f"max_model_len {max_model_len}")
     w = synthetic(requests or max_num_seqs, Lengths.parse(prompt, "prompt"), Lengths.parse(output_tokens, "output"),
-                  seed=seed, salt=salt, id_range=id_range, prefix="n")
+                  seed=seed, salt=salt, id_range=id_range, prefix=id_prefix)
     w.description = f"near-limit: {len(w.items)} x ({prompt} + {output_tokens}) tokens at concurrency {max_num_seqs}"
     w.info.update(concurrency=max_num_seqs, prompt_tokens=prompt, output_tokens=output_tokens)
     return w

@@ -103,7 +103,7 @@ def test_validates_latency_run_is_the_workload_loadgen_rebuilds_from_its_flags()
     from loadgen.cli import prepare
     from validator.errors import InputError
     from validator.observe.schedule import latency_run
-    spec = latency_run(n=4, prompt=480, out=32, waves=6, seed=3, workers=2)
+    spec = latency_run(n=4, mml=512, margin=0, out=32, waves=6, seed=3, workers=2)
     w = spec.workload
     _, rebuilt, cfg = prepare(["--url", "http://127.0.0.1:9", "--model", "M", "--concurrency", "4", "--requests",
                                str(len(w.items)), "--prompt-tokens", str(w.info["prompt_tokens"]), "--output-tokens",
@@ -112,4 +112,4 @@ def test_validates_latency_run_is_the_workload_loadgen_rebuilds_from_its_flags()
                                                                            for x in w.items]
     assert len(w.items) == 24 and all(len(x.prompt) == 480 for x in w.items) and spec.workers == 2
     with pytest.raises(InputError, match="workload.workers"):
-        latency_run(n=4, prompt=480, out=32, waves=6, seed=3, workers=5)
+        latency_run(n=4, mml=512, margin=0, out=32, waves=6, seed=3, workers=5)

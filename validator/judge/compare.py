@@ -232,8 +232,10 @@ def judge(
             checks += _latency_checks(run, f, tol, platform)
     # SLOs over the latency run when the profile asked for one (load processes, no freezes), else
     # over the cold and warm runs, paused intervals left out
-    measured = [r for r in runs if r.cache == "latency"] or [r for r in runs if r.cache in ("cold", "warm")]
-    over = "the latency run" if measured and measured[0].cache == "latency" else "the cold and warm runs"
+    latency_runs = [r for r in runs if r.cache == "latency"]
+    measured = latency_runs or [r for r in runs if r.cache in ("cold", "warm")]
+    over = "the latency run" if latency_runs else "the cold and warm runs"
+    left_out = "" if latency_runs else ", freezes left out"
     ttft = [v for r in measured for v in figures[r.name]["ttft_ms"]]
     itl = [v for r in measured for v in figures[r.name]["itl_ms"]]
     total = sum(figures[r.name]["requests"] for r in measured)
@@ -248,7 +250,7 @@ def judge(
                 None if obs is None else round(obs, 3),
                 None if limit is None or obs is None else obs <= limit,
                 "ms",
-                f"{label} p99 over {over}" + (", freezes left out" if "cold" in over else "")
+                f"{label} p99 over {over}{left_out}"
                 + ("" if limit is not None else " (not judged: no SLO set)"),
                 judged=limit is not None,
             )

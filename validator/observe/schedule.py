@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from loadgen.workload import Lengths, Workload, near_limit, new_salt, shared_prefix, synthetic
+from loadgen.workload import Lengths, Workload, near_limit, new_salt, shared_prefix
 from validator.errors import InputError
 from validator.rundir.freezes import FreezePoint
 
@@ -63,20 +63,18 @@ def plan_runs(plan: dict, profile) -> list[RunSpec]:
     ]
     k = g("workload", "workers") or 1
     if k > 1:
-        specs.append(latency_run(n, prompt, out, waves, seed + 3, k))
+        specs.append(latency_run(n, mml, margin, out, waves, seed + 3, k))
     return specs
 
 
-def latency_run(n: int, prompt: int, out: int, waves: int, seed: int, workers: int) -> RunSpec:
-    """The cold run's shape sent by `workers` loadgen processes. Built with loadgen's own
-    `synthetic`, so `loadgen --prompt-tokens P --output-tokens O --seed S --salt X` rebuilds it."""
+def latency_run(n: int, mml: int, margin: int, out: int, waves: int, seed: int, workers: int) -> RunSpec:
+    """The cold run's shape sent by `workers` loadgen processes, with loadgen's own request ids, so
+    `loadgen --prompt-tokens P --output-tokens O --seed S --salt X` rebuilds exactly these prompts."""
     if workers > n:
         raise InputError(f"workload.workers: {workers} load processes need at least as many requests in flight; "
                          f"max_num_seqs is {n}: lower workload.workers")
-    w = synthetic(n * waves, Lengths.parse(prompt, "prompt"), Lengths.parse(out, "output"), seed=seed,
-                  salt=new_salt())
-    w.description = f"latency: {n * waves} x ({prompt} + {out}) tokens at concurrency {n}, {workers} load processes"
-    w.info.update(prompt_tokens=prompt, output_tokens=out)
+    w = near_limit(mml, n, out, margin, requests=n * waves, seed=seed, salt=new_salt(), id_prefix="r")
+    w.description += f", {workers} load processes"
     return RunSpec("latency", "latency", w, n, reset_cache=True, workers=workers,
                    purpose=f"near the limits from {workers} load processes (loadgen --workers), no freezes: "
                            "the SLOs are judged here")
