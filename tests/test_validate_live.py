@@ -323,3 +323,11 @@ def test_a_profile_asking_for_load_processes_gets_a_latency_run_from_them(tmp_pa
     assert r.returncode == 1, r.stderr[-2000:]
     failed = {c["name"] for c in json.loads(r.stdout)["checks"] if c["status"] == "fail"}
     assert failed == {"slo.ttft_p99_ms"}
+    # one served count doctored in a worker's merged record: the latency run's tokens_exact fails
+    lines = (d / "records.jsonl").read_text().splitlines()
+    first = json.loads(lines[0])
+    first["token_mismatch"] = "output asked 32 served 31"
+    (d / "records.jsonl").write_text("\n".join([json.dumps(first)] + lines[1:]) + "\n")
+    r = validate("--report", str(out), "--json")
+    failed = {c["name"] for c in json.loads(r.stdout)["checks"] if c["status"] == "fail"}
+    assert failed == {"slo.ttft_p99_ms", "latency.tokens_exact"}
