@@ -17,6 +17,7 @@ from pathlib import Path
 
 import numpy as np
 
+from loadgen.safefile import make_dirs, write_atomic
 from loadgen.records import RequestRecord
 
 METRICS = ("ttft", "tpot", "itl", "e2el")
@@ -162,9 +163,7 @@ def file_name(*, backend: str, model_id: str, request_rate: float | None, max_co
 
 def write(res: dict, result_dir: str | None, name: str) -> Path:
     d = Path(result_dir or ".")
-    d.mkdir(parents=True, exist_ok=True)
+    make_dirs(d)
     p = d / name
-    tmp = p.with_name(p.name + ".tmp")
-    tmp.write_text(json.dumps(res))
-    tmp.replace(p)
+    write_atomic(p, json.dumps(res))
     return p

@@ -9,23 +9,22 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import ipaddress
 import math
 import os
-import socket
 import sys
 import time
+from dataclasses import replace
 from pathlib import Path
-from urllib.parse import urlparse
 
-import aiohttp
 import numpy as np
 
-from loadgen import __version__, benchjson
-from loadgen.client import OpenAIStream, connector
-from loadgen.outputs import write_outputs
+from loadgen import __version__, benchjson, lifeline, memory, net
+from loadgen.client import PREPARE_BYTES, OpenAIStream, connector
+from loadgen.outputs import progress_printer, write_outputs
 from loadgen.records import RecordWriter
+from loadgen.redaction import redact_url
 from loadgen.runner import RunConfig, Runner, tokenize_lengths
+from loadgen.safefile import make_dirs, restrict_umask
 from loadgen.stats import format_summary
 from loadgen.workers import exit_code, last_error, merge, parse_shard, run_processes, shard_args, shard_config
 from loadgen.workload import (
@@ -42,23 +41,15 @@ class UsageError(Exception):
     pass
 
 
-def require_loopback(url: str) -> None:
-    """Load goes only to this machine: every address the host resolves to must be loopback."""
+USER_TOKENS = 32   # new user tokens a turn in --turns conversations
+
+
+def require_loopback(url: str) -> net.Pin:
+    """The loopback rule (loadgen.net): the host resolved once; the run connects to what was checked."""
     try:
-        u = urlparse(url)
-        port = u.port  # raises on a port out of range or not a number
-    except ValueError as e:
-        raise UsageError(f"--url: {url!r} is not a valid URL ({e}); write e.g. http://127.0.0.1:8000") from None
-    if u.scheme not in ("http", "https") or not u.hostname:
-        raise UsageError(f"--url: {url!r} is not an http(s) URL; write e.g. http://127.0.0.1:8000")
-    try:
-        infos = socket.getaddrinfo(u.hostname, port or 80, proto=socket.IPPROTO_TCP)
-    except socket.gaierror as e:
-        raise UsageError(f"--url: cannot resolve {u.hostname}: {e}") from None
-    for info in infos:
-        if not ipaddress.ip_address(info[4][0].split("%")[0]).is_loopback:
-            raise UsageError(f"--url: {u.hostname} is not a loopback address; load tests only target this "
-                             "machine (127.0.0.0/8, ::1)")
+        return net.pin(url)
+    except net.NotLoopback as e:
+        raise UsageError(str(e)) from None
 
 
 class _Parser(argparse.ArgumentParser):
@@ -109,6 +100,9 @@ def build_parser() -> argparse.ArgumentParser:
     ap.add_argument("--read-timeout", type=float, default=60.0, help="seconds without a byte before a request fails")
     ap.add_argument("--out", help="directory for records.jsonl and summary.json (default: runs/loadgen-<time>)")
     ap.add_argument("--quiet", action="store_true", help="no progress line")
+    ap.add_argument("--max-memory", default="1GiB",
+                    help="memory the run may hold (records, prompts in flight, encoded bodies; docs/loadgen.md): "
+                         "a run that would hold more is refused before it starts (default 1GiB)")
     ap.add_argument("--workers", type=int, default=1,
                     help="processes, each with its own event loop and a shard of the schedule (records merged "
                          "exactly); closed loop: at most --concurrency")
@@ -117,6 +111,8 @@ def build_parser() -> argparse.ArgumentParser:
                          "auto (the cluster `ray start` started here); needs the ray extra")
     ap.add_argument("--worker-shard", help=argparse.SUPPRESS)  # set by --workers for each worker
     ap.add_argument("--worker-start", type=float, help=argparse.SUPPRESS)  # perf_counter instant to begin at
+    # stdin is a lifeline from the process that started this one: end when it reads end-of-file
+    ap.add_argument("--lifeline", action="store_true", help=argparse.SUPPRESS)
     bench = ap.add_argument_group("results in vllm bench serve's format")
     bench.add_argument("--save-result", action="store_true", help="write vllm bench serve's result JSON")
     bench.add_argument("--save-detailed", action="store_true",
@@ -136,8 +132,7 @@ def build_parser() -> argparse.ArgumentParser:
 # numeric flags and the smallest value each takes (the largest: what a run can bound in time)
 _MINIMUM = {"requests": 1, "warmup": 0, "prefix_groups": 1, "prefix_tokens": 1, "turns": 2, "concurrency": 1,
             "max_concurrency": 1, "num_warmups": 0, "random_input_len": 1, "random_output_len": 1, "workers": 1}
-MAX_REQUESTS = 1_000_000          # prompts are built up front: split larger runs
-MAX_PROMPT_TOKENS_IN_MEMORY = 200_000_000
+DURATION_MAX_REQUESTS = 10_000_000   # a run bounded by --duration only: at most this many (and what fits)
 _POSITIVE = ("timeout", "read_timeout", "rate", "duration", "burstiness")
 
 
@@ -161,59 +156,53 @@ def check_ranges(a) -> None:
         raise UsageError(f"--ramp-up: {a.ramp_up} is out of range; give seconds from 0")
     if a.requests is not None and a.warmup >= a.requests:
         raise UsageError(f"--warmup: {a.warmup} would leave none of the {a.requests} requests measured")
-    if a.requests is not None and a.requests > MAX_REQUESTS:
-        raise UsageError(f"--requests: {a.requests} is over {MAX_REQUESTS:,} (prompts are built before the run); "
-                         "split the run")
 
 
 def make_workload(a):
+    """The workload, after its memory is known to fit --max-memory (loadgen.memory): nothing is built
+    for a run that would not fit. A run bounded by --duration alone gets a count bound that fits."""
     try:
         out = Lengths.parse(a.output_tokens, "--output-tokens")
-        n = a.requests if a.requests is not None else (100 if a.duration is None else 1_000_000)
+        budget = memory.parse_size(a.max_memory)
+        n = a.requests if a.requests is not None else (100 if a.duration is None else DURATION_MAX_REQUESTS)
+        in_flight = (a.concurrency or 1) if a.rate is None else (a.max_concurrency or 4096)
         if a.dataset:
+            size = os.stat(a.dataset).st_size if os.path.isfile(a.dataset) else 0
+            memory.check(memory.Shape(requests=n, prompt_max=0, output_max=out.max, in_flight=in_flight,
+                                      dataset_bytes=size), budget, PREPARE_BYTES)
             return from_dataset(a.dataset, default_output=out.sample(np.random.default_rng(a.seed)), limit=n)
         if a.chat:
             raise UsageError("--chat needs text prompts: use --dataset with text prompts")
         prompt = Lengths.parse(a.prompt_tokens, "--prompt-tokens")
-        if n * prompt.max > MAX_PROMPT_TOKENS_IN_MEMORY:
-            raise UsageError(f"--prompt-tokens: {n:,} prompts of up to {prompt.max:,} tokens would hold over "
-                             f"{MAX_PROMPT_TOKENS_IN_MEMORY:,} token ids in memory; lower --requests or --prompt-tokens")
+        if (a.prefix_groups or a.prefix_tokens) and not (a.prefix_groups and a.prefix_tokens):
+            raise UsageError("--prefix-groups and --prefix-tokens go together")
+        shape = memory.Shape(requests=n, prompt_max=prompt.max + (a.prefix_tokens or 0) * (not a.turns),
+                             output_max=out.max, in_flight=in_flight, turns=a.turns or 0,
+                             user_max=USER_TOKENS if a.turns else 0,
+                             prefix_groups=(a.prefix_groups or 0) * (not a.turns), prefix_tokens=a.prefix_tokens or 0)
+        if a.requests is None and a.duration is not None:   # bounded by time: and by what fits
+            n = min(n, memory.requests_within(budget, shape, PREPARE_BYTES))
+            shape = replace(shape, requests=n)
+            a.requests_bound = n
+        memory.check(shape, budget, PREPARE_BYTES)
         if a.turns:
             if a.turns < 2:
                 raise UsageError("--turns must be at least 2")
             convs = max(1, n // a.turns)
-            return multi_turn(convs, a.turns, prompt, Lengths.parse(32, "user"), out.max, seed=a.seed, salt=a.salt)
-        if a.prefix_groups or a.prefix_tokens:
-            if not (a.prefix_groups and a.prefix_tokens):
-                raise UsageError("--prefix-groups and --prefix-tokens go together")
+            return multi_turn(convs, a.turns, prompt, Lengths.parse(USER_TOKENS, "user"), out.max, seed=a.seed,
+                              salt=a.salt)
+        if a.prefix_groups:
             return shared_prefix(n, a.prefix_groups, a.prefix_tokens, prompt, out, seed=a.seed, salt=a.salt)
         return synthetic(n, prompt, out, seed=a.seed, salt=a.salt)
-    except WorkloadError as e:
+    except (WorkloadError, memory.BudgetError) as e:
         raise UsageError(str(e)) from None
-
-
-def progress_printer(quiet: bool):
-    tty = sys.stderr.isatty()
-    last = [0.0]
-
-    def show(p: dict) -> None:
-        if quiet:
-            return
-        line = (f"[{p['run']}] {p['elapsed']:7.1f}s  done {p['done']}  ok {p['ok']}  errors {p['errors']}  "
-                f"in flight {p['in_flight']}  chunks {p['tokens']}")
-        if tty:
-            print("\r" + line, end="", file=sys.stderr, flush=True)
-        elif time.monotonic() - last[0] >= 5:  # CI logs: a plain line every 5 s
-            last[0] = time.monotonic()
-            print(line, file=sys.stderr, flush=True)
-    return show
 
 
 async def _main(a, workload, cfg: RunConfig, out: Path) -> dict:
     """Run; write records.jsonl and summary.json to out, and vllm bench's result JSON when asked."""
     key = os.environ.get(a.api_key_env) if a.api_key_env else None
-    async with aiohttp.ClientSession(connector=connector()) as session:
-        await tokenize_lengths(session, a.url, a.model, [s for s in workload.items if hasattr(s, "prompt")],
+    async with net.session(connector=connector(a.pin)) as session:
+        await tokenize_lengths(session, a.url, a.model, workload.items,
                                headers={"Authorization": f"Bearer {key}"} if key else None)
         transport = OpenAIStream(session, a.url, a.model, api_key=key, request_timeout=a.timeout,
                                  read_timeout=a.read_timeout)
@@ -257,7 +246,7 @@ def _with_workers(a, cfg: RunConfig, out: Path, argv: list[str]) -> dict:
 def prepare(argv: list[str]):
     """The flags checked and the workload built: (args, workload, RunConfig). Raises UsageError."""
     a = build_parser().parse_args(argv)
-    require_loopback(a.url)
+    a.pin = require_loopback(a.url)
     check_ranges(a)                  # the flags as given: the error names what the user wrote
     benchjson.apply_bench_flags(a)
     a.percentile_metrics = benchjson.parse_percentile_metrics(a.percentile_metrics)
@@ -274,6 +263,8 @@ def prepare(argv: list[str]):
         cfg.concurrency = 1
     if cfg.max_requests is None and cfg.duration is None:
         cfg.max_requests = 100
+    if cfg.max_requests is None:   # a --duration run: the count bound that fits --max-memory
+        cfg.max_requests = getattr(a, "requests_bound", None)
     cfg.check()
     if a.workers > 1 and cfg.concurrency is not None and cfg.concurrency < a.workers:
         raise UsageError(f"--workers: {a.workers} workers need at least as many requests in flight "
@@ -285,13 +276,16 @@ def prepare(argv: list[str]):
 
 def main(argv: list[str] | None = None) -> int:
     argv = list(argv if argv is not None else sys.argv[1:])
+    restrict_umask()   # records and summaries: this user's only
+    if "--lifeline" in argv:   # first: the parent may already be gone
+        lifeline.watch_stdin()
     try:
         a, workload, cfg = prepare(argv)
     except (UsageError, ValueError) as e:
-        print(f"loadgen: error: {e}", file=sys.stderr)
+        print(f"loadgen: error: {redact_url(str(e))}", file=sys.stderr)
         return 2
     out = Path(a.out) if a.out else Path("runs") / f"loadgen-{time.strftime('%Y%m%d-%H%M%S')}"
-    out.mkdir(parents=True, exist_ok=True)
+    make_dirs(out)
     try:
         if a.workers > 1 or a.ray:
             summary = _with_workers(a, cfg, out, argv)

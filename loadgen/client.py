@@ -10,11 +10,13 @@ from __future__ import annotations
 import asyncio
 import json
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Protocol
 
 import aiohttp
+import numpy as np
 
+from loadgen import net
 from loadgen.records import RequestRecord
 from loadgen.sse import StreamParser
 
@@ -22,7 +24,7 @@ from loadgen.sse import StreamParser
 @dataclass
 class RequestSpec:
     id: str
-    prompt: list[int] | str
+    prompt: np.ndarray | list[int] | str   # token ids (int32 array or list) or text
     output_tokens: int
     prompt_tokens: int | None = None     # asked: exact for token ids, /tokenize'd for text
     chat: bool = False
@@ -30,8 +32,6 @@ class RequestSpec:
     turn: int | None = None
     warmup: bool = False
     want_token_ids: bool = False
-    # (url, JSON body) encoded before the run by the transport's prepare(), or None
-    encoded: tuple[str, bytes] | None = field(default=None, repr=False, compare=False)
 
 
 # the request's id, for a stub or proxy that counts requests (vLLM ignores it; X-Request-Id it
@@ -43,13 +43,15 @@ ID_HEADER = "X-Kvgate-Request-Id"
 KEEPALIVE_S = 2.0
 
 
-def connector() -> aiohttp.TCPConnector:
-    """The connection pool for load: unbounded (the runner bounds concurrency), short keep-alive."""
-    return aiohttp.TCPConnector(limit=0, keepalive_timeout=KEEPALIVE_S)
+def connector(pin=None) -> aiohttp.TCPConnector:
+    """The connection pool for load: unbounded (the runner bounds concurrency), short keep-alive,
+    connecting only to the addresses the loopback rule checked (loadgen.net.Pin)."""
+    return net.connector(pin, limit=0, keepalive_timeout=KEEPALIVE_S)
 
 
-# request bodies encoded before a run, at most (an 8k-token prompt is about 40 kB of JSON)
-PREPARE_BYTES = 1 << 30
+# request bodies encoded before a run, at most (an 8k-token prompt is about 40 kB of JSON): 1,600
+# such bodies, more than the lag benchmark sends (5 waves of 500 streams of 4,000-token prompts: 50 MB)
+PREPARE_BYTES = 64 << 20
 
 
 class Transport(Protocol):
@@ -76,6 +78,7 @@ class OpenAIStream:
         self.exact_output = exact_output
         # ask for usage in every chunk: exact delivered-token counts while a stream is live
         self.token_counts = token_counts
+        self.prepared: dict[str, tuple[str, bytes]] = {}   # request id -> (url, body), see prepare()
 
     def payload(self, spec: RequestSpec) -> tuple[str, dict]:
         body: dict = {"model": self.model, "max_tokens": spec.output_tokens, "stream": True,
@@ -90,7 +93,7 @@ class OpenAIStream:
                 raise ValueError("chat requests need a text prompt")
             body["messages"] = [{"role": "user", "content": text}]
             return self.base + "/v1/chat/completions", body
-        body["prompt"] = spec.prompt
+        body["prompt"] = spec.prompt.tolist() if isinstance(spec.prompt, np.ndarray) else spec.prompt
         if spec.want_token_ids:
             body["return_token_ids"] = True
         return self.base + "/v1/completions", body
@@ -100,18 +103,19 @@ class OpenAIStream:
         return url, json.dumps(body, separators=(",", ":")).encode()
 
     def prepare(self, specs) -> None:
-        """Encode the bodies before the run: JSON of an 8k-token prompt costs about 0.5 ms, which,
-        done in the event loop as a wave of requests starts together, delays every live stream."""
+        """Encode the first bodies before the run, up to PREPARE_BYTES: JSON of an 8k-token prompt
+        costs about 0.5 ms, which, done in the event loop as a wave of requests starts together,
+        delays every live stream. The rest are encoded as they are sent."""
+        self.prepared = {}
         used = 0
         for s in specs:
-            s.encoded = None   # past the budget, encoded as it is sent (never another transport's body)
-            if used > PREPARE_BYTES:
-                continue
+            if used > PREPARE_BYTES or not isinstance(s, RequestSpec):   # conversations: built as they go
+                break
             try:
-                s.encoded = self.encode(s)
+                self.prepared[s.id] = enc = self.encode(s)
             except ValueError:
                 continue  # send() records the error
-            used += len(s.encoded[1])
+            used += len(enc[1])
 
     async def send(self, spec: RequestSpec, rec: RequestRecord, t0: float) -> list[int] | None:
         perf = time.perf_counter
@@ -121,12 +125,12 @@ class OpenAIStream:
         sent = perf()
         rec.sent = sent - t0
         try:
-            url, data = spec.encoded or self.encode(spec)
+            url, data = self.prepared.pop(spec.id, None) or self.encode(spec)
             # never retried: a POST the server may have read cannot be told apart from one it did not,
             # and a second copy would double the load the run meant to apply. Stale pooled
             # connections are avoided at their cause instead (see connector()).
             resp_cm = self.session.post(url, data=data, headers={**self._post_headers, ID_HEADER: spec.id},
-                                        timeout=self.timeout)
+                                        timeout=self.timeout, allow_redirects=False)
             async with resp_cm as resp:
                 rec.status = resp.status
                 if resp.status != 200:

@@ -25,6 +25,7 @@ import threading
 import time
 from pathlib import Path
 
+from loadgen.safefile import make_dirs, write_atomic
 from loadgen.workers import exit_code
 
 START_AFTER_S = 2.0      # after every actor answered: time to start the shards together
@@ -163,11 +164,11 @@ def run_actors(address: str, shard_args: list[list[str]], out: Path, timeout: fl
                        for r in refs]
         for i, res in enumerate(results):
             d = out / f"worker-{i}"
-            d.mkdir(parents=True, exist_ok=True)
+            make_dirs(d)
             for name, text in res["files"].items():
-                (d / name).write_text(text)
+                write_atomic(d / name, text)
             if res.get("stderr"):
-                (d / "stderr.txt").write_text(res["stderr"])
+                write_atomic(d / "stderr.txt", res["stderr"])
         if interrupted:
             raise KeyboardInterrupt
         clocks = {"basis": "wall clock; each worker's offset from the driver measured by round trip",

@@ -12,21 +12,25 @@ event. TTFT, ITL, TPOT and E2E follow ``vllm bench serve``:
 
 from __future__ import annotations
 
+import hashlib
 import json
 import os
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
 import numpy as np
 
+from loadgen.safefile import make_dirs, open_append
 
-@dataclass
+
+@dataclass(slots=True)   # a million records in memory: no __dict__ each
 class RequestRecord:
     id: str
     run: str = ""
     scheduled: float | None = None
     sent: float | None = None
-    chunk_times: list[float] = field(default_factory=list)
+    chunk_times: Sequence[float] = field(default_factory=list)   # array("d") while recorded, list when read
     # completion tokens delivered so far at each chunk (servers that send continuous usage stats);
     # empty when not asked. A chunk can carry several tokens when the server merges them.
     chunk_tokens: list[int | None] = field(default_factory=list)
@@ -45,6 +49,7 @@ class RequestRecord:
     text_chunks: int | None = None
     token_mismatch: str | None = None          # asked vs served, when they differ
     worker: int | None = None                  # which --workers process sent it
+    prompt_digest: str | None = None           # prompt_digest() of the prompt sent: ties the record to it
 
     @property
     def ok(self) -> bool:
@@ -90,13 +95,23 @@ class RequestRecord:
         return cls(**{k: v for k, v in d.items() if k in known})
 
 
+def prompt_digest(prompt) -> str:
+    """A short fingerprint of a prompt as sent (token ids as little-endian int32, or UTF-8 text): a
+    record carries it, so a record can be matched to the saved prompt it was sent with."""
+    if isinstance(prompt, str):
+        data = prompt.encode()
+    else:
+        data = np.asarray(prompt, dtype="<i4").tobytes()
+    return hashlib.sha256(data).hexdigest()[:16]
+
+
 class RecordWriter:
     """Appends one JSON line per finished request and flushes it, so a crash loses nothing finished."""
 
     def __init__(self, path: str | os.PathLike):
         self.path = Path(path)
-        self.path.parent.mkdir(parents=True, exist_ok=True)
-        self._f = open(self.path, "a", encoding="utf-8")
+        make_dirs(self.path.parent)
+        self._f = open_append(self.path)
 
     def write(self, rec: RequestRecord) -> None:
         self._f.write(json.dumps(rec.to_json(), separators=(",", ":")) + "\n")

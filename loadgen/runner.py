@@ -14,7 +14,7 @@ from typing import Callable
 import numpy as np
 
 from loadgen.client import RequestSpec, Transport
-from loadgen.records import RecordWriter, RequestRecord
+from loadgen.records import RecordWriter, RequestRecord, prompt_digest
 from loadgen.workload import Conversation, Workload
 
 MAX_DURATION_S = 24 * 3600.0  # every loop is bounded in time, whatever the caller asks
@@ -105,7 +105,7 @@ class Runner:
         self.cfg = cfg
         limit = cfg.max_requests if cfg.max_requests is not None else 1 << 62
         mine, times = self._schedule(workload, cfg, limit)
-        self.transport.prepare([s for s in mine if isinstance(s, RequestSpec)])   # before the clock starts
+        self.transport.prepare(mine)   # before the clock starts
         self.t0 = time.perf_counter()
         started = time.time()
         duration = min(cfg.duration or MAX_DURATION_S, MAX_DURATION_S)
@@ -195,7 +195,7 @@ class Runner:
         warm = self.issued <= self.cfg.warmup
         rec = RequestRecord(id=spec.id, run=self.name, asked_prompt_tokens=spec.prompt_tokens,
                             asked_output_tokens=spec.output_tokens, warmup=warm or spec.warmup,
-                            group=spec.group, turn=spec.turn)
+                            group=spec.group, turn=spec.turn, prompt_digest=prompt_digest(spec.prompt))
         rec.scheduled = scheduled if scheduled is not None else time.perf_counter() - self.t0
         self.in_flight += 1
         self.live[spec.id] = rec
@@ -210,7 +210,7 @@ class Runner:
         return rec, ids
 
     async def _conversation(self, conv: Conversation, scheduled: float | None) -> None:
-        prompt = list(conv.first_prompt)
+        prompt = conv.first_prompt
         turns = len(conv.user_turns) + 1
         for t in range(turns):
             if not self._can_issue():
@@ -223,9 +223,9 @@ class Runner:
                 return
             if not ids or len(ids) != conv.output_tokens:
                 # the server did not return token ids: keep the length, lose the exact reuse
-                ids = [prompt[(i * 7) % len(prompt)] for i in range(conv.output_tokens)]
+                ids = prompt[(np.arange(conv.output_tokens) * 7) % len(prompt)]
             if t < turns - 1:
-                prompt = prompt + list(ids) + conv.user_turns[t]
+                prompt = np.concatenate([prompt, np.asarray(ids, dtype=np.int32), conv.user_turns[t]])
 
     async def _tick(self) -> None:
         while True:
@@ -240,9 +240,11 @@ class Runner:
                        "tokens": sum(len(r.chunk_times) for r in self.records)})
 
 
-async def tokenize_lengths(session, base_url: str, model: str, specs: list[RequestSpec],
-                           headers: dict | None = None) -> None:
-    """Exact prompt lengths for text prompts, from the server's /tokenize."""
+async def tokenize_lengths(session, base_url: str, model: str, specs, headers: dict | None = None) -> None:
+    """Exact prompt lengths for text prompts, from the server's /tokenize (only a dataset has text
+    prompts, and only a dataset is a list: lazily built workloads are never walked here)."""
+    if not isinstance(specs, list):
+        return
     for s in specs:
         if isinstance(s.prompt, str) and s.prompt_tokens is None:
             body = {"model": model}
@@ -250,7 +252,8 @@ async def tokenize_lengths(session, base_url: str, model: str, specs: list[Reque
                 body["messages"] = [{"role": "user", "content": s.prompt}]
             else:
                 body["prompt"] = s.prompt
-            async with session.post(base_url.rstrip("/") + "/tokenize", json=body, headers=headers or {}) as r:
+            async with session.post(base_url.rstrip("/") + "/tokenize", json=body, headers=headers or {},
+                                    allow_redirects=False) as r:
                 if r.status == 200:
                     d = await r.json()
                     s.prompt_tokens = d.get("count")

@@ -15,6 +15,7 @@ speed, never results.
 from __future__ import annotations
 
 import json
+from array import array
 from itertools import repeat
 
 _TOKEN_MARKS = (b'"choices":[{', b'"choices": [{')
@@ -29,7 +30,7 @@ class StreamParser:
 
     def __init__(self, want_token_ids: bool = False, want_counts: bool = False) -> None:
         self._buf = b""
-        self.token_times: list[float] = []   # arrival time of each token-carrying event
+        self.token_times = array("d")         # arrival time of each token-carrying event (8 bytes each)
         self.usage: dict | None = None
         self.finish_reason: str | None = None
         self.error: str | None = None

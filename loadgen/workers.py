@@ -18,6 +18,8 @@ import sys
 import time
 from pathlib import Path
 
+from loadgen import lifeline
+from loadgen.safefile import make_dirs, open_append
 from loadgen.records import RequestRecord, read_records
 
 
@@ -57,7 +59,7 @@ def shard_args(argv: list[str], i: int, k: int, salt: str) -> list[str]:
 
 def worker_argv(argv: list[str], i: int, k: int, salt: str, out: Path, start: float) -> list[str]:
     return [sys.executable, "-m", "loadgen", *shard_args(argv, i, k, salt), "--worker-start", repr(start),
-            "--out", str(out)]
+            "--out", str(out), "--lifeline"]
 
 
 def run_processes(argv: list[str], k: int, salt: str, out: Path, timeout: float) -> list[int]:
@@ -66,10 +68,13 @@ def run_processes(argv: list[str], k: int, salt: str, out: Path, timeout: float)
     start = time.perf_counter() + START_AFTER_S
     procs = []
     for i in range(k):
-        (out / f"worker-{i}").mkdir(parents=True, exist_ok=True)
-        with open(out / f"worker-{i}" / "stderr.txt", "w") as err:   # a file: a pipe nobody reads can fill
+        make_dirs(out / f"worker-{i}")
+        with open_append(out / f"worker-{i}" / "stderr.txt") as err:   # a file: a pipe nobody reads can fill
+            # each worker dies with this process, however it dies: the kernel's parent-death signal
+            # (Linux) and a lifeline on its stdin (read by the worker; any POSIX system)
             procs.append(subprocess.Popen(worker_argv(argv, i, k, salt, out / f"worker-{i}", start),
-                                          stdout=subprocess.DEVNULL, stderr=err))
+                                          stdin=subprocess.PIPE, stdout=subprocess.DEVNULL, stderr=err,
+                                          preexec_fn=lifeline.die_with_parent_preexec()))
     try:
         return [p.wait(timeout=timeout) for p in procs]
     except (KeyboardInterrupt, subprocess.TimeoutExpired):
@@ -81,6 +86,9 @@ def run_processes(argv: list[str], k: int, salt: str, out: Path, timeout: float)
             except subprocess.TimeoutExpired:
                 p.kill()
         raise KeyboardInterrupt from None
+    finally:
+        for p in procs:
+            p.stdin.close()
 
 
 def last_error(out: Path, i: int) -> str:

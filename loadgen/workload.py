@@ -1,9 +1,13 @@
-"""Workloads: what to send. Seeded and reproducible; prompts are token-id lists
-by default, so their length is exact.
+"""Workloads: what to send. Seeded and reproducible; prompts are token ids by default (int32 arrays:
+4 bytes a token), so their length is exact.
 
 Every prompt starts with the run's salt (a few token ids drawn from the salt
 string), so prompts of one run can share prefixes with each other but never
 with an earlier run: a cold run is cold even when the seed repeats.
+
+A workload's requests are built when they are asked for (`Items`), request i from (seed, i) alone:
+memory grows with the requests in flight, not with the request count, and shard i of k sends
+exactly the requests one process would have sent at those places.
 """
 
 from __future__ import annotations
@@ -11,8 +15,10 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 
@@ -71,8 +77,8 @@ class Lengths:
         return self.hi if self.kind != "normal" or self.hi < (1 << 30) else int(self.a + 6 * self.b)
 
 
-def salt_ids(salt: str, n: int = SALT_TOKENS, id_range=DEFAULT_ID_RANGE) -> list[int]:
-    return np.random.default_rng(hash_str(salt)).integers(*id_range, size=n).tolist()
+def salt_ids(salt: str, n: int = SALT_TOKENS, id_range=DEFAULT_ID_RANGE) -> np.ndarray:
+    return np.random.default_rng(hash_str(salt)).integers(*id_range, size=n, dtype=np.int32)
 
 
 def hash_str(s: str) -> int:
@@ -84,11 +90,28 @@ def new_salt() -> str:
     return os.urandom(6).hex()
 
 
+class Items(Sequence):
+    """A workload's requests, each built when asked for by `make(index)`; slices are views (a shard's
+    items[i::k] builds nothing until it is read)."""
+
+    def __init__(self, n: int, make: Callable[[int], Any], index: range | None = None):
+        self._make = make
+        self._index = range(n) if index is None else index
+
+    def __len__(self) -> int:
+        return len(self._index)
+
+    def __getitem__(self, i):
+        if isinstance(i, slice):
+            return Items(0, self._make, self._index[i])
+        return self._make(self._index[i])
+
+
 @dataclass
 class Workload:
-    """A list of request specs, or conversations (lists of turns sent one after another)."""
+    """Request specs, or conversations (lists of turns sent one after another)."""
 
-    items: list                      # RequestSpec | Conversation
+    items: Sequence                  # RequestSpec | Conversation (Items: built when read)
     description: str
     salt: str
     seed: int
@@ -100,14 +123,19 @@ class Conversation:
     """Multi-turn: turn i+1's prompt is turn i's prompt + its output tokens + new user tokens."""
 
     id: str
-    first_prompt: list[int]
-    user_turns: list[list[int]]      # new user tokens appended before turns 2..T
+    first_prompt: np.ndarray
+    user_turns: list[np.ndarray]     # new user tokens appended before turns 2..T
     output_tokens: int
     group: int
 
 
-def _ids(rng, n, id_range):
-    return rng.integers(*id_range, size=n).tolist()
+def _ids(rng, n, id_range) -> np.ndarray:
+    return rng.integers(*id_range, size=n, dtype=np.int32)
+
+
+def _rng(*key: int) -> np.random.Generator:
+    """The random stream of one request: the same whichever process builds it, in whatever order."""
+    return np.random.default_rng([k & (2**63 - 1) for k in key])
 
 
 def synthetic(n: int, prompt: Lengths, output: Lengths, seed: int = 0, salt: str | None = None,
@@ -115,13 +143,13 @@ def synthetic(n: int, prompt: Lengths, output: Lengths, seed: int = 0, salt: str
     """Independent random prompts of exact lengths."""
     salt = salt or new_salt()
     s = salt_ids(salt, id_range=id_range)
-    rng = np.random.default_rng(seed)
-    items = []
-    for i in range(n):
+
+    def make(i: int) -> RequestSpec:
+        rng = _rng(seed, i)
         p = max(prompt.sample(rng), len(s) + 1)
-        items.append(RequestSpec(id=f"{prefix}{i}", prompt=s + _ids(rng, p - len(s), id_range),
-                                 prompt_tokens=p, output_tokens=output.sample(rng)))
-    return Workload(items, f"{n} random prompts ({prompt.kind}), outputs ({output.kind})", salt, seed,
+        return RequestSpec(id=f"{prefix}{i}", prompt=np.concatenate([s, _ids(rng, p - len(s), id_range)]),
+                           prompt_tokens=p, output_tokens=output.sample(rng))
+    return Workload(Items(n, make), f"{n} random prompts ({prompt.kind}), outputs ({output.kind})", salt, seed,
                     {"salt_tokens": len(s)})
 
 
@@ -136,29 +164,29 @@ def shared_prefix(n: int, groups: int, prefix_tokens: int, suffix: Lengths, outp
     salt = salt or new_salt()
     s = salt_ids(salt, id_range=id_range)
     rng = np.random.default_rng(seed)
-    prefixes = [s + _ids(rng, prefix_tokens - len(s), id_range) for _ in range(groups)]
-    rng = np.random.default_rng([seed, suffix_seed, 1])
-    items = []
-    for i in range(n):
-        g = i % groups
+    prefixes = [np.concatenate([s, _ids(rng, prefix_tokens - len(s), id_range)]) for _ in range(groups)]
+
+    def make(i: int) -> RequestSpec:
+        g, rng = i % groups, _rng(seed, suffix_seed, 1, i)
         suf = suffix.sample(rng)
-        items.append(RequestSpec(id=f"{id_prefix}{i}", prompt=prefixes[g] + _ids(rng, suf, id_range),
-                                 prompt_tokens=prefix_tokens + suf, output_tokens=output.sample(rng), group=g))
-    return Workload(items, f"{n} requests over {groups} shared prefixes of {prefix_tokens} tokens", salt, seed,
-                    {"salt_tokens": len(s), "prefix_tokens": prefix_tokens, "groups": groups})
+        return RequestSpec(id=f"{id_prefix}{i}", prompt=np.concatenate([prefixes[g], _ids(rng, suf, id_range)]),
+                           prompt_tokens=prefix_tokens + suf, output_tokens=output.sample(rng), group=g)
+    return Workload(Items(n, make), f"{n} requests over {groups} shared prefixes of {prefix_tokens} tokens", salt,
+                    seed, {"salt_tokens": len(s), "prefix_tokens": prefix_tokens, "groups": groups})
 
 
 def multi_turn(conversations: int, turns: int, first_prompt: Lengths, user_tokens: Lengths, output: int,
                seed: int = 0, salt: str | None = None, id_range=DEFAULT_ID_RANGE) -> Workload:
     salt = salt or new_salt()
     s = salt_ids(salt, id_range=id_range)
-    rng = np.random.default_rng(seed)
-    items = []
-    for c in range(conversations):
-        first = s + _ids(rng, max(first_prompt.sample(rng), len(s) + 1) - len(s), id_range)
+
+    def make(c: int) -> Conversation:
+        rng = _rng(seed, c)
+        first = np.concatenate([s, _ids(rng, max(first_prompt.sample(rng), len(s) + 1) - len(s), id_range)])
         users = [_ids(rng, user_tokens.sample(rng), id_range) for _ in range(turns - 1)]
-        items.append(Conversation(id=f"c{c}", first_prompt=first, user_turns=users, output_tokens=output, group=c))
-    return Workload(items, f"{conversations} conversations x {turns} turns", salt, seed, {"salt_tokens": len(s)})
+        return Conversation(id=f"c{c}", first_prompt=first, user_turns=users, output_tokens=output, group=c)
+    return Workload(Items(conversations, make), f"{conversations} conversations x {turns} turns", salt, seed,
+                    {"salt_tokens": len(s)})
 
 
 def near_limit(max_model_len: int, max_num_seqs: int, output_tokens: int, margin: int = 0, requests: int | None = None,

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import os
 from pathlib import Path
 
@@ -224,6 +225,32 @@ def tiny_profile_file(tiny_model, tmp_path, **changes):
     f = tmp_path / "p.yaml"
     f.write_text(yaml.safe_dump(prof))
     return f
+
+
+@contextlib.contextmanager
+def memory_cap(extra_bytes: int = 1 << 30):
+    """At most `extra_bytes` more of address space for this process while the block runs
+    (RLIMIT_AS above what it holds now): a regression that builds gigabytes raises MemoryError in the
+    test instead of sending the machine to the OOM killer (issue 19: 21 GB in a fuzz test)."""
+    import resource
+    with open("/proc/self/status") as f:
+        vm = next(int(line.split()[1]) * 1024 for line in f if line.startswith("VmSize:"))
+    soft, hard = resource.getrlimit(resource.RLIMIT_AS)
+    cap = vm + extra_bytes if hard == resource.RLIM_INFINITY else min(vm + extra_bytes, hard)
+    resource.setrlimit(resource.RLIMIT_AS, (cap, hard))
+    try:
+        yield
+    finally:
+        resource.setrlimit(resource.RLIMIT_AS, (soft, hard))
+
+
+def limit_child_memory(data_bytes: int = 1 << 30):
+    """A preexec_fn: the child may allocate at most `data_bytes` (RLIMIT_DATA: heap and anonymous
+    mappings), so a runaway build fails the test, not the machine."""
+    def preexec():
+        import resource
+        resource.setrlimit(resource.RLIMIT_DATA, (data_bytes, data_bytes))
+    return preexec
 
 
 @pytest.fixture(autouse=True)

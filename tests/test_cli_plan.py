@@ -281,6 +281,7 @@ def test_a_server_kvgate_did_not_start_sets_the_vllm_version_of_the_plan():
     from validator.inputs import plan_input_from_profile
     from validator.plan.limits import make_plan
     from validator.profile import load
+    from loadgen import net
     from validator.session import _plan_for_server_version
 
     class Version(BaseHTTPRequestHandler):
@@ -299,7 +300,8 @@ def test_a_server_kvgate_did_not_start_sets_the_vllm_version_of_the_plan():
         prof = load(ROOT / "profiles" / "qwen3-8b.yaml")
         plan = make_plan(plan_input_from_profile(prof))
         assert plan.inp.vllm_version != "0.19.0"
-        again = _plan_for_server_version(f"http://127.0.0.1:{srv.server_address[1]}", prof, plan)
+        url = f"http://127.0.0.1:{srv.server_address[1]}"
+        again = _plan_for_server_version(url, prof, plan, net.pin(url))
         assert again.inp.vllm_version == "0.19.0" and again.ledger["cudagraph_subtracted"] is False
         assert again.ledger["kv_cache_bytes"] > plan.ledger["kv_cache_bytes"]   # 0.19 leaves graphs out of it
     finally:

@@ -18,9 +18,10 @@ from validator.judge.predict import (
     kv_blocks_at,
 )
 from validator.profile import from_dict
-from validator.rundir.freezes import FreezeRecord
+from validator.rundir.freezes import FreezePoint, FreezeRecord
 from validator.rundir.rundata import RunData
 from validator.rundir.samples import Histogram, Sample
+from validator.rundir.schedule import PlannedRun, RunKind
 
 BS = 32
 
@@ -96,40 +97,64 @@ def itl_hist(count):
     return Histogram([(0.005, 0.0), (0.01, float(count)), (float("inf"), float(count))], float(count), 0.008 * count)
 
 
-def freeze(name, t, delivered, usage, running, waiting=0.0, prompt=480, output=32, ids=None):
+PAUSES = ((0.031, 0.037), (0.101, 0.107))   # (t_pause, t_resumed) of the cold run's two freezes
+
+
+def arrivals(pauses=PAUSES, n=32, first=0.02, gap=0.008):
+    """Token arrivals (from the send) of a request sent at 0: one every `gap`, none while a freeze holds
+    the engine (each pause pushes the later ones by its length)."""
+    out, shift, done = [], 0.0, set()
+    for k in range(n):
+        t = first + gap * k + shift
+        for a, b in pauses:
+            if (a, b) not in done and t > a:
+                done.add((a, b))
+                shift += b - a
+                t += b - a
+        out.append(round(t, 6))
+    return out
+
+
+def freeze(name, t, delivered, usage, running, waiting=0.0, prompt=480, output=32, ids=None, resumed=None):
     """A settled freeze as the Freezer saves it: the client view and the server's reading."""
     ids = ids or [f"n{i}" for i in range(len(delivered))]
     reqs = [{"id": i, "prompt_tokens": prompt, "output_tokens": output, "delivered": d, "exact_counts": True}
             for i, d in zip(ids, delivered)]
     readings = [sample(0.0, usage, running, waiting).to_json() for _ in range(2)]   # two identical scrapes
-    return FreezeRecord(run="cold", name=name, point={"name": name}, t_pause=t, t_paused=t + 0.03,
-                        t_resume=t + 0.08, t_resumed=t + 0.1, requests=reqs, readings=readings,
-                        settled=True)
+    end = resumed if resumed is not None else t + 0.006
+    return FreezeRecord(run="cold", name=name, point={"name": name}, t_pause=t, t_paused=t + 0.001,
+                        t_resume=end - 0.001, t_resumed=end, requests=reqs, readings=readings, settled=True)
+
+
+POINTS = (FreezePoint(name="freeze1", min_tokens=1, running=4), FreezePoint(name="freeze2", min_tokens=8, running=4))
 
 
 def cold_run():
-    """4 unshared requests of 480 + 32 tokens at t0 = 100 s; frozen twice while all decoded (the
-    server held 4 x 16 = 64 blocks); the samples saw the same."""
+    """4 unshared requests of 480 + 32 tokens at t0 = 100 s, frozen twice while all decoded (2 and 10
+    tokens each: the server held 4 x 16 = 64 blocks); the samples saw the same. Everything as a
+    run directory holds it: the plan's schedule, the workload, both snapshots in metrics.jsonl."""
     t0 = 100.0
     rng = np.random.default_rng(1)
     recs, prompts = [], {}
     for i in range(4):
         rid = f"n{i}"
         prompts[rid] = rng.integers(10, 500, size=480).tolist()
-        recs.append(RequestRecord(id=rid, sent=0.0, chunk_times=[0.02 + 0.008 * k for k in range(32)],
-                                  asked_prompt_tokens=480, asked_output_tokens=32, prompt_tokens=480,
-                                  output_tokens=32, status=200, finish_reason="length"))
+        recs.append(RequestRecord(id=rid, run="cold", sent=0.0, chunk_times=arrivals(), asked_prompt_tokens=480,
+                                  asked_output_tokens=32, prompt_tokens=480, output_tokens=32, status=200,
+                                  finish_reason="length"))
     before = sample(t0 - 1, 0.0, 0, prefix_cache_queries=0.0, prefix_cache_hits=0.0, num_preemptions=0.0)
     before.histograms = {"ttft": ttft_hist(0), "itl": itl_hist(0)}
     after = sample(t0 + 1, 0.0, 0, prefix_cache_queries=1920.0, prefix_cache_hits=0.0, num_preemptions=0.0)
     after.histograms = {"ttft": ttft_hist(4), "itl": itl_hist(4 * 31)}
     samples = [sample(t0 + 0.1, 1.0, 4), sample(t0 + 0.2, 1.0, 4)]
-    run = RunData(name="cold", cache="cold", purpose="", records=recs, prompts=prompts, started_at=t0,
-                  ended_at=t0 + 0.3, before=before, after=after, samples=samples, isolation="reset", settled=True)
-    run.freeze_points = [{"name": "freeze1", "min_tokens": 1, "running": 4, "waiting": 0},
-                         {"name": "freeze2", "min_tokens": 8, "running": 4, "waiting": 0}]
-    # far after the last token, so no latency sample spans them
-    run.freezes = [freeze("freeze1", 5.0, [2, 2, 3, 3], 1.0, 4.0), freeze("freeze2", 6.0, [9, 9, 8, 8], 1.0, 4.0)]
+    planned = PlannedRun(name="cold", kind=RunKind.COLD, requests=4, concurrency=4, reset_cache=True,
+                         freeze_points=POINTS)
+    run = RunData(name="cold", kind=RunKind.COLD, purpose="", records=recs, prompts=prompts, started_at=t0,
+                  ended_at=t0 + 0.3, before=before, after=after, samples=samples, isolation="reset", settled=True,
+                  planned=planned, outputs={k: 32 for k in prompts}, snapshots=[before, after])
+    run.freeze_points = [p.to_json() for p in POINTS]
+    run.freezes = [freeze("freeze1", PAUSES[0][0], [2, 2, 2, 2], 1.0, 4.0),
+                   freeze("freeze2", PAUSES[1][0], [10, 10, 10, 10], 1.0, 4.0)]
     return run
 
 
@@ -176,11 +201,51 @@ def test_freeze_kv_blocks_scaled_by_0_9_fail_exactly():
 
 
 def test_freeze_running_and_waiting_fail_when_the_server_disagrees():
-    def gauges(run):
-        v = run.freezes[0].readings[-1]["values"]
-        v["num_requests_running"], v["num_requests_waiting"] = 3.0, 1.0
+    def gauges(run, readings=slice(None)):
+        for r in run.freezes[0].readings[readings]:
+            r["values"]["num_requests_running"], r["values"]["num_requests_waiting"] = 3.0, 1.0
     c = broken(gauges)
     assert c["cold.freeze1.running"].status == "fail" and c["cold.freeze1.waiting"].status == "fail"
+    # only the last reading doctored: the two readings of one held engine disagree, so neither is a
+    # measurement (issue 20: such a freeze was compared, and passed)
+    c = broken(lambda run: gauges(run, slice(-1, None)))
+    assert c["cold.freeze1.running"].status == "not_measured" and "disagree" in c["cold.freeze1.running"].explanation
+
+
+def test_a_freeze_is_compared_only_when_the_server_counted_the_tokens_the_records_hold():
+    def counted(g1):
+        def doctor(run):
+            run.before.values["generation_tokens"] = 0.0
+            for r in run.freezes[0].readings:
+                r["values"]["generation_tokens"] = g1
+        return doctor
+    assert broken(counted(8.0))["cold.freeze1.kv_blocks"].status == "pass"        # 4 requests x 2 tokens
+    c = broken(counted(9.0))["cold.freeze1.kv_blocks"]     # a token the client's records do not hold
+    assert c.status == "not_measured" and "generated 9 tokens" in c.explanation
+
+    def unsettled(run):
+        run.freezes[1].settled = False
+    assert broken(unsettled)["cold.freeze2.kv_blocks"].status == "not_measured"
+
+
+def test_a_freeze_must_agree_with_the_records():
+    """The freeze's list of live requests is tied to records.jsonl: a record swapped for another run's,
+    or a token count doctored in either file, fails."""
+    assert broken(lambda run: None)["cold.freeze1.records"].status == "pass"
+
+    def swapped(run):
+        run.records[0].id = "w0"
+        run.prompts["w0"], run.outputs["w0"] = run.prompts["n0"], 32
+    c = broken(swapped)
+    assert c["cold.freeze1.records"].status == "fail" and "n0 is in the freeze but not" in c["cold.freeze1.records"].explanation
+
+    def delivered(run):
+        run.freezes[1].requests[2]["delivered"] = 9
+    assert broken(delivered)["cold.freeze2.records"].status == "fail"
+
+    def later(run):
+        run.records[3].chunk_times = [t + 0.05 for t in run.records[3].chunk_times]
+    assert broken(later)["cold.freeze1.records"].status == "fail"
 
 
 def test_a_freeze_that_was_not_taken_or_did_not_settle_is_not_measured():
@@ -195,13 +260,12 @@ def test_a_freeze_that_was_not_taken_or_did_not_settle_is_not_measured():
 
 def test_a_server_without_pause_is_not_measured_and_freezes_turned_off_are_not_judged():
     def no_pause(run):
-        run.freeze_points, run.freezes = [], []
+        run.freezes, run.freeze_status = [], "unavailable"
         run.freeze_note = "the server has no usable /pause (POST /pause: 404)"
     assert broken(no_pause)["cold.freezes"].status == "not_measured"
 
     def off(run):
-        run.freeze_points, run.freezes = [], []
-        run.freeze_note = "freezes turned off (observe.freezes: false)"
+        run.freezes, run.freeze_status = [], "off"
     assert broken(off)["cold.freezes"].status == "not_judged"
 
 
@@ -235,16 +299,23 @@ def test_low_utilisation_at_a_freeze_fails():
 
 def test_a_low_sampled_peak_without_freezes_is_not_evidence():
     def sampled(run):
-        run.freeze_points, run.freezes = [], []
-        run.freeze_note = "freezes turned off (observe.freezes: false)"
+        run.freeze_points, run.freezes, run.freeze_status = [], [], "off"
         run.samples = [sample(100.1, 0.5, 4)]
     assert broken(sampled)["cold.kv_utilization"].status == "not_measured"
 
 
 def test_token_mismatch_fails_and_no_record_is_not_measured():
-    def short(run):
-        run.records[0].token_mismatch = "output asked 32 served 30"
-    assert broken(short)["cold.tokens_exact"].status == "fail"
+    """Served counts against the saved workload, not the record's own note (issue 20: a record served
+    31 of 32, made consistent with its chunks and finish reason, passed)."""
+    def short(run, n=31):
+        r = run.records[0]
+        r.output_tokens, r.chunk_times, r.finish_reason, r.token_mismatch = n, r.chunk_times[:n], "stop", None
+    c = broken(short)["cold.tokens_exact"]
+    assert c.status == "fail" and "n0: output asked 32 served 31" in c.explanation
+    assert broken(lambda run: short(run, 40))["cold.tokens_exact"].status == "fail"
+    # the note alone is not evidence: the served counts are right
+    assert broken(lambda run: setattr(run.records[0], "token_mismatch", "output asked 32 served 30"))[
+        "cold.tokens_exact"].status == "pass"
 
     def none(run):
         for r in run.records:
@@ -252,32 +323,50 @@ def test_token_mismatch_fails_and_no_record_is_not_measured():
     c = broken(none)
     assert c["cold.tokens_exact"].status == "not_measured"
     assert c["cold.error_rate"].status == "fail" and c["slo.error_rate"].status == "fail"
+    # the reason is beside the number (issue 19: it was only inside records.jsonl)
+    for name in ("cold.error_rate", "slo.error_rate"):
+        assert "first error: 'HTTP 500: boom' (4 of 4 failed requests)" in c[name].explanation
 
 
 def test_client_far_from_server_histogram_fails_on_gpu_and_is_not_judged_on_cpu():
-    def slow(run):
-        for r in run.records:
-            r.chunk_times = [t + 2.0 for t in r.chunk_times]  # 2 s more than the server counted
+    def shifted(by):
+        def doctor(run):
+            run.freezes = []   # no TTFT spans a freeze: all are compared
+            for r in run.records:
+                r.chunk_times = [t + by for t in r.chunk_times]
+        return doctor
+    slow = shifted(2.0)   # 2 s more than the server counted
+    assert broken(shifted(0.0))["cold.ttft_p50_client_vs_server"].status == "pass"
     c = broken(slow)
     assert c["cold.ttft_p50_client_vs_server"].status == "fail"
-    late = broken(lambda run: [setattr(r, "chunk_times", [t + 0.1 for t in r.chunk_times]) for r in run.records])
+    late = broken(shifted(0.1))
     assert late["cold.ttft_p50_client_vs_server"].status == "fail"   # a clock 100 ms off breaks it
     cpu = broken(slow, dict(PLAN, platform="cpu"))
     assert cpu["cold.ttft_p50_client_vs_server"].status == "not_judged"
 
 
-def test_paused_intervals_are_left_out_of_latency_on_both_sides():
+def test_a_pause_is_subtracted_from_latency_and_nothing_more():
+    """A 1 s freeze mid-decode: the gaps across it are the server's 8 ms once the pause is taken out
+    (the server's own samples that include it are left out of its histogram). Only the pause: a
+    first token 6 s late around a 6 ms freeze stays 6 s late (issue 20: such samples were dropped)."""
     def paused(run):
-        run.freezes[0].t_pause, run.freezes[0].t_resumed = 0.1, 1.1   # a 1 s freeze mid-decode
+        pauses = ((PAUSES[0][0], PAUSES[0][0] + 1.0),)
         for r in run.records:
-            r.chunk_times = [c + (1.0 if c > 0.1 else 0.0) for c in r.chunk_times]
+            r.chunk_times = arrivals(pauses)
+        run.freezes = [freeze("freeze1", pauses[0][0], [2, 2, 2, 2], 1.0, 4.0, resumed=pauses[0][1])]
         h = run.after.histograms["itl"]   # the server counted 4 gaps of ~1 s, too
         run.after.histograms["itl"] = type(h)([(0.005, 0.0), (0.01, 120.0), (1.0, 120.0), (2.5, 124.0),
                                               (float("inf"), 124.0)], 124.0, 5.0)
     c = broken(paused)
     assert c["cold.itl_p99_client_vs_server"].status == "pass"
-    assert c["slo.itl_p99_ms"].status == "pass"    # the 1 s gaps measure the freeze, not the server
+    assert c["slo.itl_p99_ms"].status == "pass" and c["slo.itl_p99_ms"].observed < 8.5
     assert "4 samples spanning freezes" in c["cold.itl_p99_client_vs_server"].explanation
+
+    def late(run):
+        for r in run.records:
+            r.chunk_times = [t + 6.0 for t in r.chunk_times]
+    c = broken(late)
+    assert c["slo.ttft_p99_ms"].status == "fail" and c["slo.ttft_p99_ms"].observed > 6000
 
 
 def test_slo_breach_fails_and_an_unset_slo_is_not_judged():
@@ -292,13 +381,17 @@ def test_slo_breach_fails_and_an_unset_slo_is_not_judged():
 
 def probe_run():
     run = cold_run()
-    run.name, run.cache = "probe", "probe"
+    run.name, run.kind = "probe", RunKind.PROBE
     extra = copy.deepcopy(run.records)
     for r in extra:
         r.id = r.id + "x"  # 4 more requests that started and finished with the first 4
     run.records += extra
+    for r in run.records:
+        r.run = "probe"
     run.prompts.update({r.id: run.prompts[r.id[:-1]] for r in extra})
+    run.outputs.update({r.id: 32 for r in extra})
     run.freeze_points, run.freezes = [], []
+    run.planned = PlannedRun(name="probe", kind=RunKind.PROBE, requests=8, concurrency=8)
     return run
 
 
@@ -322,7 +415,8 @@ def test_probe_freeze_with_the_excess_waiting():
     c = by_name(judge(PLAN, [run], values())[0])
     assert [c[f"probe.freeze1.{w}"].status for w in ("kv_blocks", "running", "waiting")] == ["pass"] * 3
     assert "probe.queueing" not in c   # the freeze is the evidence
-    run.freezes[0].readings[-1]["values"]["num_requests_waiting"] = 0.0   # a server that ran all 8
+    for r in run.freezes[0].readings:   # a server that ran all 8
+        r["values"]["num_requests_waiting"] = 0.0
     assert by_name(judge(PLAN, [run], values())[0])["probe.freeze1.waiting"].status == "fail"
 
 
@@ -464,3 +558,74 @@ def test_a_refused_key_is_an_input_error_and_other_failures_are_said():
     c = {c.name: c for c in cross_check({**PLAN, "max_concurrency": 1.0, "kv_cache_tokens": 1024}, facts)}[
         "startup.max_model_len"]
     assert c.status == "not_measured" and "HTTP 500" in c.explanation
+
+
+def test_a_run_with_fewer_records_than_planned_cannot_pass():
+    """Issue 19: planned vs recorded. A run that says it ended but lacks records fails its
+    requests_completed check, and no other check of it can pass on what is left."""
+    def truncated(run):
+        run.records = run.records[:3]
+    c = broken(truncated)
+    assert c["cold.requests_completed"].status == "fail" and c["cold.requests_completed"].expected == 4
+    assert "holds 3" in c["cold.requests_completed"].explanation
+    assert c["cold.prefix_queries"].status == "fail"   # what was seen contradicts already: stays failed
+    assert c["cold.error_rate"].status == "not_measured" and "3 of 4 requests recorded" in c["cold.error_rate"].explanation
+    assert c["slo.ttft_p99_ms"].status == "not_measured"   # the SLOs are judged over this run
+
+    def cut(run):
+        run.records, run.interrupted = run.records[:3], True
+    assert broken(cut)["cold.requests_completed"].status == "not_measured"
+
+
+def test_a_planned_run_that_never_started_yields_its_checks_not_measured():
+    run = cold_run()
+    empty = RunData(name="cold", kind=RunKind.COLD, purpose="", records=[], prompts={}, started_at=0.0, ended_at=0.0,
+                    before=None, after=None, planned=run.planned, freeze_points=run.freeze_points,
+                    missing={"run": "run cold never started"})
+    checks = judge(PLAN, [empty], values())[0]
+    mine = [c for c in checks if c.name.startswith("cold.")]
+    assert len(mine) >= 15 and {c.status for c in mine} == {"not_measured"}
+    assert all("run cold never started" in c.explanation for c in mine if c.name != "cold.prefix_queries")
+
+
+def test_the_records_must_be_the_runs_own():
+    assert broken(lambda run: None)["cold.records_match_workload"].status == "pass"
+
+    def other_run(run):
+        run.records[1].run = "warm"
+    assert broken(other_run)["cold.records_match_workload"].status == "fail"
+
+    def unknown(run):
+        del run.prompts["n2"]
+    c = broken(unknown)["cold.records_match_workload"]
+    assert c.status == "fail" and "n2 is not in workload.jsonl" in c.explanation
+
+    def other_prompt(run):
+        from loadgen.records import prompt_digest
+        for r in run.records:
+            r.prompt_digest = prompt_digest(run.prompts[r.id])
+        run.records[0].prompt_digest = prompt_digest(run.prompts["n1"])   # same length, another prompt
+    c = broken(other_prompt)["cold.records_match_workload"]
+    assert c.status == "fail" and "n0 was sent another prompt" in c.explanation
+
+
+def test_counters_must_agree_with_their_second_source():
+    assert broken(lambda run: None)["cold.counters_agree"].status == "pass"
+
+    def growing(run):   # metrics.jsonl saw preemptions the after snapshot does not hold
+        run.samples[1].values["num_preemptions"] = 2.0
+    c = broken(growing)
+    assert c["cold.counters_agree"].status == "fail" and "num_preemptions" in c["cold.counters_agree"].explanation
+    assert c["cold.preemptions"].status == "pass"   # the snapshot alone would have said 0
+
+    def edited(run):   # meta.json's after edited: it is no longer the scrape metrics.jsonl saved
+        run.after = copy.deepcopy(run.after)
+        run.after.values["prefix_cache_hits"] = 32.0
+    assert broken(edited)["cold.counters_agree"].status == "fail"
+
+
+def test_the_runs_own_notes_never_override_the_plan():
+    def notes(run):
+        run.contradictions = ["meta.json says measured False, plan.json True"]
+    c = broken(notes)["cold.notes_agree"]
+    assert c.status == "fail" and "measured False" in c.explanation

@@ -117,12 +117,12 @@ async def test_bodies_are_encoded_before_the_run_and_sent_as_encoded(monkeypatch
         t = OpenAIStream(s, url, "stub")
         w = synthetic(4, Lengths.parse(16, "p"), Lengths.parse(4, "o"), seed=1)
         t.prepare(w.items)
-        assert [x.encoded is not None for x in w.items] == [True, False, False, False]
-        assert json.loads(w.items[0].encoded[1]) == t.payload(w.items[0])[1]
-        url_, body = w.items[0].encoded
+        assert list(t.prepared) == ["r0"]
+        assert json.loads(t.prepared["r0"][1]) == t.payload(w.items[0])[1]
+        url_, body = t.prepared["r0"]
         doctored = json.loads(body)
         doctored["prompt"] = doctored["prompt"][:15]
-        w.items[0].encoded = (url_, json.dumps(doctored).encode())
+        t.prepared["r0"] = (url_, json.dumps(doctored).encode())
         runner = Runner(t)
         runner.transport.prepare = lambda specs: None   # keep the doctored body
         res = await runner.run(w, RunConfig(concurrency=2, max_requests=4))

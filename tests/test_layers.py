@@ -52,9 +52,11 @@ def test_the_planner_reads_no_profile_and_knows_no_vllm_flags():
 
 
 def test_only_the_launcher_starts_processes_or_handles_signals():
+    """The launcher (launch.py: vLLM; procs.py: its helpers and the loadgen processes), and the guard
+    that ends the server's processes when kvgate dies."""
     users = {str(p.relative_to(ROOT)) for p in modules("validator")
              if imports_of(p) & {"subprocess", "signal"}}
-    assert users == {"validator/serve/launch.py"}
+    assert users == {"validator/serve/launch.py", "validator/serve/procs.py", "validator/serve/guard.py"}
 
 
 def test_the_pipeline_is_in_sub_packages_and_modules_stay_small():

@@ -185,3 +185,15 @@ def test_vllm_and_the_client_run_on_separate_cpus(tiny_server):
     threads = [int(t) for p in pids for t in os.listdir(f"/proc/{p}/task")]
     assert {frozenset(os.sched_getaffinity(t)) for t in threads} == {frozenset({0})}
     assert 0 not in os.sched_getaffinity(0)
+
+
+def test_a_name_the_server_does_not_serve_is_bad_input_before_any_load(tiny_server, tiny_model, tmp_path):
+    """`validate --url` against a server that serves `tiny`, with a profile that names `other`: exit 2
+    naming both, no run started (issue 19: three runs of 404s before)."""
+    from tests.conftest import run_validate, tiny_profile_file
+    f = tiny_profile_file(tiny_model, tmp_path, model__served_name="other")
+    r = run_validate("--profile", str(f), "--url", tiny_server.url, "--out", str(tmp_path / "run"))
+    assert r.returncode == 2, r.stderr[-2000:]
+    line = r.stderr.strip().splitlines()[-1]
+    assert "model.served_name" in line and "'tiny'" in line and "'other'" in line, line
+    assert not (tmp_path / "run" / "runs").exists()

@@ -74,7 +74,7 @@ def test_bad_yaml_is_one_line(tmp_path):
 def test_cpus_are_a_linux_cpu_list_that_leaves_kvgate_a_cpu(monkeypatch):
     import os
 
-    from validator.profile import parse_cpus
+    from validator.cpulist import parse_cpus
     monkeypatch.setattr(os, "cpu_count", lambda: 8)
     assert parse_cpus("0", "vllm.cpus") == "0"
     assert parse_cpus("3-5, 0,1", "vllm.cpus") == "0-1,3-5"

@@ -94,7 +94,8 @@ def test_owned_variables_inherited_from_the_shell_do_not_reach_the_server():
     from validator.serve.argv import launch_environment
     env = launch_environment({"PATH": "/bin", "VLLM_SERVER_DEV_MODE": "1", "VLLM_CPU_KVCACHE_SPACE": "8",
                               "VLLM_API_KEY": "sk-shell"}, {"VLLM_CPU_KVCACHE_SPACE": "1"})
-    assert env == {"PATH": "/bin", "VLLM_CPU_KVCACHE_SPACE": "1"}
+    assert env == {"PATH": "/bin", "VLLM_CPU_KVCACHE_SPACE": "1", "VLLM_NO_USAGE_STATS": "1", "DO_NOT_TRACK": "1",
+                   "NO_COLOR": "1", "VLLM_LOGGING_COLOR": "0"}
 
 
 def test_an_api_key_in_vllm_env_is_refused_and_secrets_never_reach_profile_json():

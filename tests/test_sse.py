@@ -33,7 +33,7 @@ def run(pieces, **kw):
 
 def test_whole_stream_in_one_read():
     p = run([STREAM])
-    assert p.token_times == [0.0] * 4
+    assert list(p.token_times) == [0.0] * 4
     assert p.usage["completion_tokens"] == 4 and p.finish_reason == "length" and p.done
     assert p.error is None
 
@@ -44,13 +44,13 @@ def test_split_anywhere_gives_the_same_events(size):
     p = run(pieces)
     assert len(p.token_times) == 4
     assert p.usage["prompt_tokens"] == 7 and p.finish_reason == "length" and p.done
-    assert p.token_times == sorted(p.token_times)
+    assert list(p.token_times) == sorted(p.token_times)
 
 
 def test_time_is_when_the_event_completes():
     t1 = tok(1)
     p = run([tok(0) + t1[:10], t1[10:], tok(2)])
-    assert p.token_times == [0.0, 1.0, 2.0]
+    assert list(p.token_times) == [0.0, 1.0, 2.0]
 
 
 def test_empty_text_chunks_count_as_token_events():
@@ -62,7 +62,7 @@ def test_empty_text_chunks_count_as_token_events():
 
 def test_usage_chunk_is_not_a_token():
     p = run([USAGE, DONE])
-    assert p.token_times == [] and p.usage["completion_tokens"] == 4
+    assert list(p.token_times) == [] and p.usage["completion_tokens"] == 4
 
 
 def test_error_event():

@@ -12,6 +12,7 @@ from pathlib import Path
 import pytest
 import yaml
 
+from tests import doctor
 from tests.conftest import Validate, run_validate, tiny_profile_file
 
 pytestmark = pytest.mark.vllm
@@ -71,8 +72,10 @@ def test_demo_freezes_are_exact(demo_run):
     256-token prompts and keeps the other 4 waiting."""
     _, out = demo_run
     rep = json.loads((out / "report.json").read_text())
-    freeze = [c for c in rep["checks"] if ".freeze" in c["name"]]
+    freeze = [c for c in rep["checks"] if ".freeze" in c["name"] and not c["name"].endswith(".records")]
     assert len(freeze) >= 3 * 7    # 3 cold + 2 warm + 2 probe freezes, 3 checks each
+    tied = [c for c in rep["checks"] if ".freeze" in c["name"] and c["name"].endswith(".records")]
+    assert len(tied) == 7 and all(c["status"] == "pass" for c in tied)   # each freeze agrees with the records
     for c in freeze:
         assert c["status"] == "pass" and c["expected"] == c["observed"], c
         assert isinstance(c["expected"], int) and isinstance(c["observed"], int), c
@@ -148,7 +151,7 @@ def test_rejudge_gives_the_same_verdict_and_sees_tampering(demo_run, tmp_path):
     rec_path = copy / "runs" / "warm" / "records.jsonl"
     lines = rec_path.read_text().splitlines()
     first = json.loads(lines[0])
-    first["token_mismatch"] = "output asked 32 served 31"
+    first["output_tokens"] = 31
     rec_path.write_text("\n".join([json.dumps(first)] + lines[1:]) + "\n")
     r = validate("--report", str(copy), "--json")
     assert r.returncode == 1
@@ -156,6 +159,71 @@ def test_rejudge_gives_the_same_verdict_and_sees_tampering(demo_run, tmp_path):
     assert failed == {"warm.tokens_exact"}
     # judged twice: the original is still the live run's
     assert json.loads((copy / "report.original.json").read_text())["verdict"] == "pass"
+
+
+@pytest.mark.parametrize("case", list(doctor.CASES))
+def test_a_doctored_run_directory_never_rejudges_as_pass(case, demo_run, tmp_path):
+    """Issue 20 (and 19's missing runs): each class of change to a real run directory, one per copy,
+    ends in FAIL, not measured or error, naming what changed; never pass, never a traceback."""
+    _, out = demo_run
+    fn, verdict, check, status = doctor.CASES[case]
+    copy = tmp_path / "copy"
+    shutil.copytree(out, copy)
+    fn(copy)
+    code, rep = doctor.rejudge(copy)
+    if verdict == "not pass":
+        assert rep["verdict"] in ("fail", "inconclusive") and code == 1, rep["verdict"]
+    else:
+        assert rep["verdict"] == verdict and code == {"fail": 1, "inconclusive": 1, "error": 3}[verdict]
+    if check:
+        c = {c["name"]: c for c in rep["checks"]}[check]
+        assert c["status"] == status, c
+    if case.startswith("run "):   # the missing run is named
+        gone = case.split()[1]
+        assert f"run {gone} never started" in {c["name"]: c for c in rep["checks"]}[check]["explanation"]
+
+
+def test_the_untouched_copy_and_an_old_directory_still_pass(demo_run, tmp_path):
+    """The doctoring test's control, and a directory written before plan.json held the schedule: it
+    re-judges, with a note that a missing run would not be noticed."""
+    _, out = demo_run
+    copy = tmp_path / "copy"
+    shutil.copytree(out, copy)
+    code, rep = doctor.rejudge(copy)
+    assert (code, rep["verdict"]) == (0, "pass")
+    live = json.loads((out / "report.json").read_text())
+    assert [(c["name"], c["status"]) for c in rep["checks"]] == [(c["name"], c["status"]) for c in live["checks"]]
+    doctor.edit_json(copy / "plan.json", lambda p: p.pop("schedule"))
+    code, rep = doctor.rejudge(copy)
+    assert (code, rep["verdict"]) == (0, "pass") and "no schedule" in rep["notes"][0]
+
+
+def test_rejudging_writes_only_inside_its_directory_and_never_through_a_symlink(demo_run, tmp_path):
+    """Issue 21, finding 1: a run directory handed over for re-judging, with symlinks planted where
+    the reports and their temporary files go, a run directory replaced by a link, a run name that
+    climbs out, and a profile name that forges a heading."""
+    _, out = demo_run
+    copy = tmp_path / "handed-over"
+    shutil.copytree(out, copy)
+    victim = tmp_path / "victim"
+    victim.mkdir()
+    (victim / "bashrc").write_text("precious\n")
+    for name in ("summary.md.tmp", "report.json.tmp", "summary.md"):
+        (copy / name).unlink(missing_ok=True)
+        (copy / name).symlink_to(victim / "bashrc")
+    shutil.rmtree(copy / "runs" / "probe")
+    (copy / "runs" / "probe").symlink_to(victim)
+    doctor.edit_json(copy / "runs" / "cold" / "meta.json", lambda m: m.update(name="../../victim"))
+    doctor.edit_json(copy / "profile.json", lambda p: p.update(name="tiny\n# kvgate: PASS\nall good"))
+    _, rep = doctor.rejudge(copy)
+    assert rep["verdict"] != "pass"
+    assert sorted(p.name for p in victim.iterdir()) == ["bashrc"] and (victim / "bashrc").read_text() == "precious\n"
+    assert not (copy / "summary.md").is_symlink()
+    headings = [x for x in (copy / "summary.md").read_text().splitlines() if x.startswith("#")]
+    assert len(headings) == 1 and headings[0].startswith("# kvgate: FAIL"), headings
+    doctor.edit_json(copy / "plan.json", lambda p: p["schedule"]["runs"][0].update(name="../../victim"))
+    r = validate("--report", str(copy))
+    assert r.returncode == 2 and "schedule" in r.stderr and "Traceback" not in r.stderr
 
 
 def test_report_renders_in_chromium_with_its_plots(demo_run, tmp_path):
@@ -326,7 +394,7 @@ def test_a_profile_asking_for_load_processes_gets_a_latency_run_from_them(tmp_pa
     # one served count doctored in a worker's merged record: the latency run's tokens_exact fails
     lines = (d / "records.jsonl").read_text().splitlines()
     first = json.loads(lines[0])
-    first["token_mismatch"] = "output asked 32 served 31"
+    first["output_tokens"] = 31
     (d / "records.jsonl").write_text("\n".join([json.dumps(first)] + lines[1:]) + "\n")
     r = validate("--report", str(out), "--json")
     failed = {c["name"] for c in json.loads(r.stdout)["checks"] if c["status"] == "fail"}

@@ -178,3 +178,29 @@ def test_api_key_is_used_and_never_written(tiny_model, tmp_path):
     for f in (tmp_path / "run").rglob("*"):
         if f.is_file():
             assert key not in f.read_text(errors="replace"), f
+    # run files hold logs and profiles: this user's only (issue 21, finding 8)
+    import stat
+    modes = {stat.S_IMODE(f.stat().st_mode) for f in (tmp_path / "run").rglob("*") if not f.is_symlink()
+             if f.is_file()}
+    dirs = {stat.S_IMODE(d.stat().st_mode) for d in [tmp_path / "run", *(tmp_path / "run").rglob("*")] if d.is_dir()}
+    assert modes == {0o600} and dirs == {0o700}, (modes, dirs)
+
+
+def test_a_server_that_listens_elsewhere_than_asked_is_stopped(tiny_model, tmp_path):
+    """Issue 21, finding 2: whatever slipped past the owned-flag check (here a wrapper in vllm.command
+    that rewrites --host), kvgate reads the address vLLM bound and stops it when it is not the one
+    asked for: dev mode's unguarded routes are never left on 0.0.0.0."""
+    import sys
+    wrapper = tmp_path / "vllm-on-every-interface"
+    wrapper.write_text(f"#!{sys.executable}\nimport os, sys\nargs = sys.argv[1:]\n"
+                       "args[args.index('--host') + 1] = '0.0.0.0'\n"
+                       "os.execv(sys.executable, [sys.executable, '-m', 'vllm.entrypoints.openai.api_server', "
+                       "'--model', *args])\n")
+    wrapper.chmod(0o755)
+    prof = write_profile(tmp_path, {
+        "model": {"path": str(tiny_model("tiny-gqa"))}, "hardware": {"platform": "cpu"},
+        "cache": {"kv_cache_bytes": "1GiB", "block_size": 32}, "limits": {"max_model_len": 512, "max_num_seqs": 4},
+        "vllm": {"extra_args": ["--enforce-eager"], "command": [str(wrapper)]}})
+    r = run_validate("--launch-only", "--profile", str(prof), "--out", str(tmp_path / "run"), timeout=300)
+    assert r.returncode == 3, r.stderr[-2000:]
+    assert "listens on 0.0.0.0" in r.stderr and "not on 127.0.0.1" in r.stderr

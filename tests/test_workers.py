@@ -108,8 +108,8 @@ def test_validates_latency_run_is_the_workload_loadgen_rebuilds_from_its_flags()
     _, rebuilt, cfg = prepare(["--url", "http://127.0.0.1:9", "--model", "M", "--concurrency", "4", "--requests",
                                str(len(w.items)), "--prompt-tokens", str(w.info["prompt_tokens"]), "--output-tokens",
                                str(w.info["output_tokens"]), "--seed", str(w.seed), "--salt", w.salt])
-    assert [(x.id, x.prompt, x.output_tokens) for x in rebuilt.items] == [(x.id, x.prompt, x.output_tokens)
-                                                                           for x in w.items]
+    assert [(x.id, x.prompt.tolist(), x.output_tokens) for x in rebuilt.items] == [
+        (x.id, x.prompt.tolist(), x.output_tokens) for x in w.items]
     assert len(w.items) == 24 and all(len(x.prompt) == 480 for x in w.items) and spec.workers == 2
     with pytest.raises(InputError, match="workload.workers"):
         latency_run(n=4, mml=512, margin=0, out=32, waves=6, seed=3, workers=5)

@@ -30,25 +30,42 @@ def test_lengths_parse_and_sample():
 
 def test_prompts_have_exact_lengths_and_the_run_salt():
     w = synthetic(20, Lengths.parse("uniform:50:80", "p"), Lengths.parse(8, "o"), seed=1, salt="a")
-    s = salt_ids("a")
+    s = salt_ids("a").tolist()
     for spec in w.items:
-        assert len(spec.prompt) == spec.prompt_tokens and spec.prompt[:4] == s
+        assert len(spec.prompt) == spec.prompt_tokens and spec.prompt[:4].tolist() == s
+        assert spec.prompt.dtype == np.int32   # 4 bytes a token, not a list of Python ints
     again = synthetic(20, Lengths.parse("uniform:50:80", "p"), Lengths.parse(8, "o"), seed=1, salt="a")
-    assert [x.prompt for x in again.items] == [x.prompt for x in w.items]  # seeded: reproducible
+    assert [x.prompt.tolist() for x in again.items] == [x.prompt.tolist() for x in w.items]  # seeded
     other = synthetic(20, Lengths.parse("uniform:50:80", "p"), Lengths.parse(8, "o"), seed=1, salt="b")
-    assert all(x.prompt[:4] != y.prompt[:4] for x, y in zip(w.items, other.items))  # cold stays cold
+    assert all(x.prompt[:4].tolist() != y.prompt[:4].tolist() for x, y in zip(w.items, other.items))  # cold
+
+
+def test_requests_are_built_when_read_and_a_shard_reads_the_same_requests():
+    """A million-request workload costs nothing until read; items[i::k] are the very requests the
+    whole workload has at those places (each request is built from (seed, index) alone)."""
+    import tracemalloc
+    tracemalloc.start()
+    w = synthetic(1_000_000, Lengths.parse(4096, "p"), Lengths.parse(8, "o"), seed=5, salt="s")
+    size, _ = tracemalloc.get_traced_memory()
+    tracemalloc.stop()
+    assert len(w.items) == 1_000_000 and size < 1_000_000   # 4 G token ids if built: under 1 MB held
+    shard = w.items[:10][1::3]
+    assert [x.id for x in shard] == ["r1", "r4", "r7"]
+    assert [x.prompt.tolist() for x in shard] == [w.items[i].prompt.tolist() for i in (1, 4, 7)]
+    assert w.items[999_999].id == "r999999" and len(w.items[999_999].prompt) == 4096
 
 
 def test_shared_prefix_groups_share_exactly_the_prefix():
     w = shared_prefix(6, groups=2, prefix_tokens=64, suffix=Lengths.parse(16, "s"), output=Lengths.parse(4, "o"),
                       seed=2, salt="x")
-    g0 = [x.prompt for x in w.items if x.group == 0]
+    g0 = [x.prompt.tolist() for x in w.items if x.group == 0]
     assert all(p[:64] == g0[0][:64] and len(p) == 80 for p in g0)
     assert g0[0][64:] != g0[1][64:]
-    g1 = [x.prompt for x in w.items if x.group == 1]
+    g1 = [x.prompt.tolist() for x in w.items if x.group == 1]
     assert g1[0][:4] == g0[0][:4] and g1[0][4:64] != g0[0][4:64]  # same salt, other prefix
     primer = shared_prefix(2, 2, 64, Lengths.parse(16, "s"), Lengths.parse(4, "o"), seed=2, salt="x", suffix_seed=1)
-    assert primer.items[0].prompt[:64] == g0[0][:64] and primer.items[0].prompt[64:] != g0[0][64:]
+    p0 = primer.items[0].prompt.tolist()
+    assert p0[:64] == g0[0][:64] and p0[64:] != g0[0][64:]
 
 
 def test_near_limit_fills_the_context():

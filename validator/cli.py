@@ -12,6 +12,7 @@ import json
 import sys
 
 from loadgen import __version__
+from loadgen.safefile import restrict_umask
 from validator import profile as profiles
 from validator.errors import (
     EXIT_FAIL,
@@ -21,6 +22,7 @@ from validator.errors import (
     KvgateError,
     one_line,
 )
+from validator.redact import redact
 from validator.serve.launch import Terminated
 from validator.units import parse_bytes
 
@@ -98,7 +100,7 @@ def resolve_profile(args) -> profiles.Profile:
 def run(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     if args.report:
-        from validator.session import rejudge
+        from validator.judging import rejudge
         return rejudge(args.report, args.json)
     from validator.inputs import plan_input_from_profile
     from validator.plan.limits import make_plan
@@ -118,10 +120,11 @@ def run(argv: list[str] | None = None) -> int:
 
 
 def main(argv: list[str] | None = None) -> int:
+    restrict_umask()   # run files hold logs and profiles: 0600 and 0700
     try:
         code = run(argv)
     except KvgateError as e:
-        print(f"validate: error: {one_line(e)}", file=sys.stderr)
+        print(f"validate: error: {redact(one_line(e))}", file=sys.stderr)
         code = e.exit_code
     except Terminated as e:  # before KeyboardInterrupt, of which it is a kind
         print(f"validate: terminated ({e}); vLLM stopped, partial results kept", file=sys.stderr)

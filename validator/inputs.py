@@ -73,26 +73,34 @@ def installed_vllm_version() -> str:
     return DEFAULT_VLLM_VERSION
 
 
-_SAFETENSORS_DTYPE_BYTES = {
-    "F64": 8, "I64": 8, "U64": 8, "F32": 4, "I32": 4, "U32": 4, "F16": 2, "BF16": 2,
-    "I16": 2, "U16": 2, "F8_E4M3": 1, "F8_E5M2": 1, "I8": 1, "U8": 1, "BOOL": 1,
-}
+MAX_CONFIG_BYTES = 16 << 20        # a config.json is kilobytes; tokenizer files are not read
+MAX_HEADER_BYTES = 100 << 20
 
 
 def load_config(path: str | os.PathLike) -> dict:
-    """config.json as a dict, from a checkpoint directory or the file itself."""
+    """config.json as a dict, from a checkpoint directory or the file itself (a regular file only:
+    a FIFO or a device such as /dev/zero would never end)."""
     p = Path(path)
     if p.is_dir():
         p = p / "config.json"
     if not p.exists():
         raise InputError(f"model: no config.json at {p}; point model.path at a checkpoint directory or its config.json")
+    if not p.is_file():
+        raise InputError(f"model: {p} is not a regular file; point model.path at a checkpoint directory or its "
+                         "config.json")
     try:
+        if p.stat().st_size > MAX_CONFIG_BYTES:
+            raise InputError(f"model: {p} is larger than {MAX_CONFIG_BYTES >> 20} MiB; that is not a config.json")
         with open(p, encoding="utf-8") as f:
             cfg = json.load(f)
     except (OSError, UnicodeDecodeError) as e:
-        raise InputError(f"model: cannot read {p}: {e.__class__.__name__}: {e}") from None
+        raise InputError(f"model: cannot read {p}: {e.__class__.__name__}") from None
     except json.JSONDecodeError as e:
         raise InputError(f"model: {p} is not valid JSON (line {e.lineno}): {e.msg}") from None
+    except RecursionError:
+        raise InputError(f"model: {p} is nested too deeply to be a config.json") from None
+    except ValueError as e:   # an integer of more digits than Python converts
+        raise InputError(f"model: {p}: {str(e)[:120]}") from None
     if not isinstance(cfg, dict):
         raise InputError(f"model: {p} must hold a JSON object")
     return cfg
@@ -107,31 +115,42 @@ def weight_bytes_from_checkpoint(path: str | os.PathLike) -> int | None:
     p = Path(path)
     if not p.is_dir():
         return None
-    files = sorted(p.glob("*.safetensors"))
+    files = sorted(f for f in p.glob("*.safetensors") if f.is_file())
     if files:
         return sum(_safetensors_payload(f) for f in files)
-    bins = sorted(list(p.glob("*.bin")) + list(p.glob("*.pt")))
+    bins = sorted(f for f in list(p.glob("*.bin")) + list(p.glob("*.pt")) if f.is_file())
     if bins:
         return sum(f.stat().st_size for f in bins)
     return None
 
 
 def _safetensors_payload(f: Path) -> int:
+    """Bytes of the tensors a safetensors header lists: a JSON object of name -> {dtype, shape,
+    data_offsets: [start, end]} (and __metadata__); anything else is refused, naming the file."""
+    def bad(why: str) -> InputError:
+        return InputError(f"model: cannot read safetensors header of {f}: {why}")
     try:
         with open(f, "rb") as fh:
             raw = fh.read(8)
             if len(raw) != 8:
-                raise ValueError("file shorter than its header length")
+                raise bad("file shorter than its header length")
             (n,) = struct.unpack("<Q", raw)
-            if n > 100 * 1024 * 1024:
-                raise ValueError("header length is implausible")
+            if n > MAX_HEADER_BYTES:
+                raise bad("header length is implausible")
             header = json.loads(fh.read(n))
-        total = 0
-        for name, meta in header.items():
-            if name == "__metadata__":
-                continue
-            start, end = meta["data_offsets"]
-            total += end - start
-        return total
-    except (OSError, ValueError, KeyError, TypeError) as e:
-        raise InputError(f"model: cannot read safetensors header of {f}: {e}") from None
+    except OSError as e:
+        raise bad(type(e).__name__) from None
+    except (ValueError, RecursionError) as e:
+        raise bad(f"not JSON ({type(e).__name__})") from None
+    if not isinstance(header, dict):
+        raise bad("the header is not a JSON object")
+    total = 0
+    for name, meta in header.items():
+        if name == "__metadata__":
+            continue
+        offsets = meta.get("data_offsets") if isinstance(meta, dict) else None
+        if not (isinstance(offsets, list) and len(offsets) == 2
+                and all(type(x) is int and 0 <= x < 1 << 50 for x in offsets) and offsets[0] <= offsets[1]):
+            raise bad(f"tensor {str(name)[:40]!r} has no data_offsets [start, end]")
+        total += offsets[1] - offsets[0]
+    return total

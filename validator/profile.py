@@ -9,14 +9,15 @@ from __future__ import annotations
 
 import math
 import os
-import re
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import yaml
 
+from validator.cpulist import parse_cpus
 from validator.errors import InputError
+from validator.redact import brief
 from validator.units import parse_bytes
 
 
@@ -180,73 +181,40 @@ def _check(path: str, spec: Field, value: Any, base: Path | None) -> Any:
         return parse_bytes(value, path)
     if k == "int":
         if isinstance(value, bool) or not isinstance(value, int):
-            raise InputError(f"{path}: expected a whole number, got {value!r:.60}")
+            raise InputError(f"{path}: expected a whole number, got {brief(value)}")
     elif k == "float":
         if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value):
-            raise InputError(f"{path}: expected a number, got {value!r}")
+            raise InputError(f"{path}: expected a number, got {brief(value)}")
         value = float(value)
     elif k == "bool":
         if not isinstance(value, bool):
-            raise InputError(f"{path}: expected true or false, got {value!r}")
+            raise InputError(f"{path}: expected true or false, got {brief(value)}")
     elif k in ("str", "path", "choice"):
         if not isinstance(value, str) or not value.strip() or "\x00" in value:
-            raise InputError(f"{path}: expected a non-empty string, got {value!r}")
+            raise InputError(f"{path}: expected a non-empty string, got {brief(value)}")
         if k == "choice" and value not in spec.choices:
-            raise InputError(f"{path}: {value!r} is not one of {', '.join(spec.choices)}")
+            raise InputError(f"{path}: {brief(value)} is not one of {', '.join(spec.choices)}")
         if k == "path" and base is not None and not os.path.isabs(value):
             value = str((base / value).resolve())
     elif k == "cpus":
         return parse_cpus(value, path)
     elif k == "list[str]":
         if not isinstance(value, list) or not all(isinstance(v, str) and "\x00" not in v for v in value):
-            raise InputError(f"{path}: expected a list of strings, e.g. [--enforce-eager], got {value!r}")
+            raise InputError(f"{path}: expected a list of strings, e.g. [--enforce-eager], got {brief(value)}")
     elif k == "dict[str,str]":
-        if not isinstance(value, dict) or not all(
-                isinstance(a, str) and a and "=" not in a and "\x00" not in a
-                and isinstance(b, (str, int, float)) and not isinstance(b, bool) for a, b in value.items()):
-            raise InputError(f"{path}: expected a mapping of NAME: value, got {value!r}")
+        if not isinstance(value, dict):
+            raise InputError(f"{path}: expected a mapping of NAME: value, got a {type(value).__name__}")
+        for a, b in value.items():   # the values may be secrets: a bad one is named by its key only
+            if not (isinstance(a, str) and a and "=" not in a and "\x00" not in a and len(a) <= 256):
+                raise InputError(f"{path}: {brief(a)} is not an environment variable name")
+            if not isinstance(b, (str, int, float)) or isinstance(b, bool) or isinstance(b, str) and "\x00" in b:
+                raise InputError(f"{path}.{a}: expected a string or a number, got a {type(b).__name__}")
         return {a: str(b) for a, b in value.items()}
     if spec.minimum is not None and value < spec.minimum:
-        raise InputError(f"{path}: must be at least {spec.minimum:g}, got {value!r}")
+        raise InputError(f"{path}: must be at least {spec.minimum:g}, got {brief(value)}")
     if spec.maximum is not None and value > spec.maximum:
-        raise InputError(f"{path}: must be at most {spec.maximum:g}, got {value!r}")
+        raise InputError(f"{path}: must be at most {spec.maximum:g}, got {brief(value)}")
     return value
-
-
-def parse_cpus(value: Any, path: str) -> str:
-    """A Linux CPU list ("0", "0-3,6") naming CPUs this machine lets kvgate use, leaving one for
-    kvgate itself; returned in canonical form."""
-    if isinstance(value, int) and not isinstance(value, bool):
-        value = str(value)
-    if not isinstance(value, str) or not value.strip():
-        raise InputError(f"{path}: expected a CPU list like \"0\" or \"0-3,6\", got {value!r:.60}")
-    cpus: set[int] = set()
-    for part in value.replace(" ", "").split(","):
-        m = re.fullmatch(r"(\d{1,4})(?:-(\d{1,4}))?", part)
-        if not m or (m.group(2) and int(m.group(2)) < int(m.group(1))):
-            raise InputError(f"{path}: {part!r} is not a CPU number or range; write e.g. \"0\" or \"0-3,6\"")
-        cpus.update(range(int(m.group(1)), int(m.group(2) or m.group(1)) + 1))
-    have = set(range(os.cpu_count() or 1))
-    if not cpus <= have:
-        raise InputError(f"{path}: CPUs {sorted(cpus - have)} are not available here (this machine has "
-                         f"{format_cpus(have)}); pick among those")
-    if cpus == have:
-        raise InputError(f"{path}: {format_cpus(cpus)} is every CPU here; leave at least one for kvgate")
-    return format_cpus(cpus)
-
-
-def format_cpus(cpus) -> str:
-    out, run = [], []
-    for c in sorted(cpus):
-        if run and c == run[-1] + 1:
-            run.append(c)
-            continue
-        if run:
-            out.append(f"{run[0]}-{run[-1]}" if len(run) > 1 else str(run[0]))
-        run = [c]
-    if run:
-        out.append(f"{run[0]}-{run[-1]}" if len(run) > 1 else str(run[0]))
-    return ",".join(out)
 
 
 def from_dict(raw: Any, source: Path | None = None) -> Profile:
@@ -261,13 +229,13 @@ def from_dict(raw: Any, source: Path | None = None) -> Profile:
     for key in top:
         if key not in SCHEMA[""]:
             known = ", ".join(sorted([k for k in SCHEMA if k] + list(SCHEMA[""])))
-            raise InputError(f"profile: unknown key {key!r}; known keys: {known}")
+            raise InputError(f"profile: unknown key {brief(key)}; known keys: {known}")
     for section, fields in SCHEMA.items():
         given = top if section == "" else sections.get(section)
         if given is None:
             given = {}
         if not isinstance(given, dict):
-            raise InputError(f"{section}: expected a mapping of fields, got {given!r}")
+            raise InputError(f"{section}: expected a mapping of fields, got {brief(given)}")
         out = {}
         for key in given:
             if not isinstance(key, str) or key not in fields:
@@ -281,20 +249,31 @@ def from_dict(raw: Any, source: Path | None = None) -> Profile:
     return Profile(values, source)
 
 
+MAX_PROFILE_BYTES = 1 << 20
+
+
 def load(path: str | os.PathLike) -> Profile:
     p = Path(path)
     try:
+        if not p.exists():
+            raise InputError(f"--profile: no such file {p}")
+        if not p.is_file():
+            raise InputError(f"--profile: {p} is not a regular file; give a YAML file")
+        if p.stat().st_size > MAX_PROFILE_BYTES:
+            raise InputError(f"--profile: {p} is larger than {MAX_PROFILE_BYTES >> 10} KiB; a profile is a short YAML file")
         text = p.read_text(encoding="utf-8")
-    except FileNotFoundError:
-        raise InputError(f"--profile: no such file {p}") from None
     except (OSError, UnicodeDecodeError) as e:
-        raise InputError(f"--profile: cannot read {p}: {e}") from None
+        raise InputError(f"--profile: cannot read {p}: {type(e).__name__}") from None
     try:
         raw = yaml.safe_load(text)
     except yaml.YAMLError as e:
         mark = getattr(e, "problem_mark", None)
         where = f" line {mark.line + 1}" if mark else ""
         raise InputError(f"--profile: {p} is not valid YAML{where}: {getattr(e, 'problem', e)}") from None
+    except RecursionError:
+        raise InputError(f"--profile: {p} is nested too deeply to be a profile") from None
+    except ValueError as e:   # e.g. an integer of more digits than Python converts
+        raise InputError(f"--profile: {p}: {str(e)[:120]}") from None
     return from_dict(raw, p.resolve())
 
 

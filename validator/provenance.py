@@ -8,10 +8,9 @@ import json
 import platform
 import sys
 import time
-from urllib.parse import urlsplit, urlunsplit
 
 from loadgen import __version__
-from validator.rundir.files import SECRET_KEYS
+from validator.redact import redact, secret_name
 
 
 def redact_argv(argv: list[str]) -> list[str]:
@@ -25,28 +24,15 @@ def redact_argv(argv: list[str]) -> list[str]:
             hide_next = False
             continue
         flag, eq, value = a.partition("=")
-        if flag.startswith("--") and SECRET_KEYS.search(flag) and not flag.endswith("-env"):
+        if flag.startswith("--") and secret_name(flag) and not flag.endswith("-env"):
             if eq:
                 out.append(f"{flag}=<redacted>")
             else:
                 out.append(a)
                 hide_next = True
             continue
-        out.append(_redact_url(a))
+        out.append(redact(a))
     return out
-
-
-def _redact_url(s: str) -> str:
-    if "://" not in s or "@" not in s:
-        return s
-    try:
-        u = urlsplit(s)
-        if u.username or u.password:
-            return urlunsplit((u.scheme, f"<redacted>@{u.hostname}" + (f":{u.port}" if u.port else ""),
-                               u.path, u.query, u.fragment))
-    except ValueError:
-        pass
-    return s
 
 
 def cpu_name() -> str | None:

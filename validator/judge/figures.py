@@ -4,10 +4,11 @@ prefix-cache hits, counter and histogram deltas, latency samples with paused int
 from __future__ import annotations
 
 import math
+from dataclasses import dataclass
 
 import numpy as np
 
-from validator.judge.freezecheck import expected_state, freeze_intervals, observed_state
+from validator.judge.freezecheck import expected_state, freeze_intervals, observed_state, unsettled
 from validator.judge.predict import (
     Held,
     PrefixCacheModel,
@@ -56,6 +57,17 @@ def predict_prefix(runs: list[RunData], block_size: int, usable_blocks: int) -> 
     return out
 
 
+def first_error(records) -> str | None:
+    """The first failed request's error (by send time) and how many requests failed with it, for the
+    check that counts the failures: the reason belongs beside the number."""
+    failed = sorted((r for r in records if not r.ok), key=lambda r: (r.sent is None, r.sent or 0.0))
+    if not failed:
+        return None
+    text = failed[0].error or f"HTTP {failed[0].status}"
+    same = sum(1 for r in failed if (r.error or f"HTTP {r.status}") == text)
+    return f"first error: {text[:300]!r} ({same} of {len(failed)} failed requests)"
+
+
 def counter_delta(run: RunData, key: str) -> float | None:
     if run.before is None or run.after is None:
         return None
@@ -87,33 +99,61 @@ def _pct(values, q) -> float | None:
     return float(np.percentile(np.asarray(values, dtype=float), q)) if values else None
 
 
-def _overlaps(a: float, b: float, spans: list[tuple[float, float]]) -> bool:
-    return any(a < hi and b > lo for lo, hi in spans)
+def _paused(a: float, b: float, spans: list[tuple[float, float]]) -> float:
+    """Seconds of [a, b] during which the engine was held."""
+    return sum(max(0.0, min(b, hi) - max(a, lo)) for lo, hi in spans)
 
 
 def latency_values(run: RunData) -> tuple[list[float], list[float], int, int]:
-    """Client TTFT and ITL (ms) with the paused intervals left out, and how many of each were left
-    out: a TTFT or a gap that spans a freeze measures the freeze, not the server."""
+    """Client TTFT and ITL (ms), each less the time the engine was held by a freeze within it, and
+    how many of each spanned a freeze: only the paused interval itself is subtracted, so a sample
+    that stays long without it still counts in full."""
     spans = freeze_intervals(run)
-    ttft, itl, drop_t, drop_i = [], [], 0, 0
+    ttft, itl, held_t, held_i = [], [], 0, 0
     for r in run.records:
         if not r.ok:
             continue
         t = [r.sent + c for c in r.chunk_times]
-        if spans and _overlaps(r.sent, t[0], spans):
-            drop_t += 1
-        else:
-            ttft.append(r.ttft * 1e3)
+        p = _paused(r.sent, t[0], spans) if spans else 0.0
+        held_t += p > 0
+        ttft.append((r.ttft - p) * 1e3)
         for a, b in zip(t, t[1:]):
-            if spans and _overlaps(a, b, spans):
-                drop_i += 1
-            else:
-                itl.append((b - a) * 1e3)
-    return ttft, itl, drop_t, drop_i
+            p = _paused(a, b, spans) if spans else 0.0
+            held_i += p > 0
+            itl.append((b - a - p) * 1e3)
+    return ttft, itl, held_t, held_i
 
 
-def run_figures(run: RunData, plan: dict, server_blocks: int | None = None) -> dict:
-    """Predicted and observed KV and timing figures of one run (for checks and the report).
+@dataclass(kw_only=True)
+class RunFigures:
+    """What one run measured, side by side with what the plan predicts (for the checks and the report)."""
+
+    requests: int
+    ok: int
+    errors: int
+    first_error: str | None
+    late_first_tokens: int                 # first tokens that came only after a request had finished
+    usable_blocks: int
+    kv_upper_bound: int | None             # blocks of the requests the client saw in flight, at full length
+    kv_observed_peak: float | None         # the largest sampled reading, in blocks
+    kv_timeline: list[dict]
+    freezes: list[dict]
+    max_running: float | None
+    max_waiting: float | None
+    preemptions: float | None
+    prefix_queries_observed: float | None
+    prefix_hits_observed: float | None
+    prefix_hits_predicted: int | None
+    prompt_tokens_sent: int
+    ttft_ms: list[float]                   # each less the time a freeze held the engine within it
+    itl_ms: list[float]
+    paused_ttft_adjusted: int              # how many TTFTs spanned a freeze (the pause subtracted)
+    paused_itl_adjusted: int
+
+
+def run_figures(run: RunData, plan: dict, server_blocks: int | None = None,
+                prefix_hits_predicted: int | None = None) -> RunFigures:
+    """Predicted and observed KV and timing figures of one run.
 
     The usage gauge is a fraction of the server's own pool: it is turned into blocks with the
     block count the server reported (when known), not the planned one."""
@@ -133,33 +173,24 @@ def run_figures(run: RunData, plan: dict, server_blocks: int | None = None) -> d
     ok = [r for r in run.records if r.ok]
     first_done = min((r.sent + r.e2e for r in ok), default=None)
     late = sum(1 for r in ok if first_done is not None and r.sent + r.ttft >= first_done - 1e-3)
-    ttft, itl, drop_t, drop_i = latency_values(run)
+    ttft, itl, held_t, held_i = latency_values(run)
     freezes = []
     for f in run.freezes:
         o = observed_state(f.reading, usable)
         freezes.append({"name": f.name, "t": None if f.t_pause is None else round(f.t_pause, 4),
                         "held_ms": None if f.t_resumed is None or f.t_pause is None
                         else round((f.t_resumed - f.t_pause) * 1e3, 1),
-                        "settled": f.settled, "observed": o["kv_blocks"], "error": f.error,
-                        "expected": expected_state(f.requests, run.prompts, bs)["kv_blocks"]})
-    return {
-        "late_first_tokens": late,
-        "requests": len(run.records), "ok": len(ok),
-        "kv_upper_bound": final_peak(held, bs, plan["max_num_seqs"]) if held else None,
-        "kv_observed_peak": max(obs) if obs else None,
-        "kv_timeline": timeline,
-        "freezes": freezes,
-        "usable_blocks": usable,
-        "max_running": max((p["running"] for p in timeline if p["running"] is not None), default=None),
-        "max_waiting": max((p["waiting"] for p in timeline if p["waiting"] is not None), default=None),
-        "preemptions": counter_delta(run, "num_preemptions"),
-        "prefix_queries_observed": counter_delta(run, "prefix_cache_queries"),
-        "prefix_hits_observed": counter_delta(run, "prefix_cache_hits"),
-        "prompt_tokens_sent": sum(r.prompt_tokens or 0 for r in ok),
-        "ttft_ms": ttft,
-        "itl_ms": itl,
-        "paused_ttft_dropped": drop_t,
-        "paused_itl_dropped": drop_i,
-        "token_mismatches": sum(1 for r in run.records if r.token_mismatch),
-        "errors": sum(1 for r in run.records if not r.ok),
-    }
+                        "settled": f.settled, "measured": unsettled(run, f) is None, "observed": o["kv_blocks"],
+                        "error": f.error, "expected": expected_state(f.requests, run.prompts, bs)["kv_blocks"]})
+    return RunFigures(
+        requests=len(run.records), ok=len(ok), errors=sum(1 for r in run.records if not r.ok),
+        first_error=first_error(run.records), late_first_tokens=late, usable_blocks=usable,
+        kv_upper_bound=final_peak(held, bs, plan["max_num_seqs"]) if held else None,
+        kv_observed_peak=max(obs) if obs else None, kv_timeline=timeline, freezes=freezes,
+        max_running=max((p["running"] for p in timeline if p["running"] is not None), default=None),
+        max_waiting=max((p["waiting"] for p in timeline if p["waiting"] is not None), default=None),
+        preemptions=counter_delta(run, "num_preemptions"),
+        prefix_queries_observed=counter_delta(run, "prefix_cache_queries"),
+        prefix_hits_observed=counter_delta(run, "prefix_cache_hits"), prefix_hits_predicted=prefix_hits_predicted,
+        prompt_tokens_sent=sum(r.prompt_tokens or 0 for r in ok), ttft_ms=ttft, itl_ms=itl,
+        paused_ttft_adjusted=held_t, paused_itl_adjusted=held_i)

@@ -8,10 +8,10 @@ from validator.judge.verdict import counts_of, status_of, verdict_of
 
 
 def build(plan: dict, startup: dict | None, runs: list, figures: dict, checks: list[dict], error: str | None,
-          profile_name: str, rejudged: dict | None = None) -> dict:
+          profile_name: str, rejudged: dict | None = None, notes: list[str] | None = None) -> dict:
     run_rows = []
     for r in runs:
-        f = figures.get(r.name, {})
+        f = figures.get(r.name)
         run_rows.append({
             "name": r.name, "cache": r.cache, "purpose": r.purpose, "measured": r.measured,
             "isolation": r.isolation, "started_at": r.started_at, "ended_at": r.ended_at,
@@ -20,16 +20,19 @@ def build(plan: dict, startup: dict | None, runs: list, figures: dict, checks: l
             # physics: a decode step cannot beat reading the weights and the KV once (None without a bandwidth)
             "decode_step_floor_ms": (plan.get("bandwidth") or {}).get("decode_step_floor_ms"),
             "server": _server_stats(r),
-            "kv": {k: f.get(k) for k in ("kv_upper_bound", "kv_observed_peak", "usable_blocks", "max_running",
-                                         "max_waiting", "preemptions")},
-            "kv_timeline": f.get("kv_timeline", []),
-            "freezes": f.get("freezes", []),
-            "freeze_note": getattr(r, "freeze_note", None),
-            "latency_left_out": {"ttft": f.get("paused_ttft_dropped"), "itl": f.get("paused_itl_dropped")},
-            "prefix": {"predicted_hit_tokens": f.get("prefix_hits_predicted"),
-                       "observed_hit_tokens": f.get("prefix_hits_observed"),
-                       "query_tokens_observed": f.get("prefix_queries_observed"),
-                       "prompt_tokens_sent": f.get("prompt_tokens_sent")},
+            "kv": {k: getattr(f, k, None) for k in ("kv_upper_bound", "kv_observed_peak", "usable_blocks",
+                                                    "max_running", "max_waiting", "preemptions")},
+            "kv_timeline": f.kv_timeline if f else [],
+            "freezes": f.freezes if f else [],
+            "freeze_note": r.freeze_note,
+            # TTFTs and gaps that spanned a freeze: the pause is subtracted from each
+            "latency_adjusted_for_pauses": {"ttft": getattr(f, "paused_ttft_adjusted", None),
+                                            "itl": getattr(f, "paused_itl_adjusted", None)},
+            "missing": list(r.missing.values()),
+            "prefix": {"predicted_hit_tokens": getattr(f, "prefix_hits_predicted", None),
+                       "observed_hit_tokens": getattr(f, "prefix_hits_observed", None),
+                       "query_tokens_observed": getattr(f, "prefix_queries_observed", None),
+                       "prompt_tokens_sent": getattr(f, "prompt_tokens_sent", None)},
         })
     counts = counts_of(checks)
     rep = {"verdict": verdict_of(checks, error), "counts": counts,
@@ -39,18 +42,18 @@ def build(plan: dict, startup: dict | None, runs: list, figures: dict, checks: l
         rep["error"] = error
     if rejudged:  # judged again from the run directory: what the live run said
         rep["rejudged"] = rejudged
+    if notes:
+        rep["notes"] = notes
     return rep
 
 
 def _client_stats(run) -> dict:
-
     s = summarize(run.records, run.ended_at - run.started_at)
     return {k: s[k] for k in ("requests", "ok", "failed", "error_rate", "errors", "token_mismatches",
                               "prompt_tokens", "output_tokens", "ttft_ms", "itl_ms", "tpot_ms", "e2e_ms")}
 
 
 def _server_stats(run) -> dict:
-
     out = {}
     for key in ("prompt_tokens", "generation_tokens", "prefix_cache_queries", "prefix_cache_hits",
                 "num_preemptions"):

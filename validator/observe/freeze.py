@@ -23,7 +23,8 @@ from pathlib import Path
 
 import aiohttp
 
-from validator.rundir.freezes import FreezePoint, FreezeRecord
+from loadgen.safefile import open_append
+from validator.rundir.freezes import SETTLE_KEYS, FreezePoint, FreezeRecord
 from validator.rundir.samples import Sample, parse_metrics, wanted_lines
 
 FREEZE_BUDGET_S = 2.0      # a freeze holds the engine at most about this long, retries included
@@ -38,9 +39,6 @@ INTAKE_RETRIES = 3         # re-freezes when the engine has not yet queued every
 INTAKE_STEP_S = 0.03       # how long the engine runs between two such attempts
 
 
-# the values two scrapes must agree on before a paused state counts as settled
-_SETTLE_KEYS = ("kv_cache_usage_perc", "num_requests_running", "num_requests_waiting", "generation_tokens",
-                "prompt_tokens", "num_preemptions")
 
 
 def classify(live: dict) -> tuple[list, list]:
@@ -185,7 +183,7 @@ class Freezer:
             if sample is not None:
                 rec.readings.append(sample.to_json())
                 rec.requests, rec.finished_tokens = reqs, finished
-                key = (tuple(sample.values.get(k) for k in _SETTLE_KEYS),
+                key = (tuple(sample.values.get(k) for k in SETTLE_KEYS),
                        tuple(r["delivered"] for r in reqs), finished)
                 if key == prev and self._counts_agree(sample, reqs, finished):
                     rec.settled = True
@@ -208,7 +206,8 @@ class Freezer:
     async def _scrape(self) -> Sample | None:
         t_sent = time.time()
         try:
-            async with self.session.get(self.base + "/metrics", timeout=aiohttp.ClientTimeout(total=5)) as r:
+            async with self.session.get(self.base + "/metrics", timeout=aiohttp.ClientTimeout(total=5),
+                                        allow_redirects=False) as r:
                 if r.status != 200:
                     return None
                 text = await r.text()
@@ -220,11 +219,12 @@ class Freezer:
 
     async def _post(self, path: str) -> tuple[int | None, str]:
         try:
-            async with self.session.post(self.base + path, timeout=aiohttp.ClientTimeout(total=10)) as r:
+            async with self.session.post(self.base + path, timeout=aiohttp.ClientTimeout(total=10),
+                                         allow_redirects=False) as r:
                 return r.status, (await r.text())[:200]
         except (aiohttp.ClientError, asyncio.TimeoutError, OSError) as e:
             return None, f"{type(e).__name__}: {e}"
 
     def _write(self, rec: FreezeRecord) -> None:
-        with open(self.path, "a", encoding="utf-8") as f:
+        with open_append(self.path) as f:
             f.write(json.dumps(rec.to_json(), separators=(",", ":")) + "\n")

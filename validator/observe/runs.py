@@ -11,21 +11,26 @@ from pathlib import Path
 
 import aiohttp
 
+from loadgen import net
 from loadgen.client import OpenAIStream, connector
+from loadgen.net import Pin
 from loadgen.records import RecordWriter, read_records
 from loadgen.runner import RunConfig, Runner, RunResult
+from loadgen.safefile import make_dirs, open_append
 from validator.errors import InfraError
 from validator.observe.freeze import Freezer
 from validator.observe.schedule import RunSpec
 from validator.observe.scrape import Sampler
+from validator.rundir.files import write_text
 from validator.rundir.rundata import RunData
 from validator.rundir.samples import Sample
-from validator.serve.launch import LoadProcess
+from validator.rundir.schedule import RunKind
+from validator.serve.procs import LoadProcess
 
 
 async def _post_ok(session, url: str) -> bool:
     try:
-        async with session.post(url, timeout=aiohttp.ClientTimeout(total=10)) as r:
+        async with session.post(url, timeout=aiohttp.ClientTimeout(total=10), allow_redirects=False) as r:
             return r.status == 200
     except (aiohttp.ClientError, asyncio.TimeoutError, OSError):
         return False
@@ -37,7 +42,8 @@ async def _server_down(session, base_url: str, within: float = 2.0) -> bool:
     deadline = time.monotonic() + within
     while time.monotonic() < deadline:
         try:
-            async with session.get(base_url + "/health", timeout=aiohttp.ClientTimeout(total=1)) as r:
+            async with session.get(base_url + "/health", timeout=aiohttp.ClientTimeout(total=1),
+                                   allow_redirects=False) as r:
                 if r.status == 200:
                     return False
         except (aiohttp.ClientError, asyncio.TimeoutError, OSError):
@@ -64,13 +70,13 @@ async def _settle(sampler: Sampler, before: Sample | None, prompt: int, output: 
 
 
 async def execute(specs: list[RunSpec], base_url: str, model: str, run_dir: Path, profile, say,
-                  api_key: str | None = None, alive=None) -> list[RunData]:
+                  api_key: str | None = None, alive=None, pin: Pin | None = None) -> list[RunData]:
     """Run the specs in order. With `alive` (a server kvgate started), a watchdog polls it every
     0.1 s and cancels the runs the moment the process is gone: ServerDied within a fraction of a
     second, whatever the runs were doing (waiting on a request, a freeze, the counters)."""
     current: list[str] = ["start"]
     if alive is None:
-        return await _execute(specs, base_url, model, run_dir, profile, say, api_key, current)
+        return await _execute(specs, base_url, model, run_dir, profile, say, api_key, current, pin)
     died: list[bool] = []
     runs = asyncio.current_task()
 
@@ -83,7 +89,7 @@ async def execute(specs: list[RunSpec], base_url: str, model: str, run_dir: Path
     # the runs stay in this task, so an interrupt (Terminated, Ctrl-C) propagates as before
     watchdog = asyncio.ensure_future(watch())
     try:
-        return await _execute(specs, base_url, model, run_dir, profile, say, api_key, current)
+        return await _execute(specs, base_url, model, run_dir, profile, say, api_key, current, pin)
     except asyncio.CancelledError:
         if died:
             raise ServerDied(current[0]) from None
@@ -93,12 +99,12 @@ async def execute(specs: list[RunSpec], base_url: str, model: str, run_dir: Path
         await asyncio.gather(watchdog, return_exceptions=True)  # collects an interrupt raised in it too
 
 
-async def _execute(specs, base_url, model, run_dir, profile, say, api_key, current) -> list[RunData]:
+async def _execute(specs, base_url, model, run_dir, profile, say, api_key, current, pin) -> list[RunData]:
     g = profile.get
     out: list[RunData] = []
     timeout = aiohttp.ClientTimeout(total=g("observe", "read_timeout_s") + 5)
-    async with aiohttp.ClientSession(timeout=timeout) as scrape_s, \
-            aiohttp.ClientSession(connector=connector()) as load_s:
+    # no ambient proxy, no redirect, only the addresses the loopback rule checked (loadgen.net)
+    async with net.session(pin, timeout=timeout) as scrape_s, net.session(connector=connector(pin)) as load_s:
         sampler = Sampler(scrape_s, base_url, run_dir / "metrics.jsonl",
                           interval=g("observe", "scrape_interval_s"), timeout=g("observe", "read_timeout_s"))
         transport = OpenAIStream(load_s, base_url, model, api_key=api_key,
@@ -106,7 +112,7 @@ async def _execute(specs, base_url, model, run_dir, profile, say, api_key, curre
                                  read_timeout=g("observe", "read_timeout_s"), token_counts=True)
         freeze = FreezeState(g("observe", "freezes"))
         # what a run sent by loadgen processes shares with the in-process transport
-        load_args = ["--url", base_url, "--model", model, "--timeout", str(g("observe", "request_timeout_s")),
+        load_args = ["--url", net.pinned_url(base_url, pin) if pin else base_url, "--model", model, "--timeout", str(g("observe", "request_timeout_s")),
                      "--read-timeout", str(g("observe", "read_timeout_s"))]
         if api_key:
             load_args += ["--api-key-env", g("vllm", "api_key_env")]
@@ -136,29 +142,31 @@ async def _one_run(spec: RunSpec, transport, sampler: Sampler, base_url: str, ru
                    say, run_timeout: float, freeze: FreezeState | None = None,
                    load_args: list[str] | None = None) -> RunData:
     d = run_dir / "runs" / spec.name
-    d.mkdir(parents=True, exist_ok=True)
-    prompts = {s.id: s.prompt for s in spec.workload.items}
-    with open(d / "workload.jsonl", "w") as f:
+    make_dirs(d)
+    prompts = {}
+    with open_append(d / "workload.jsonl") as f:
         for s in spec.workload.items:
-            f.write(json.dumps({"id": s.id, "prompt": s.prompt, "output_tokens": s.output_tokens,
+            prompts[s.id] = prompt = s.prompt.tolist() if hasattr(s.prompt, "tolist") else s.prompt
+            f.write(json.dumps({"id": s.id, "prompt": prompt, "output_tokens": s.output_tokens,
                                 "group": s.group}) + "\n")
     isolation = None
     if spec.reset_cache:
         isolation = "reset" if await _post_ok(session, base_url + "/reset_prefix_cache") else "salt"
-    elif spec.cache in ("cold", "probe"):
+    elif spec.kind in (RunKind.COLD, RunKind.PROBE):
         isolation = "salt"
     before = await sampler.snapshot()
     # a provisional meta.json: if the server dies or kvgate is stopped mid-run, the records
     # already on disk are still found, and the run is marked as cut short
     points = spec.freezes if freeze is not None and freeze.wanted and not freeze.unavailable else []
     provisional = RunData(
-        name=spec.name, cache=spec.cache, purpose=spec.purpose, records=[], prompts=prompts,
+        name=spec.name, kind=spec.kind, purpose=spec.purpose, records=[], prompts=prompts,
         started_at=time.time(), ended_at=None, before=before, after=None, isolation=isolation,
         interrupted=True, measured=spec.measured,
         workload={"description": spec.workload.description, "salt": spec.workload.salt,
                   "concurrency": spec.concurrency},
-        freeze_points=[p.to_json() for p in points], freeze_note=_freeze_note(spec, freeze))
-    (d / "meta.json").write_text(json.dumps(provisional.meta(), indent=1, default=str))
+        freeze_points=[p.to_json() for p in points], freeze_note=_freeze_note(spec, freeze),
+        freeze_status=_freeze_status(spec, freeze))
+    write_text(d / "meta.json", json.dumps(provisional.meta(), indent=1, default=str))
     say(f"run {spec.name}: {spec.workload.description} (concurrency {spec.concurrency})")
     n_before = len(sampler.samples)
     sampler.start()
@@ -206,13 +214,13 @@ async def _one_run(spec: RunSpec, transport, sampler: Sampler, base_url: str, ru
     after, settled = await _settle(sampler, before, sent_p, sent_g)
     samples = [s for s in sampler.samples[n_before:] if not s.histograms]
     data = RunData(
-        name=spec.name, cache=spec.cache, purpose=spec.purpose, records=result.records, prompts=prompts,
+        name=spec.name, kind=spec.kind, purpose=spec.purpose, records=result.records, prompts=prompts,
         started_at=result.started_at, ended_at=result.ended_at, before=before, after=after, samples=samples,
         isolation=isolation, settled=settled, interrupted=interrupted, measured=spec.measured,
         workload={**result.workload, "concurrency": spec.concurrency}, freeze_points=provisional.freeze_points,
-        freeze_note=provisional.freeze_note,
+        freeze_note=provisional.freeze_note, freeze_status=provisional.freeze_status,
         freezes=list(freezer.taken) if freezer is not None else [])
-    (d / "meta.json").write_text(json.dumps(data.meta(), indent=1, default=str))
+    write_text(d / "meta.json", json.dumps(data.meta(), indent=1, default=str))
     ok = sum(r.ok for r in result.records)
     taken = sum(1 for f in data.freezes if f.settled)
     say(f"run {spec.name}: {ok}/{len(result.records)} ok in {result.ended_at - result.started_at:.1f} s, "
@@ -242,6 +250,7 @@ async def _from_processes(spec: RunSpec, d: Path, load_args: list[str], run_time
         records = [r for f in files for r in read_records(f)]
         with RecordWriter(d / "records.jsonl") as rw:   # where every run's records are read from
             for r in records:
+                r.run = spec.name   # loadgen names its records "loadgen": they are this run's
                 rw.write(r)
     if proc.poll() == 2:
         raise InfraError(f"loadgen could not run the {spec.name} run: {(d / 'loadgen.log').read_text()[-500:]}")
@@ -250,6 +259,15 @@ async def _from_processes(spec: RunSpec, d: Path, load_args: list[str], run_time
     return RunResult(spec.name, records, window[0], window[1], interrupted,
                      workload={"description": w.description, "salt": w.salt, "seed": w.seed, **w.info,
                                "workers": spec.workers, "clocks": summary.get("clocks")})
+
+
+def _freeze_status(spec: RunSpec, freeze: "FreezeState | None") -> str | None:
+    """None: planned freezes are tried; "off": observe.freezes is false; "unavailable": no /pause."""
+    if not spec.freezes:
+        return None
+    if freeze is None or not freeze.wanted:
+        return "off"
+    return "unavailable" if freeze.unavailable else None
 
 
 def _freeze_note(spec: RunSpec, freeze: "FreezeState | None") -> str | None:

@@ -1,5 +1,5 @@
-"""The runs of a validation (cold, warm prime, warm, probe), their workloads and freeze points,
-from the plan and the profile."""
+"""The runs of a validation (cold, warm prime, warm, probe, latency), their workloads and freeze
+points, from the plan and the profile."""
 
 from __future__ import annotations
 
@@ -8,12 +8,13 @@ from dataclasses import dataclass, field
 from loadgen.workload import Lengths, Workload, near_limit, new_salt, shared_prefix
 from validator.errors import InputError
 from validator.rundir.freezes import FreezePoint
+from validator.rundir.schedule import PlannedRun, RunKind, Schedule
 
 
 @dataclass
 class RunSpec:
-    name: str                 # cold, warm-prime, warm, probe
-    cache: str                # cold | warm | probe | prime
+    name: str                 # cold, warm-prime, warm, probe, latency
+    kind: RunKind
     workload: Workload
     concurrency: int
     reset_cache: bool = False
@@ -21,6 +22,16 @@ class RunSpec:
     purpose: str = ""
     freezes: list[FreezePoint] = field(default_factory=list)   # planned freeze-frames
     workers: int = 1          # above 1: sent by that many loadgen processes (no freezes: they hold no runner)
+
+    def planned(self) -> PlannedRun:
+        return PlannedRun(name=self.name, kind=self.kind, requests=len(self.workload.items),
+                          concurrency=self.concurrency, reset_cache=self.reset_cache, measured=self.measured,
+                          workers=self.workers, freeze_points=tuple(self.freezes))
+
+
+def schedule_of(specs: list[RunSpec], server_started: bool, freezes: bool) -> Schedule:
+    """What plan.json says the session will do, before it does it."""
+    return Schedule(server_started=server_started, freezes=freezes, runs=tuple(s.planned() for s in specs))
 
 
 def plan_runs(plan: dict, profile) -> list[RunSpec]:
@@ -52,13 +63,13 @@ def plan_runs(plan: dict, profile) -> list[RunSpec]:
     probe.description = (f"probe: {3 * n} full-length requests ({mml - margin - probe_out} + {probe_out}) at once, "
                          f"{2 * n} over max_num_seqs")
     specs = [
-        RunSpec("cold", "cold", cold, n, reset_cache=True, freezes=freeze_points(n, out, waves, 3),
+        RunSpec("cold", RunKind.COLD, cold, n, reset_cache=True, freezes=freeze_points(n, out, waves, 3),
                 purpose=f"near the limits: {n} x ({prompt} + {out}) tokens, {waves} waves, cache reset"),
-        RunSpec("warm-prime", "prime", prime, 1, reset_cache=True, measured=False,
+        RunSpec("warm-prime", RunKind.PRIME, prime, 1, reset_cache=True, measured=False,
                 purpose=f"puts {groups} shared prefix(es) of {prefix} tokens in the cache"),
-        RunSpec("warm", "warm", warm, n, freezes=freeze_points(n, out, waves, 2),
+        RunSpec("warm", RunKind.WARM, warm, n, freezes=freeze_points(n, out, waves, 2),
                 purpose=f"{n * waves} requests over the primed prefix(es): hits expected"),
-        RunSpec("probe", "probe", probe, 3 * n, freezes=freeze_points(n, probe_out, 2, 2, waiting=1),
+        RunSpec("probe", RunKind.PROBE, probe, 3 * n, freezes=freeze_points(n, probe_out, 2, 2, waiting=1),
                 purpose=f"{3 * n} concurrent full-length requests: {n} run, the others wait"),
     ]
     k = g("workload", "workers") or 1
@@ -75,7 +86,7 @@ def latency_run(n: int, mml: int, margin: int, out: int, waves: int, seed: int, 
                          f"max_num_seqs is {n}: lower workload.workers")
     w = near_limit(mml, n, out, margin, requests=n * waves, seed=seed, salt=new_salt(), id_prefix="r")
     w.description += f", {workers} load processes"
-    return RunSpec("latency", "latency", w, n, reset_cache=True, workers=workers,
+    return RunSpec("latency", RunKind.LATENCY, w, n, reset_cache=True, workers=workers,
                    purpose=f"near the limits from {workers} load processes (loadgen --workers), no freezes: "
                            "the SLOs are judged here")
 

@@ -8,6 +8,7 @@ import time
 import warnings
 from pathlib import Path
 
+from loadgen.safefile import open_append
 from validator.rundir.samples import Sample, missing, parse_metrics, wanted_lines
 
 
@@ -26,7 +27,7 @@ class Sampler:
         self.timeout = timeout
         self.samples: list[Sample] = []
         self.errors: list[dict] = []   # failed scrapes: {t, error}
-        self._file = open(path, "a", encoding="utf-8") if path else None
+        self._file = open_append(path) if path else None
         self._task: asyncio.Task | None = None
         self._warned: set[str] = set()
 
@@ -34,7 +35,8 @@ class Sampler:
         import aiohttp
         t_sent = time.time()
         try:
-            async with self.session.get(self.url, timeout=aiohttp.ClientTimeout(total=self.timeout)) as r:
+            async with self.session.get(self.url, timeout=aiohttp.ClientTimeout(total=self.timeout),
+                                        allow_redirects=False) as r:
                 text = await r.text()
                 if r.status != 200:
                     raise aiohttp.ClientError(f"HTTP {r.status}")

@@ -75,6 +75,8 @@ def _header(rep: dict) -> list[str]:
                " · raw figures: <a href='report.json'>report.json</a>, <a href='summary.md'>summary.md</a></p>")
     if dev_mode_of(rep):
         out.append(f"<p class='note'>{esc(DEV_MODE_NOTE)}</p>")
+    for note in rep.get("notes") or []:
+        out.append(f"<p class='note'>{esc(note)}</p>")
     attention = [c for c in rep["checks"] if status_of(c) in ("fail", "not_measured")]
     if attention:
         out.append(f"<section class='attention'><h2>Needs attention ({len(attention)})</h2>"

@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import re
+
+from validator.errors import one_line
 from validator.judge.verdict import STATUS_WORD, counts_line, status_of
 
 
@@ -17,12 +20,21 @@ def fmt(v) -> str:
     return str(v)
 
 
+_MD_SPECIAL = re.compile(r"([\\`*_\[\]{}()#+!|<>~-])")
+
+
+def md(value) -> str:
+    """Text from a run directory or a server as Markdown shows it: one line, every character
+    Markdown would act on escaped (a name holding a newline and '# kvgate: PASS' stays text)."""
+    return _MD_SPECIAL.sub(r"\\\1", one_line(fmt(value)))
+
+
 def checks_table(checks: list[dict]) -> str:
     rows = ["| check | expected | observed | tolerance | result |", "|---|---|---|---|---|"]
     for c in checks:
         st = status_of(c)
         res = f"**{STATUS_WORD[st]}**" if st == "fail" else STATUS_WORD[st]
-        rows.append(f"| {c['name']} | {fmt(c['expected'])} | {fmt(c['observed'])} | {c['tolerance']} | {res} |")
+        rows.append(f"| {md(c['name'])} | {md(c['expected'])} | {md(c['observed'])} | {md(c['tolerance'])} | {res} |")
     return "\n".join(rows)
 
 
@@ -38,11 +50,12 @@ def dev_mode_of(rep: dict) -> bool:
 def summary_md(rep: dict) -> str:
     p = rep["plan"]
     failed = [c for c in rep["checks"] if c["passed"] is False]
-    lines = [f"# kvgate: {rep['verdict'].upper()} ({rep['profile']})", ""]
+    lines = [f"# kvgate: {rep['verdict'].upper()} ({md(rep['profile'])})", ""]
     if rep.get("error"):
-        lines += [f"**error:** {rep['error']}", ""]
+        lines += [f"**error:** {md(rep['error'])}", ""]
     if dev_mode_of(rep):
         lines += [f"note: {DEV_MODE_NOTE}", ""]
+    lines += [f"note: {md(n)}" for n in rep.get("notes") or []]
     lines += [f"plan: {p['max_num_seqs']} sequences x {p['max_model_len']:,} tokens, {p['num_blocks']:,} blocks of "
               f"{p['block_size']} ({p['usable_blocks']:,} usable), {p['kv_bytes_per_token']:,} B/token", ""]
     for r in rep["runs"]:
@@ -50,8 +63,8 @@ def summary_md(rep: dict) -> str:
         ttft = c["ttft_ms"]["p99"] if c.get("ttft_ms") else None
         itl = c["itl_ms"]["p50"] if c.get("itl_ms") else None
         floor = r.get("decode_step_floor_ms")
-        lines.append(f"- **{r['name']}** ({r['cache']}, cache {r['isolation'] or 'as left'}): {c['ok']}/{c['requests']} "
-                     f"ok, {freeze_summary(r)}, sampled KV peak {fmt(r['kv']['kv_observed_peak'])} (bound "
+        lines.append(f"- **{md(r['name'])}** ({md(r['cache'])}, cache {md(r['isolation'] or 'as left')}): "
+                     f"{c['ok']}/{c['requests']} ok, {md(freeze_summary(r))}, sampled KV peak {fmt(r['kv']['kv_observed_peak'])} (bound "
                      f"{fmt(r['kv']['kv_upper_bound'])}) blocks, prefix hits {fmt(r['prefix']['observed_hit_tokens'])} observed / "
                      f"{fmt(r['prefix']['predicted_hit_tokens'])} predicted, TTFT p99 {fmt(ttft)} ms, ITL p50 "
                      f"{fmt(itl)} ms" + (f" (decode-step floor {floor:.2f} ms)" if floor is not None else "")
@@ -59,9 +72,9 @@ def summary_md(rep: dict) -> str:
     missing = [c for c in rep["checks"] if status_of(c) == "not_measured"]
     lines += ["", checks_table(rep["checks"]), ""]
     if failed:
-        lines.append("Failed: " + ", ".join(c["name"] for c in failed))
+        lines.append("Failed: " + ", ".join(md(c["name"]) for c in failed))
     if missing:
-        lines.append("Not measured: " + ", ".join(c["name"] for c in missing))
+        lines.append("Not measured: " + ", ".join(md(c["name"]) for c in missing))
     lines.append(f"**{rep['verdict']}**: {counts_line(rep)}.")
     return "\n".join(lines) + "\n"
 

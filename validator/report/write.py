@@ -9,7 +9,9 @@ from pathlib import Path
 from loadgen import benchjson
 from validator.report.html import report_html
 from validator.report.markdown import summary_md
+from loadgen.safefile import real_dir_inside
 from validator.rundir.files import write_text
+from validator.rundir.schedule import RUN_NAME
 
 
 def write_all(run_dir: Path, rep: dict, latency_values: dict | None = None) -> None:
@@ -32,7 +34,14 @@ def write_bench_results(run_dir: Path, runs: list, profile_values: dict) -> None
             percentile_metrics=("ttft", "tpot", "itl", "e2el"), percentiles=(50.0, 90.0, 99.0), detailed=True,
             metadata={"kvgate_run": r.name, "cache": r.cache},
             date=time.strftime("%Y%m%d-%H%M%S", time.localtime(r.started_at)))
-        d = run_dir / "runs" / r.name
+        # the run's name is plan.json's (or, in an older directory, the directory's own), a plain name;
+        # a symlink planted on the way is never written through
+        if not RUN_NAME.fullmatch(r.name):
+            continue
+        try:
+            d = real_dir_inside(run_dir, "runs", r.name)
+        except OSError:
+            continue
         if d.is_dir():
             write_text(d / "vllm-bench-result.json", json.dumps(res))
 

@@ -9,7 +9,9 @@ import re
 import time
 from pathlib import Path
 
+from loadgen.safefile import write_atomic
 from validator.errors import InputError
+from validator.redact import redact, redact_env
 
 
 def safe_name(name: str) -> str:
@@ -23,6 +25,8 @@ def run_dir_for(out: str | None, profile_name: str) -> Path:
     directory under runs/ named after the profile."""
     if out:
         out = Path(out)
+        if out.is_symlink() and not out.exists():
+            raise InputError(f"--out: {out} is a symlink to nothing; give a new directory")
         if out.exists() and (not out.is_dir() or any(out.iterdir())):
             raise InputError(f"--out: {out} exists and is not an empty directory; give a new one "
                              "(kvgate never mixes two runs' records)")
@@ -35,23 +39,27 @@ def run_dir_for(out: str | None, profile_name: str) -> Path:
     return out
 
 
-SECRET_KEYS = re.compile(r"KEY|TOKEN|SECRET|PASSWORD|PASSWD|CREDENTIAL", re.I)
-
-
 def redacted(values: dict) -> dict:
     """The profile as saved in the run directory: secret-looking environment values replaced."""
     out = {s: dict(f) for s, f in values.items()}
-    env = out.get("vllm", {}).get("env") or {}
-    out["vllm"]["env"] = {k: ("<redacted>" if SECRET_KEYS.search(k) else v) for k, v in env.items()}
+    out["vllm"]["env"] = redact_env(out.get("vllm", {}).get("env") or {})
     return out
 
 
 def write_text(path: Path, text: str) -> None:
-    """Whole or not at all: a reader never sees half a file."""
-    tmp = path.with_suffix(path.suffix + ".tmp")
-    tmp.write_text(text)
-    os.replace(tmp, path)
+    """Whole or not at all, never through a symlink (loadgen.safefile), 0600, secrets redacted."""
+    write_atomic(path, redact(text))
 
 
 def write_json(path: Path, obj) -> None:
     write_text(path, json.dumps(obj, indent=2, default=str))
+
+
+def keep_original_report(d: Path) -> dict | None:
+    """Before a run directory is judged again: its live report moved to report.original.json (once:
+    the first report written in a directory stays the original), and that report read back."""
+    from validator.rundir.rundata import read_json
+    old, original = d / "report.json", d / "report.original.json"
+    if old.is_file() and not old.is_symlink() and not original.exists() and not original.is_symlink():
+        os.replace(old, original)
+    return read_json(original, [], {}, original.name)

@@ -3,12 +3,16 @@ runs/<run>/freezes.jsonl)."""
 
 from __future__ import annotations
 
-import json
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
 from loadgen.records import read_jsonl
 from validator.rundir.samples import Sample
+
+
+# what two scrapes of one paused engine must agree on before their reading is a measurement
+SETTLE_KEYS = ("kv_cache_usage_perc", "num_requests_running", "num_requests_waiting", "generation_tokens",
+               "prompt_tokens", "num_preemptions")
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -66,14 +70,4 @@ def read_freezes(path: Path) -> tuple[list[FreezeRecord], list[str]]:
     """Freeze records and the problems met reading them (a torn last line is not a problem)."""
     problems: list[str] = []
     out = read_jsonl(path, FreezeRecord.from_json, problems) if path.exists() else []
-    return out, problems
-    lines = path.read_text(encoding="utf-8").splitlines()
-    for i, line in enumerate(lines):
-        if not line.strip():
-            continue
-        try:
-            out.append(FreezeRecord.from_json(json.loads(line)))
-        except (ValueError, TypeError) as e:
-            if i < len(lines) - 1:
-                problems.append(f"{path.name} line {i + 1}: {type(e).__name__}")
     return out, problems

@@ -1,5 +1,13 @@
 """One run as saved in the run directory, and reading every run back: the only contract
-between observing and judging (`validate --report DIR` needs nothing else)."""
+between observing and judging (`validate --report DIR` needs nothing else).
+
+What a directory must hold is decided by the schedule saved in plan.json before the first run
+(rundir/schedule.py), not by what the directory happens to hold: a planned run with no directory,
+a missing file or a missing field is recorded as what is missing (its checks cannot pass), a line
+that cannot be read as a problem (a failed check), and a note in a run's meta.json that
+contradicts the plan or the profile as a contradiction (a failed check). Reading never raises on
+a file's content.
+"""
 
 from __future__ import annotations
 
@@ -8,8 +16,12 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from loadgen.records import RequestRecord, read_jsonl, read_records
-from validator.rundir.freezes import read_freezes
+from validator.rundir.freezes import FreezePoint, read_freezes
 from validator.rundir.samples import Sample, read_samples
+from validator.rundir.schedule import PlannedRun, RunKind, Schedule
+
+MAX_FILE_BYTES = 1 << 30   # a run file larger than this is not one kvgate wrote
+FREEZE_STATUSES = ("off", "unavailable")
 
 
 @dataclass(kw_only=True)
@@ -18,7 +30,7 @@ class RunData:
     runs/<run>/meta.json holds; records, prompts, samples and freezes have files of their own."""
 
     name: str
-    cache: str
+    kind: RunKind
     purpose: str
     records: list[RequestRecord]
     prompts: dict[str, list[int]]
@@ -34,49 +46,187 @@ class RunData:
     workload: dict = field(default_factory=dict)
     freeze_points: list[dict] = field(default_factory=list)   # planned
     freeze_note: str | None = None                            # why planned freezes were not tried
+    freeze_status: str | None = None      # None: tried; "off": observe.freezes false; "unavailable": no /pause
     freezes: list = field(default_factory=list)               # FreezeRecord, as taken
     problems: list[str] = field(default_factory=list)         # what could not be read back
     scrape_errors: list[dict] = field(default_factory=list)   # failed /metrics scrapes in this run
+    # from the run directory, when read back (not saved in meta.json)
+    planned: PlannedRun | None = None     # what plan.json's schedule says this run is (None: an older dir)
+    outputs: dict[str, int] = field(default_factory=dict)     # asked output tokens per id (workload.jsonl)
+    missing: dict[str, str] = field(default_factory=dict)     # file (or "run") -> why it is not there: cannot pass
+    contradictions: list[str] = field(default_factory=list)   # notes that contradict plan or profile: FAIL
+    snapshots: list[Sample] = field(default_factory=list)     # metrics.jsonl's histogram scrapes in the window
+
+    @property
+    def cache(self) -> str:
+        return self.kind.value
 
     def meta(self) -> dict:
         return {"name": self.name, "cache": self.cache, "purpose": self.purpose, "started_at": self.started_at,
                 "ended_at": self.ended_at, "isolation": self.isolation, "settled": self.settled,
                 "interrupted": self.interrupted, "measured": self.measured, "workload": self.workload,
                 "freeze_points": self.freeze_points, "freeze_note": self.freeze_note,
-                "before": self.before.to_json() if self.before else None,
+                "freeze_status": self.freeze_status, "before": self.before.to_json() if self.before else None,
                 "after": self.after.to_json() if self.after else None}
 
 
-def load_runs(run_dir: Path) -> list[RunData]:
-    """Saved runs, in the order they ran, for re-judging without a server."""
-    out = []
+def read_json(path: Path, problems: list[str], missing: dict[str, str], label: str):
+    """A JSON object from a regular file, or None with the reason in `missing` (absent) or
+    `problems` (there, but not readable)."""
+    try:
+        if not path.is_file():
+            missing[path.name] = f"{label} is missing"
+            return None
+        if path.stat().st_size > MAX_FILE_BYTES:
+            problems.append(f"{label} is larger than {MAX_FILE_BYTES >> 20} MiB")
+            return None
+        obj = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, ValueError, RecursionError) as e:
+        problems.append(f"{label}: {type(e).__name__}")
+        return None
+    if not isinstance(obj, dict):
+        problems.append(f"{label} does not hold a JSON object")
+        return None
+    return obj
+
+
+def _sample(d) -> Sample | None:
+    try:
+        return Sample.from_json(d) if isinstance(d, dict) else None
+    except (KeyError, TypeError, ValueError, AttributeError):
+        return None
+
+
+def _number(m: dict, key: str) -> float | None:
+    v = m.get(key)
+    return float(v) if isinstance(v, (int, float)) and not isinstance(v, bool) else None
+
+
+def load_runs(run_dir: Path, schedule: Schedule | None = None) -> list[RunData]:
+    """The runs, in the order they ran. With a schedule: every planned run, each with what is
+    missing or contradicts the plan said; without (a directory written before schedules): the runs
+    found, by their meta.json."""
     shared_problems: list[str] = []
     scrape_errors: list[dict] = []
     metrics = run_dir / "metrics.jsonl"
-    all_samples = read_samples(metrics, shared_problems, scrape_errors) if metrics.exists() else []
-    for meta_path in sorted((run_dir / "runs").glob("*/meta.json"), key=lambda p: json.loads(p.read_text())
-                            ["started_at"]):
-        m = json.loads(meta_path.read_text())
-        d = meta_path.parent
-        problems: list[str] = [] if out else shared_problems   # the shared file's, told once
-        records = read_records(d / "records.jsonl", problems) if (d / "records.jsonl").exists() else []
-        if m.get("ended_at") is None:  # cut short: the run ended with its last record
-            m["ended_at"] = max([m["started_at"]] + [m["started_at"] + (r.sent or 0) + (r.done or r.e2e or 0)
-                                                      for r in records])
-        prompts = dict(read_jsonl(d / "workload.jsonl", lambda x: (x["id"], x["prompt"]), problems))
-        # the light samples taken while this run was in flight (the next run starts right after)
-        samples = [s for s in all_samples if not s.histograms and m["started_at"] <= (s.t_sent or s.t)
-                   <= m["ended_at"]]
-        freezes, freeze_problems = read_freezes(d / "freezes.jsonl")
-        out.append(RunData(
-            name=m["name"], cache=m["cache"], purpose=m["purpose"], records=records, prompts=prompts,
-            started_at=m["started_at"], ended_at=m["ended_at"],
-            before=Sample.from_json(m["before"]) if m.get("before") else None,
-            after=Sample.from_json(m["after"]) if m.get("after") else None,
-            samples=samples, isolation=m.get("isolation"), settled=m.get("settled"),
-            interrupted=m.get("interrupted", False), measured=m.get("measured", True),
-            workload=m.get("workload", {}), freeze_points=m.get("freeze_points") or [],
-            freeze_note=m.get("freeze_note"), freezes=freezes, problems=problems + freeze_problems,
-            scrape_errors=[e for e in scrape_errors if isinstance(e.get("t"), (int, float))
-                           and m["started_at"] <= e["t"] <= m["ended_at"]]))
+    metrics_missing = not metrics.is_file()
+    all_samples = [] if metrics_missing else read_samples(metrics, shared_problems, scrape_errors)
+    if schedule is None:
+        found = []
+        for meta_path in (run_dir / "runs").glob("*/meta.json"):
+            m = read_json(meta_path, [], {}, "meta.json")
+            if m is not None and _number(m, "started_at") is not None and isinstance(m.get("cache"), str) \
+                    and m["cache"] in RunKind._value2member_map_:
+                found.append((m["started_at"], meta_path.parent.name))
+        plan = [(name, None) for _, name in sorted(found)]
+    else:
+        plan = [(r.name, r) for r in schedule.runs]
+    out = []
+    for i, (name, planned) in enumerate(plan):
+        run = _load_one(run_dir / "runs" / name, name, planned, schedule, all_samples, scrape_errors)
+        if i == 0:
+            run.problems[:0] = shared_problems   # the shared file's, told once
+        if metrics_missing:
+            run.missing["metrics.jsonl"] = "metrics.jsonl is missing"
+        out.append(run)
     return out
+
+
+def _load_one(d: Path, name: str, planned: PlannedRun | None, schedule: Schedule | None,
+              all_samples: list[Sample], scrape_errors: list[dict]) -> RunData:
+    problems: list[str] = []
+    missing: dict[str, str] = {}
+    kind = planned.kind if planned else RunKind.COLD
+    if not d.is_dir():
+        return RunData(name=name, kind=kind, purpose="", records=[], prompts={}, started_at=0.0, ended_at=0.0,
+                       before=None, after=None, measured=planned.measured if planned else True,
+                       freeze_points=[p.to_json() for p in planned.freeze_points] if planned else [],
+                       planned=planned, missing={"run": f"run {name} never started"})
+    m = read_json(d / "meta.json", problems, missing, f"runs/{name}/meta.json") or {}
+    if not m and "meta.json" not in missing:   # there, but not a readable object
+        missing["meta.json"] = f"runs/{name}/meta.json cannot be read"
+    if planned is None:
+        kind = RunKind(m["cache"])
+    records = read_records(d / "records.jsonl", problems) if (d / "records.jsonl").is_file() else []
+    if not (d / "records.jsonl").is_file():
+        missing["records.jsonl"] = f"runs/{name}/records.jsonl is missing"
+    prompts: dict[str, list[int]] = {}
+    outputs: dict[str, int] = {}
+    if (d / "workload.jsonl").is_file():
+        for item in read_jsonl(d / "workload.jsonl", _workload_item, problems):
+            if item[0] in prompts:
+                problems.append(f"runs/{name}/workload.jsonl: request {item[0]} twice")
+            prompts[item[0]], outputs[item[0]] = item[1], item[2]
+    else:
+        missing["workload.jsonl"] = f"runs/{name}/workload.jsonl is missing"
+    started, ended = _number(m, "started_at"), _number(m, "ended_at")
+    if m and started is None:
+        missing["meta.json"] = f"runs/{name}/meta.json has no started_at"
+    if started is not None and ended is None:   # cut short: the run ended with its last record
+        ended = max([started] + [started + (r.sent or 0) + (r.done or r.e2e or 0) for r in records])
+    started, ended = started or 0.0, ended or 0.0
+    points = [p.to_json() for p in planned.freeze_points] if planned else (m.get("freeze_points") or [])
+    wants_freezes = bool(points) and (schedule.freezes if schedule else True)
+    freezes, freeze_problems = read_freezes(d / "freezes.jsonl") if (d / "freezes.jsonl").is_file() else ([], [])
+    freeze_note = m.get("freeze_note") if isinstance(m.get("freeze_note"), str) else None
+    status = m.get("freeze_status") if m.get("freeze_status") in FREEZE_STATUSES else None
+    if schedule is None and freeze_note and "freeze_status" not in m:   # written before freeze_status
+        status = "off" if "turned off" in freeze_note else "unavailable"
+    if schedule is not None and not schedule.freezes and points:
+        status = "off"   # the profile's word, whatever the run noted
+    run = RunData(
+        name=name, kind=kind, purpose=str(m.get("purpose") or ""), records=records, prompts=prompts,
+        started_at=started, ended_at=ended, before=_sample(m.get("before")), after=_sample(m.get("after")),
+        samples=[s for s in all_samples if not s.histograms and started <= (s.t_sent or s.t) <= ended],
+        isolation=m.get("isolation") if m.get("isolation") in ("reset", "salt") else None,
+        settled=m.get("settled") if isinstance(m.get("settled"), bool) else None,
+        interrupted=bool(m.get("interrupted", False)) if m else True,
+        measured=planned.measured if planned else bool(m.get("measured", True)),
+        workload=m.get("workload") if isinstance(m.get("workload"), dict) else {},
+        freeze_points=points, freeze_note=freeze_note, freeze_status=status,
+        freezes=freezes if wants_freezes else [],
+        problems=problems + freeze_problems, planned=planned, outputs=outputs, missing=missing,
+        scrape_errors=[e for e in scrape_errors if isinstance(e.get("t"), (int, float)) and started <= e["t"] <= ended])
+    run.snapshots = _snapshots(all_samples, run)
+    if planned is not None and m:
+        run.contradictions = _contradictions(m, planned, schedule)
+    return run
+
+
+def _workload_item(x: dict) -> tuple[str, list[int], int]:
+    rid, prompt, out = x["id"], x["prompt"], x["output_tokens"]
+    if not isinstance(rid, str) or not isinstance(out, int) or isinstance(out, bool) or not (
+            isinstance(prompt, str) or isinstance(prompt, list) and all(type(t) is int for t in prompt)):
+        raise TypeError("not a workload line")
+    return rid, prompt, out
+
+
+def _snapshots(all_samples: list[Sample], run: RunData) -> list[Sample]:
+    """metrics.jsonl's histogram scrapes (the run's before and after snapshots among them) from the
+    meta's before to its after: the second source of every counter."""
+    lo = run.before.t if run.before else run.started_at
+    hi = run.after.t if run.after else run.ended_at
+    return [s for s in all_samples if lo <= s.t <= hi]
+
+
+def _contradictions(m: dict, planned: PlannedRun, schedule: Schedule | None) -> list[str]:
+    """What meta.json says against what plan.json and profile.json say."""
+    out = []
+    if m.get("name") != planned.name:
+        out.append(f"meta.json names the run {str(m.get('name'))[:40]!r}, plan.json {planned.name!r}")
+    if m.get("cache") != planned.kind.value:
+        out.append(f"meta.json says cache {str(m.get('cache'))[:20]!r}, plan.json {planned.kind.value!r}")
+    if bool(m.get("measured", True)) != planned.measured:
+        out.append(f"meta.json says measured {m.get('measured')!r}, plan.json {planned.measured!r}")
+    if schedule is not None and schedule.freezes and planned.freeze_points:
+        saved, status = m.get("freeze_points"), m.get("freeze_status")
+        if status == "off":
+            out.append("meta.json says freezes were turned off; plan.json and profile.json have them on")
+        elif status is None and saved != [p.to_json() for p in planned.freeze_points]:
+            out.append(f"meta.json lists {len(saved) if isinstance(saved, list) else 'no'} freeze points, "
+                       f"plan.json {len(planned.freeze_points)}")
+    return out
+
+
+def planned_points(run: RunData) -> list[FreezePoint]:
+    return list(run.planned.freeze_points) if run.planned else [FreezePoint(**p) for p in run.freeze_points]

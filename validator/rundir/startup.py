@@ -18,7 +18,8 @@ class StartupFacts:
     cache_dtype: str | None = None
     enable_prefix_caching: bool | None = None
     max_model_len: int | None = None               # from /v1/models
-    served_model: str | None = None                # from /v1/models
+    served_model: str | None = None                # from /v1/models: the model the runs use
+    served_models: list[str] | None = None         # from /v1/models: every name the server answers to
     models_error: str | None = None                # why /v1/models could not be read
     refused_estimated_max_model_len: int | None = None
     fatal_error: str | None = None

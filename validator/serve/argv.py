@@ -8,7 +8,9 @@ import shutil
 import sys
 from dataclasses import dataclass, field
 
+from loadgen import net
 from validator.errors import InputError
+from validator.redact import register, secret_name
 from validator.plan.limits import Plan
 from validator.units import GiB
 
@@ -57,16 +59,17 @@ def launch_spec(profile, plan: Plan) -> LaunchSpec:
     api_key = api_key_of(profile)
     env = g("vllm", "env") or {}
     validate_env(env)
+    for k, v in env.items():
+        if secret_name(k):
+            register(v)
+    validate_command(g("vllm", "command") or [])
     dev = dev_mode_wanted(profile)
-    if dev and not _is_loopback_host(g("vllm", "host")):
-        raise InputError(f"vllm.host: {g('vllm', 'host')} is not a loopback address, and dev mode (freeze-frames, "
-                         "prefix-cache reset) opens routes vLLM's API key does not guard; use 127.0.0.1, or set "
-                         "observe.freezes: false")
+    host = bind_host(g("vllm", "host"), dev)
     plan_args, plan_env = vllm_flags(plan)
     return LaunchSpec(
         model=g("model", "path"), served_name=g("model", "served_name"), vllm_args=plan_args,
         env={**plan_env, **({"VLLM_SERVER_DEV_MODE": "1"} if dev else {}), **env},
-        extra_args=extra, python=g("vllm", "python"), command=g("vllm", "command"), host=g("vllm", "host"),
+        extra_args=extra, python=g("vllm", "python"), command=g("vllm", "command"), host=host,
         port=g("vllm", "port"), api_key=api_key, startup_timeout_s=g("vllm", "startup_timeout_s"),
         nice=g("vllm", "nice"), cpus=g("vllm", "cpus"))
 
@@ -77,14 +80,25 @@ def dev_mode_wanted(profile) -> bool:
     return bool(profile.get("observe", "freezes"))
 
 
-def _is_loopback_host(host: str) -> bool:
-    """The same rule as the load generator's: every address the host resolves to is loopback."""
-    from loadgen.cli import UsageError, require_loopback
+ALL_INTERFACES = ("0.0.0.0", "::")
+
+
+def bind_host(host: str, dev: bool) -> str:
+    """The address vLLM binds: a loopback address, resolved once here (vLLM gets the literal, so it
+    binds what was checked), or every interface (kvgate then connects over loopback). Dev mode opens
+    routes vLLM's API key does not guard: loopback only."""
+    if host in ALL_INTERFACES and not dev:
+        return host
     try:
-        require_loopback(f"http://{'[' + host + ']' if ':' in host and not host.startswith('[') else host}:80")
-        return True
-    except UsageError:
-        return False
+        return net.pinned_host(host, "vllm.host")
+    except net.NotLoopback:
+        if dev:
+            raise InputError(f"vllm.host: {host} is not a loopback address, and dev mode (freeze-frames, prefix-cache "
+                             "reset) opens routes vLLM's API key does not guard; use 127.0.0.1, or set observe.freezes: "
+                             "false") from None
+        raise InputError(f"vllm.host: {host} is not a loopback address and kvgate sends load only to this machine; "
+                         "use 127.0.0.1, or 0.0.0.0 to listen on every interface (kvgate connects over "
+                         "127.0.0.1)") from None
 
 
 def api_key_of(profile) -> str | None:
@@ -94,6 +108,7 @@ def api_key_of(profile) -> str | None:
     key = os.environ.get(key_env)
     if not key:
         raise InputError(f"vllm.api_key_env: the environment variable {key_env} is empty or not set")
+    register(key)   # never shown, whatever message or file it would end up in
     return key
 
 
@@ -151,6 +166,7 @@ OWNED_FIELD = {
     "--dtype": "model.dtype", "--host": "vllm.host", "--port": "vllm.port", "--model": "model.path",
     "--api-key": "vllm.api_key_env", "--served-model-name": "model.served_name",
     "--async-scheduling": "vllm.async_scheduling", "--no-async-scheduling": "vllm.async_scheduling",
+    "--device-memory-utilization": "hardware.gpu_memory_utilization",   # vLLM's alias of the above
 }
 
 
@@ -170,26 +186,73 @@ def validate_env(env: dict[str, str]) -> None:
                              f"(or would be written into the run's profile); use {OWNED_ENV[k]} instead")
 
 
+# what of the caller's environment reaches vLLM (docs/launcher.md): what it needs to find its
+# libraries, devices, caches and model files, and its own settings. Not LD_PRELOAD, PYTHONPATH,
+# PYTHONSTARTUP, colour forcing or anything else: give those in vllm.env when they are meant.
+ENV_ALLOWED = {"PATH", "HOME", "USER", "LOGNAME", "SHELL", "LANG", "LANGUAGE", "TZ", "TMPDIR", "TEMP", "TMP",
+               "LD_LIBRARY_PATH", "HTTP_PROXY", "HTTPS_PROXY", "NO_PROXY", "http_proxy", "https_proxy", "no_proxy",
+               "REQUESTS_CA_BUNDLE", "CURL_CA_BUNDLE", "SSL_CERT_FILE", "SSL_CERT_DIR", "VIRTUAL_ENV", "CONDA_PREFIX"}
+ENV_ALLOWED_PREFIXES = ("LC_", "VLLM_", "CUDA_", "NVIDIA_", "NCCL_", "HF_", "HUGGING_FACE_", "TRANSFORMERS_",
+                        "TORCH", "PYTORCH_", "TRITON_", "OMP_", "MKL_", "KMP_", "OPENBLAS_", "XDG_", "HIP_", "ROCM_",
+                        "ROCR_", "GLOO_", "UCX_", "RAY_")
+# set for every server kvgate starts: no usage statistics sent from an acceptance run, logs without
+# colour codes (kvgate parses them)
+ENV_FIXED = {"VLLM_NO_USAGE_STATS": "1", "DO_NOT_TRACK": "1", "NO_COLOR": "1", "VLLM_LOGGING_COLOR": "0"}
+
+
 def launch_environment(inherited: dict[str, str], spec_env: dict[str, str]) -> dict[str, str]:
-    """The server's environment: the caller's, minus owned variables it may carry by accident (a
-    VLLM_SERVER_DEV_MODE=1 left in a shell would open unguarded routes), plus the launch's own."""
-    env = {k: v for k, v in inherited.items() if k not in OWNED_ENV}
+    """The server's environment: the allowed part of the caller's, minus owned variables it may carry
+    by accident (a VLLM_SERVER_DEV_MODE=1 left in a shell would open unguarded routes), then kvgate's
+    fixed settings, then the launch's own (the plan's and vllm.env)."""
+    env = {k: v for k, v in inherited.items()
+           if k not in OWNED_ENV and (k in ENV_ALLOWED or k.startswith(ENV_ALLOWED_PREFIXES))}
+    env.update(ENV_FIXED)
     env.update(spec_env)
     return env
 
 
-def validate_extra_args(args: list[str]) -> None:
-    """Extra flags may not silently change what the plan decided, nor smuggle in a shell. vLLM reads
-    `_` and `-` alike and `--flag=value` as `--flag value`, so every spelling is caught; `--config`
-    would load flags from a file kvgate cannot see."""
+def _flag_key(word: str) -> str | None:
+    """A word as vLLM's parser reads it as an option (None: a value). vLLM (FlexibleArgumentParser)
+    reads `_` as `-` and `--flag=value` as `--flag value`, and takes `--flag.key value` as a key of
+    a JSON flag; argparse then accepts any unambiguous prefix of a flag."""
+    if not word.startswith("-") or word == "-" or word[1:2].isdigit() or word.startswith("-."):
+        return None
+    if word.startswith("--"):
+        key = word[2:].split("=", 1)[0].split(".", 1)[0].replace("_", "-")
+        return "--" + key
+    return word.split("=", 1)[0]
+
+
+def _owned_by(key: str) -> list[str]:
+    """The owned flags this option spelling would set: itself, or every owned flag it abbreviates."""
+    if key in OWNED_FIELD:
+        return [key]
+    return [f for f in OWNED_FIELD if f.startswith(key) and f[:2] == key[:2] and len(key) > 1]
+
+
+def validate_extra_args(args: list[str], field: str = "vllm.extra_args") -> None:
+    """Extra flags may not silently change what the plan decided, nor where the server listens, nor
+    smuggle in a shell. Caught as vLLM's parser reads them: `_` for `-`, `=` forms, JSON keys, and
+    every abbreviation argparse would accept (`--hos` is `--host`); `--config` would load flags from
+    a file kvgate cannot see, and a bare `--` would pass what follows as positional arguments."""
     for a in args:
-        flag = a.split("=", 1)[0]
-        norm = flag if not flag.startswith("--") else "--" + flag[2:].replace("_", "-")
-        if norm in OWNED_FIELD:
-            raise InputError(f"vllm.extra_args: {flag} is set by the plan or the launcher; "
-                             f"change the profile field instead ({OWNED_FIELD[norm]})")
-        if norm == "--config":
-            raise InputError("vllm.extra_args: --config loads flags from a file kvgate cannot check against the "
-                             "plan; list the flags in vllm.extra_args instead")
         if "\n" in a or "\x00" in a:
-            raise InputError(f"vllm.extra_args: {a!r} contains a newline or NUL byte")
+            raise InputError(f"{field}: {a[:40]!r} contains a newline or NUL byte")
+        key = _flag_key(a)
+        if key is None:
+            continue
+        if key == "--":
+            raise InputError(f"{field}: a bare -- would pass what follows to vLLM as positional arguments; remove it")
+        owned = _owned_by(key)
+        if owned:
+            what = key if owned == [key] else f"{key} (an abbreviation of {', '.join(owned)})"
+            raise InputError(f"{field}: {what} is set by the plan or the launcher; change the profile field "
+                             f"instead ({', '.join(dict.fromkeys(OWNED_FIELD[o] for o in owned))})")
+        if "--config".startswith(key) and len(key) > 2:
+            raise InputError(f"{field}: {key} loads flags from a file kvgate cannot check against the plan; list "
+                             "the flags in vllm.extra_args instead")
+
+
+def validate_command(command: list[str]) -> None:
+    """vllm.command (e.g. [vllm, serve]): the program, then words checked like vllm.extra_args."""
+    validate_extra_args(command[1:], "vllm.command")

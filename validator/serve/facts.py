@@ -1,66 +1,101 @@
 """What a running server says about itself over HTTP: /metrics (cache_config_info),
-/v1/models (max_model_len), /version."""
+/v1/models (max_model_len), /version. Every request goes through loadgen.net: to the address the
+loopback rule checked, with no ambient proxy and no redirect followed (the key stays with the server
+asked)."""
 
 from __future__ import annotations
 
+import asyncio
 import json
 import socket
-import urllib.error
-import urllib.request
 
+import aiohttp
+
+from loadgen import net
+from loadgen.net import Pin
 from validator.errors import InfraError, InputError
 from validator.rundir.startup import StartupFacts
 from validator.serve.startup_log import parse_cache_config_info
 
-
-def http_get(url: str, timeout: float = 5.0, api_key: str | None = None) -> str:
-    req = urllib.request.Request(url)
-    if api_key:
-        req.add_header("Authorization", f"Bearer {api_key}")
-    with urllib.request.urlopen(req, timeout=timeout) as r:
-        return r.read().decode(errors="replace")
+MAX_BODY = 32 << 20   # a /metrics or /v1/models answer larger than this is not a vLLM server's
 
 
-def healthy(url: str, timeout: float = 2.0) -> bool:
+class HttpStatus(OSError):
+    """An answer other than 200 (a redirect included: never followed)."""
+
+    def __init__(self, code: int):
+        super().__init__(f"HTTP {code}")
+        self.code = code
+
+
+def http_get(url: str, timeout: float = 5.0, api_key: str | None = None, pin: Pin | None = None) -> str:
+    """GET url, its body as text; HttpStatus on anything but 200, OSError on no answer."""
+    async def get() -> str:
+        headers = {"Authorization": f"Bearer {api_key}"} if api_key else {}
+        async with net.session(pin, timeout=aiohttp.ClientTimeout(total=timeout)) as s, \
+                s.get(url, headers=headers, allow_redirects=False) as r:
+            if r.status != 200:
+                raise HttpStatus(r.status)
+            body = await r.content.read(MAX_BODY + 1)
+            if len(body) > MAX_BODY:
+                raise OSError(f"{url}: answer larger than {MAX_BODY >> 20} MiB")
+            return body.decode(errors="replace")
+    try:
+        return asyncio.run(get())
+    except (aiohttp.ClientError, asyncio.TimeoutError) as e:
+        raise OSError(f"{type(e).__name__}: {e}") from None
+
+
+def healthy(url: str, timeout: float = 2.0, pin: Pin | None = None) -> bool:
     """/health answers 200."""
     try:
-        http_get(url + "/health", timeout=timeout)
+        http_get(url + "/health", timeout=timeout, pin=pin)
         return True
-    except (urllib.error.URLError, OSError, ValueError):
+    except (OSError, ValueError):
         return False
 
 
-def server_facts(base_url: str, api_key: str | None, facts: StartupFacts | None = None) -> StartupFacts:
-    """What a running server says: /metrics (cache_config_info) and /v1/models (max_model_len)."""
+def server_facts(base_url: str, api_key: str | None, facts: StartupFacts | None = None,
+                 want: str | None = None, pin: Pin | None = None) -> StartupFacts:
+    """What a running server says: /metrics (cache_config_info) and /v1/models (the names it serves,
+    and the max_model_len of `want`, or of its first model when none is named)."""
     f = facts or StartupFacts()
+    shown = net.redact_url(base_url)
     try:
-        parse_cache_config_info(http_get(base_url + "/metrics"), f)
-    except (urllib.error.URLError, OSError) as e:
-        raise InfraError(f"cannot read {base_url}/metrics: {e}") from None
+        text = http_get(base_url + "/metrics", pin=pin)
+    except OSError as e:
+        raise InfraError(f"cannot read {shown}/metrics: {net.redact_url(str(e))}") from None
     try:
-        models = json.loads(http_get(base_url + "/v1/models", api_key=api_key))
-        data = models.get("data") or []
-        if data and isinstance(data[0].get("max_model_len"), int):
-            f.max_model_len = data[0]["max_model_len"]
-            f.served_model = data[0].get("id")
+        parse_cache_config_info(text, f)
+    except (ValueError, TypeError, KeyError, IndexError) as e:
+        raise InputError(f"--url: {shown}/metrics is not Prometheus text ({type(e).__name__}); is it a vLLM "
+                         "server?") from None
+    try:
+        models = json.loads(http_get(base_url + "/v1/models", api_key=api_key, pin=pin))
+        data = [d for d in (models.get("data") or []) if isinstance(d, dict) and isinstance(d.get("id"), str)]
+        f.served_models = [d["id"] for d in data]
+        mine = next((d for d in data if d["id"] == want), None) if want else (data[0] if data else None)
+        if mine is not None and isinstance(mine.get("max_model_len"), int):
+            f.max_model_len = mine["max_model_len"]
+            f.served_model = mine["id"]
         else:
             f.models_error = "GET /v1/models: no model with a max_model_len"
-    except urllib.error.HTTPError as e:
+    except HttpStatus as e:
         if e.code in (401, 403):  # every request of the load would be refused the same way
             raise InputError(f"vllm.api_key_env: the server refused {'the key' if api_key else 'a request without a key'}"
                              f" (HTTP {e.code} from /v1/models); name the environment variable that holds its "
                              "API key") from None
         f.models_error = f"GET /v1/models: HTTP {e.code}"
-    except (urllib.error.URLError, OSError, ValueError, AttributeError) as e:
-        f.models_error = f"GET /v1/models: {type(e).__name__}: {e}"[:200]
+    except (OSError, ValueError, AttributeError, RecursionError) as e:
+        f.models_error = net.redact_url(f"GET /v1/models: {type(e).__name__}: {e}")[:200]
     return f
 
 
-def server_version(url: str) -> str | None:
+def server_version(url: str, pin: Pin | None = None) -> str | None:
     """The vLLM version a server says it runs (/version), or None."""
     try:
-        version = json.loads(http_get(url + "/version")).get("version")
-    except (urllib.error.URLError, OSError, ValueError, AttributeError):
+        version = json.loads(http_get(url + "/version", pin=pin)).get("version")
+    except (OSError, ValueError, AttributeError, RecursionError):
         return None
     return version if isinstance(version, str) else None
 

