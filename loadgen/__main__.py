@@ -1,3 +1,3 @@
-from loadgen.cli import main
+from loadgen.main import main
 
 raise SystemExit(main())

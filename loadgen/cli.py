@@ -1,64 +1,32 @@
-"""`loadgen`: streaming load against any OpenAI-compatible server on this machine.
+"""`loadgen`'s command line: argparse only. The flags (loadgen's own and `vllm bench serve`'s, which
+describe the same run) are checked and turned into one typed LoadRun (loadrun.py); nothing past
+this module reads the argparse Namespace.
 
-Writes OUT/records.jsonl (one line per finished request, as it finishes) and
-OUT/summary.json, and prints the summary. Exit 0 done, 1 some requests failed,
-2 bad input, 3 the server could not be reached at all, 130 interrupted.
+Exit codes (loadgen/main.py): 0 done, 1 some requests failed, 2 bad input, 3 the server could not
+be reached at all, 130 interrupted.
 """
 
 from __future__ import annotations
 
 import argparse
-import asyncio
 import math
-import os
-import sys
-import time
-from dataclasses import replace
-from pathlib import Path
 
-import numpy as np
+from loadgen import __version__, net
+from loadgen.loadrun import BenchResult, LoadRun, UsageError
+from loadgen.results import benchjson
+from loadgen.schedule import memory
+from loadgen.schedule.shards import parse_shard
 
-from loadgen import __version__, benchjson, lifeline, memory, net
-from loadgen.client import PREPARE_BYTES, OpenAIStream, connector
-from loadgen.outputs import progress_printer, write_outputs
-from loadgen.records import RecordWriter
-from loadgen.redaction import redact_url
-from loadgen.runner import RunConfig, Runner, tokenize_lengths
-from loadgen.safefile import make_dirs, restrict_umask
-from loadgen.stats import format_summary
-from loadgen.workers import exit_code, last_error, merge, parse_shard, run_processes, shard_args, shard_config
-from loadgen.workload import (
-    Lengths,
-    WorkloadError,
-    from_dataset,
-    multi_turn,
-    shared_prefix,
-    synthetic,
-)
-
-
-class UsageError(Exception):
-    pass
-
-
-USER_TOKENS = 32   # new user tokens a turn in --turns conversations
-
-
-def require_loopback(url: str) -> net.Pin:
-    """The loopback rule (loadgen.net): the host resolved once; the run connects to what was checked."""
-    try:
-        return net.pin(url)
-    except net.NotLoopback as e:
-        raise UsageError(str(e)) from None
+DESCRIPTION = "Streaming load against any OpenAI-compatible server on this machine."
 
 
 class _Parser(argparse.ArgumentParser):
-    def error(self, message: str):
+    def error(self, message: str):  # type: ignore[override]
         self.exit(2, f"loadgen: error: {message} (see loadgen --help)\n")
 
 
 def build_parser() -> argparse.ArgumentParser:
-    ap = _Parser(prog="loadgen", description=__doc__.splitlines()[0],
+    ap = _Parser(prog="loadgen", description=DESCRIPTION,
                  epilog="`vllm bench serve`'s flag names are accepted with their meanings (docs/loadgen.md).")
     ap.add_argument("--version", action="version", version=f"loadgen (kvgate) {__version__}")
     ap.add_argument("--url", "--base-url", dest="url", required=True,
@@ -132,7 +100,6 @@ def build_parser() -> argparse.ArgumentParser:
 # numeric flags and the smallest value each takes (the largest: what a run can bound in time)
 _MINIMUM = {"requests": 1, "warmup": 0, "prefix_groups": 1, "prefix_tokens": 1, "turns": 2, "concurrency": 1,
             "max_concurrency": 1, "num_warmups": 0, "random_input_len": 1, "random_output_len": 1, "workers": 1}
-DURATION_MAX_REQUESTS = 10_000_000   # a run bounded by --duration only: at most this many (and what fits)
 _POSITIVE = ("timeout", "read_timeout", "rate", "duration", "burstiness")
 
 
@@ -158,147 +125,65 @@ def check_ranges(a) -> None:
         raise UsageError(f"--warmup: {a.warmup} would leave none of the {a.requests} requests measured")
 
 
-def make_workload(a):
-    """The workload, after its memory is known to fit --max-memory (loadgen.memory): nothing is built
-    for a run that would not fit. A run bounded by --duration alone gets a count bound that fits."""
-    try:
-        out = Lengths.parse(a.output_tokens, "--output-tokens")
-        budget = memory.parse_size(a.max_memory)
-        n = a.requests if a.requests is not None else (100 if a.duration is None else DURATION_MAX_REQUESTS)
-        in_flight = (a.concurrency or 1) if a.rate is None else (a.max_concurrency or 4096)
-        if a.dataset:
-            size = os.stat(a.dataset).st_size if os.path.isfile(a.dataset) else 0
-            memory.check(memory.Shape(requests=n, prompt_max=0, output_max=out.max, in_flight=in_flight,
-                                      dataset_bytes=size), budget, PREPARE_BYTES)
-            return from_dataset(a.dataset, default_output=out.sample(np.random.default_rng(a.seed)), limit=n)
-        if a.chat:
-            raise UsageError("--chat needs text prompts: use --dataset with text prompts")
-        prompt = Lengths.parse(a.prompt_tokens, "--prompt-tokens")
-        if (a.prefix_groups or a.prefix_tokens) and not (a.prefix_groups and a.prefix_tokens):
-            raise UsageError("--prefix-groups and --prefix-tokens go together")
-        shape = memory.Shape(requests=n, prompt_max=prompt.max + (a.prefix_tokens or 0) * (not a.turns),
-                             output_max=out.max, in_flight=in_flight, turns=a.turns or 0,
-                             user_max=USER_TOKENS if a.turns else 0,
-                             prefix_groups=(a.prefix_groups or 0) * (not a.turns), prefix_tokens=a.prefix_tokens or 0)
-        if a.requests is None and a.duration is not None:   # bounded by time: and by what fits
-            n = min(n, memory.requests_within(budget, shape, PREPARE_BYTES))
-            shape = replace(shape, requests=n)
-            a.requests_bound = n
-        memory.check(shape, budget, PREPARE_BYTES)
-        if a.turns:
-            if a.turns < 2:
-                raise UsageError("--turns must be at least 2")
-            convs = max(1, n // a.turns)
-            return multi_turn(convs, a.turns, prompt, Lengths.parse(USER_TOKENS, "user"), out.max, seed=a.seed,
-                              salt=a.salt)
-        if a.prefix_groups:
-            return shared_prefix(n, a.prefix_groups, a.prefix_tokens, prompt, out, seed=a.seed, salt=a.salt)
-        return synthetic(n, prompt, out, seed=a.seed, salt=a.salt)
-    except (WorkloadError, memory.BudgetError) as e:
-        raise UsageError(str(e)) from None
+def _ranged(n: int, ratio: float) -> str:
+    """vllm bench serve's random lengths: uniform in [N x (1 - r), N x (1 + r)]."""
+    if not ratio:
+        return str(n)
+    return f"uniform:{max(int(n * (1 - ratio)), 1)}:{max(int(n * (1 + ratio)), 1)}"
 
 
-async def _main(a, workload, cfg: RunConfig, out: Path) -> dict:
-    """Run; write records.jsonl and summary.json to out, and vllm bench's result JSON when asked."""
-    key = os.environ.get(a.api_key_env) if a.api_key_env else None
-    async with net.session(connector=connector(a.pin)) as session:
-        await tokenize_lengths(session, a.url, a.model, workload.items,
-                               headers={"Authorization": f"Bearer {key}"} if key else None)
-        transport = OpenAIStream(session, a.url, a.model, api_key=key, request_timeout=a.timeout,
-                                 read_timeout=a.read_timeout)
-        with RecordWriter(out / "records.jsonl") as w:
-            runner = Runner(transport, w, name="loadgen", progress=progress_printer(a.quiet))
-            if a.worker_start is not None:  # --workers: every shard begins at the same instant
-                await asyncio.sleep(max(a.worker_start - time.perf_counter(), 0.0))
-            result = await runner.run(workload, cfg)
-    return write_outputs(a, cfg, result.records, result.started_at, result.ended_at, runner.t0, out,
-                         interrupted=result.interrupted, workload=result.workload)
+def apply_bench_flags(a) -> None:
+    """`vllm bench serve`'s flags onto loadgen's own: the two vocabularies describe the same run."""
+    if a.endpoint == "/v1/chat/completions":
+        a.chat = True
+    if a.random_input_len is not None:
+        a.prompt_tokens = _ranged(a.random_input_len, a.random_range_ratio)
+    if a.random_output_len is not None:
+        a.output_tokens = _ranged(a.random_output_len, a.random_range_ratio)
+    if a.max_concurrency is not None and a.concurrency is not None and a.max_concurrency != a.concurrency:
+        raise UsageError(f"--max-concurrency {a.max_concurrency} and --concurrency {a.concurrency} disagree; give one")
+    if a.request_rate is not None and a.rate is not None:
+        raise UsageError("--request-rate and --rate are the same thing; give one")
+    if a.request_rate is not None and math.isfinite(a.request_rate):
+        if a.concurrency is not None:
+            raise UsageError("--request-rate with --concurrency: use --max-concurrency to cap an open loop")
+        a.rate = a.request_rate
+    if a.rate is None and a.concurrency is None:
+        if a.max_concurrency is not None:
+            a.concurrency = a.max_concurrency
+        elif a.request_rate is not None:  # inf: every request at once, as vllm bench serve sends them
+            a.concurrency = a.requests if a.requests is not None else 100
+    if a.num_warmups:
+        a.requests = (a.requests if a.requests is not None else 100) + a.num_warmups
+        a.warmup += a.num_warmups
 
 
-def _with_workers(a, cfg: RunConfig, out: Path, argv: list[str]) -> dict:
-    from loadgen.workload import new_salt
-    salt = a.salt or new_salt()   # one salt, so every worker builds the same workload
-    bound = (a.duration or 24 * 3600) + a.timeout + 300
-    offsets = clocks_extra = None
-    if a.ray:
-        from loadgen import rayworkers
-        try:
-            codes, clocks_extra = rayworkers.run_actors(
-                a.ray, [shard_args(argv, i, a.workers, salt) for i in range(a.workers)], out, bound)
-        except rayworkers.RayError as e:
-            raise UsageError(str(e)) from None
-        offsets = clocks_extra["offsets_s"]
-    else:
-        codes = run_processes(argv, a.workers, salt, out, bound)
-    dirs = [out / f"worker-{i}" for i in range(a.workers)]
-    bad = [f"worker {i} exited {c}" + (f" ({last_error(out, i)})" if last_error(out, i) else "")
-           for i, c in enumerate(codes) if c not in (0, 1, 3)]
-    if bad or not all((d / "summary.json").exists() for d in dirs):
-        raise UsageError("; ".join(bad) or "a worker wrote no summary") from None
-    records, started, ended, origin, clocks = merge(dirs, offsets)
-    clocks.update(clocks_extra or {})
-    with RecordWriter(out / "records.jsonl") as w:
-        for r in records:
-            w.write(r)
-    return write_outputs(a, cfg, records, started, ended, origin, out, clocks=clocks, workers=a.workers)
-
-
-def prepare(argv: list[str]):
-    """The flags checked and the workload built: (args, workload, RunConfig). Raises UsageError."""
+def parse(argv: list[str]) -> LoadRun:
+    """The command line checked and typed. Raises UsageError (one line naming the flag)."""
     a = build_parser().parse_args(argv)
-    a.pin = require_loopback(a.url)
+    try:
+        pin = net.pin(a.url)   # the loopback rule: resolved once, the run connects to what was checked
+    except net.NotLoopback as e:
+        raise UsageError(str(e)) from None
     check_ranges(a)                  # the flags as given: the error names what the user wrote
-    benchjson.apply_bench_flags(a)
-    a.percentile_metrics = benchjson.parse_percentile_metrics(a.percentile_metrics)
-    a.metric_percentiles = benchjson.parse_percentiles(a.metric_percentiles)
-    a.goodput = benchjson.parse_goodput(a.goodput)
-    a.metadata = benchjson.parse_metadata(a.metadata)
+    apply_bench_flags(a)
+    try:
+        bench = BenchResult(save=a.save_result, detailed=a.save_detailed, result_dir=a.result_dir,
+                            filename=a.result_filename,
+                            percentile_metrics=benchjson.parse_percentile_metrics(a.percentile_metrics),
+                            percentiles=benchjson.parse_percentiles(a.metric_percentiles),
+                            goodput=benchjson.parse_goodput(a.goodput), metadata=benchjson.parse_metadata(a.metadata),
+                            max_concurrency=a.max_concurrency)
+        budget = memory.parse_size(a.max_memory)
+        shard = parse_shard(a.worker_shard) if a.worker_shard else None
+    except (benchjson.BenchArgError, memory.BudgetError, ValueError) as e:
+        raise UsageError(str(e)) from None
     check_ranges(a)                  # again: --num-warmups has added to --requests and --warmup
-    workload = make_workload(a)
-    cfg = RunConfig(concurrency=a.concurrency if a.rate is None else None, rate=a.rate,
-                    burstiness=a.burstiness, max_requests=a.requests, duration=a.duration,
-                    ramp_up=a.ramp_up, warmup=a.warmup, seed=a.seed,
-                    max_in_flight=a.max_concurrency if a.rate is not None and a.max_concurrency else 4096)
-    if cfg.rate is None and cfg.concurrency is None:
-        cfg.concurrency = 1
-    if cfg.max_requests is None and cfg.duration is None:
-        cfg.max_requests = 100
-    if cfg.max_requests is None:   # a --duration run: the count bound that fits --max-memory
-        cfg.max_requests = getattr(a, "requests_bound", None)
-    cfg.check()
-    if a.workers > 1 and cfg.concurrency is not None and cfg.concurrency < a.workers:
-        raise UsageError(f"--workers: {a.workers} workers need at least as many requests in flight "
-                         f"(--concurrency {cfg.concurrency})")
-    if a.worker_shard:
-        shard_config(cfg, *parse_shard(a.worker_shard))
-    return a, workload, cfg
-
-
-def main(argv: list[str] | None = None) -> int:
-    argv = list(argv if argv is not None else sys.argv[1:])
-    restrict_umask()   # records and summaries: this user's only
-    if "--lifeline" in argv:   # first: the parent may already be gone
-        lifeline.watch_stdin()
-    try:
-        a, workload, cfg = prepare(argv)
-    except (UsageError, ValueError) as e:
-        print(f"loadgen: error: {redact_url(str(e))}", file=sys.stderr)
-        return 2
-    out = Path(a.out) if a.out else Path("runs") / f"loadgen-{time.strftime('%Y%m%d-%H%M%S')}"
-    make_dirs(out)
-    try:
-        if a.workers > 1 or a.ray:
-            summary = _with_workers(a, cfg, out, argv)
-        else:
-            summary = asyncio.run(_main(a, workload, cfg, out))
-    except UsageError as e:   # a worker could not run, or Ray could not be reached
-        print(f"loadgen: error: {e}", file=sys.stderr)
-        return 2
-    except KeyboardInterrupt:
-        where = out / ("worker-*" if a.workers > 1 or a.ray else "") / "records.jsonl"
-        print(f"\nloadgen: interrupted; finished requests are in {where}", file=sys.stderr)
-        return 130
-    if not a.quiet and sys.stderr.isatty():
-        print(file=sys.stderr)
-    print(format_summary(summary))
-    return exit_code(summary)
+    return LoadRun(
+        argv=tuple(argv), url=a.url, pin=pin, model=a.model, chat=a.chat, concurrency=a.concurrency, rate=a.rate,
+        burstiness=a.burstiness, max_concurrency=a.max_concurrency, requests=a.requests, duration=a.duration,
+        ramp_up=a.ramp_up, warmup=a.warmup, seed=a.seed, salt=a.salt, prompt_tokens=a.prompt_tokens,
+        output_tokens=a.output_tokens, prefix_groups=a.prefix_groups, prefix_tokens=a.prefix_tokens, turns=a.turns,
+        dataset=a.dataset, api_key_env=a.api_key_env, timeout=a.timeout, read_timeout=a.read_timeout, out=a.out,
+        quiet=a.quiet, max_memory=budget, workers=a.workers, ray=a.ray or None, shard=shard,
+        worker_start=a.worker_start, lifeline=a.lifeline, bench=bench)

@@ -11,8 +11,8 @@ from pathlib import Path
 
 import pytest
 
-from loadgen.benchjson import result
-from loadgen.records import RequestRecord
+from loadgen.results.benchjson import result
+from loadgen.results.records import RequestRecord
 
 ROOT = Path(__file__).resolve().parents[1]
 BENCH_KEYS = {"date", "backend", "model_id", "num_prompts", "request_rate", "burstiness", "max_concurrency",

@@ -3,10 +3,11 @@ docs/kv-accounting.md, and every check shown able to fail."""
 
 import copy
 import json
+from dataclasses import replace
 
 import numpy as np
 
-from loadgen.records import RequestRecord
+from loadgen.results.records import RequestRecord
 from validator.judge.compare import judge
 from validator.judge.figures import bucket_of
 from validator.judge.freezecheck import expected_state
@@ -17,6 +18,7 @@ from validator.judge.predict import (
     final_peak,
     kv_blocks_at,
 )
+from validator.plan.record import Ledger, LedgerMode, Platform, PlanRecord
 from validator.profile import from_dict
 from validator.rundir.freezes import FreezePoint, FreezeRecord
 from validator.rundir.rundata import RunData
@@ -77,8 +79,10 @@ def test_bucket_of_is_bucket_aware():
 
 # --- judge() on a constructed run that agrees with itself, then broken one way at a time ---
 
-PLAN = {"max_num_seqs": 4, "max_model_len": 512, "block_size": BS, "usable_blocks": 64, "num_blocks": 65,
-        "platform": "gpu"}
+PLAN = PlanRecord(platform=Platform.GPU, block_size=BS, num_blocks=65, usable_blocks=64, blocks_per_seq=16,
+                  max_model_len=512, max_num_seqs=4, max_num_batched_tokens=2048, max_concurrency=4.0625,
+                  kv_cache_tokens=2080, kv_bytes_per_token=3072, bytes_per_block=98304, fits=True,
+                  ledger=Ledger(mode=LedgerMode.GIVEN, kv_cache_bytes=1 << 30))
 
 
 def sample(t, usage, running, waiting=0.0, **counters):
@@ -158,10 +162,10 @@ def cold_run():
     return run
 
 
-def values(**tol):
-    v = from_dict({"slo": {"ttft_p99_ms": 1000, "itl_p99_ms": 100}}).values
-    v["tolerances"].update(tol)
-    return v
+def values(slo=None, **tol):
+    """The profile's slo and tolerances sections (SLOs of 1 s and 100 ms unless `slo` says otherwise)."""
+    p = from_dict({"slo": {"ttft_p99_ms": 1000, "itl_p99_ms": 100, **(slo or {})}, "tolerances": tol})
+    return p.slo, p.tolerances
 
 
 def by_name(checks):
@@ -169,7 +173,7 @@ def by_name(checks):
 
 
 def test_a_consistent_run_passes():
-    checks, figures = judge(PLAN, [cold_run()], values())
+    checks, figures = judge(PLAN, [cold_run()], *values())
     assert [c.name for c in checks if c.status != "pass"] == []
     c = by_name(checks)
     assert (c["cold.freeze1.kv_blocks"].expected, c["cold.freeze1.kv_blocks"].observed) == (64, 64)
@@ -181,7 +185,7 @@ def test_a_consistent_run_passes():
 def broken(mutate, plan=PLAN):
     run = cold_run()
     mutate(run)
-    return by_name(judge(plan, [run], values())[0])
+    return by_name(judge(plan, [run], *values())[0])
 
 
 # --- every kind of check, fed a doctored observation, fails ---
@@ -341,7 +345,7 @@ def test_client_far_from_server_histogram_fails_on_gpu_and_is_not_judged_on_cpu(
     assert c["cold.ttft_p50_client_vs_server"].status == "fail"
     late = broken(shifted(0.1))
     assert late["cold.ttft_p50_client_vs_server"].status == "fail"   # a clock 100 ms off breaks it
-    cpu = broken(slow, dict(PLAN, platform="cpu"))
+    cpu = broken(slow, replace(PLAN, platform=Platform.CPU))
     assert cpu["cold.ttft_p50_client_vs_server"].status == "not_judged"
 
 
@@ -370,13 +374,10 @@ def test_a_pause_is_subtracted_from_latency_and_nothing_more():
 
 
 def test_slo_breach_fails_and_an_unset_slo_is_not_judged():
-    v = values()
-    v["slo"]["ttft_p99_ms"] = 1.0
-    v["slo"]["itl_p99_ms"] = 0.5
-    c = by_name(judge(PLAN, [cold_run()], v)[0])
+    c = by_name(judge(PLAN, [cold_run()], *values({"ttft_p99_ms": 1.0, "itl_p99_ms": 0.5}))[0])
     assert c["slo.ttft_p99_ms"].status == "fail" and c["slo.itl_p99_ms"].status == "fail"
-    v["slo"]["ttft_p99_ms"] = None
-    assert by_name(judge(PLAN, [cold_run()], v)[0])["slo.ttft_p99_ms"].status == "not_judged"
+    unset = values({"ttft_p99_ms": None})
+    assert by_name(judge(PLAN, [cold_run()], *unset)[0])["slo.ttft_p99_ms"].status == "not_judged"
 
 
 def probe_run():
@@ -397,11 +398,11 @@ def probe_run():
 
 def test_probe_without_freezes_fails_without_evidence_of_waiting():
     run = probe_run()
-    c = by_name(judge(PLAN, [run], values())[0])
+    c = by_name(judge(PLAN, [run], *values())[0])
     assert c["probe.queueing"].status == "fail"
     for r in run.records[4:]:  # now they got their first token only after the first ones finished
         r.chunk_times = [t + 0.3 for t in r.chunk_times]
-    assert by_name(judge(PLAN, [run], values())[0])["probe.queueing"].status == "pass"
+    assert by_name(judge(PLAN, [run], *values())[0])["probe.queueing"].status == "pass"
 
 
 def test_probe_freeze_with_the_excess_waiting():
@@ -409,15 +410,15 @@ def test_probe_freeze_with_the_excess_waiting():
     run.freeze_points = [{"name": "freeze1", "min_tokens": 1, "running": 4, "waiting": 4}]
     ids = [r.id for r in run.records]
     run.freezes = [freeze("freeze1", 5.0, [4, 4, 3, 3, 0, 0, 0, 0], 0.5, 4.0, 4.0, ids=ids)]
-    c = by_name(judge(PLAN, [run], values())[0])
+    c = by_name(judge(PLAN, [run], *values())[0])
     assert (c["probe.freeze1.kv_blocks"].expected, c["probe.freeze1.kv_blocks"].status) == (4 * 15 + 4, "fail")
     run.freezes = [freeze("freeze1", 5.0, [4, 4, 3, 3, 0, 0, 0, 0], 64 / 64, 4.0, 4.0, ids=ids)]
-    c = by_name(judge(PLAN, [run], values())[0])
+    c = by_name(judge(PLAN, [run], *values())[0])
     assert [c[f"probe.freeze1.{w}"].status for w in ("kv_blocks", "running", "waiting")] == ["pass"] * 3
     assert "probe.queueing" not in c   # the freeze is the evidence
     for r in run.freezes[0].readings:   # a server that ran all 8
         r["values"]["num_requests_waiting"] = 0.0
-    assert by_name(judge(PLAN, [run], values())[0])["probe.freeze1.waiting"].status == "fail"
+    assert by_name(judge(PLAN, [run], *values())[0])["probe.freeze1.waiting"].status == "fail"
 
 
 def test_expected_state_counts_shared_prefix_blocks_once():
@@ -452,11 +453,12 @@ def test_missing_metrics_are_not_measured_not_zero():
 
 
 def test_verdict_is_pass_only_when_every_judged_check_was_measured_and_passed():
+    from validator.judge.check import Check
     from validator.judge.verdict import verdict_of
-    ok = {"name": "a", "passed": True, "status": "pass"}
-    missing = {"name": "b", "passed": None, "status": "not_measured"}
-    skipped = {"name": "c", "passed": None, "status": "not_judged"}
-    bad = {"name": "d", "passed": False, "status": "fail"}
+    ok = Check(name="a", expected=1, observed=1, passed=True)
+    missing = Check(name="b", expected=1, observed=None, passed=None)
+    skipped = Check(name="c", expected=None, observed=None, passed=None, judged=False)
+    bad = Check(name="d", expected=1, observed=2, passed=False)
     assert verdict_of([ok, skipped], None) == "pass"
     assert verdict_of([ok, missing], None) == "inconclusive"
     assert verdict_of([skipped], None) == "inconclusive"      # nothing measured can never pass
@@ -482,7 +484,7 @@ def test_failed_scrapes_leave_the_run_not_measured_never_pass():
 
 
 def test_lines_that_cannot_be_read_are_named_and_only_a_torn_last_line_is_quiet(tmp_path):
-    from loadgen.records import read_records
+    from loadgen.results.records import read_records
     from validator.rundir.samples import read_samples
     good = json.dumps(RequestRecord(id="r0").to_json())
     f = tmp_path / "records.jsonl"
@@ -555,7 +557,7 @@ def test_a_refused_key_is_an_input_error_and_other_failures_are_said():
     finally:
         srv.shutdown()
     assert facts.models_error == "GET /v1/models: HTTP 500"
-    c = {c.name: c for c in cross_check({**PLAN, "max_concurrency": 1.0, "kv_cache_tokens": 1024}, facts)}[
+    c = {c.name: c for c in cross_check(replace(PLAN, max_concurrency=1.0, kv_cache_tokens=1024), facts)}[
         "startup.max_model_len"]
     assert c.status == "not_measured" and "HTTP 500" in c.explanation
 
@@ -582,7 +584,7 @@ def test_a_planned_run_that_never_started_yields_its_checks_not_measured():
     empty = RunData(name="cold", kind=RunKind.COLD, purpose="", records=[], prompts={}, started_at=0.0, ended_at=0.0,
                     before=None, after=None, planned=run.planned, freeze_points=run.freeze_points,
                     missing={"run": "run cold never started"})
-    checks = judge(PLAN, [empty], values())[0]
+    checks = judge(PLAN, [empty], *values())[0]
     mine = [c for c in checks if c.name.startswith("cold.")]
     assert len(mine) >= 15 and {c.status for c in mine} == {"not_measured"}
     assert all("run cold never started" in c.explanation for c in mine if c.name != "cold.prefix_queries")
@@ -601,7 +603,7 @@ def test_the_records_must_be_the_runs_own():
     assert c.status == "fail" and "n2 is not in workload.jsonl" in c.explanation
 
     def other_prompt(run):
-        from loadgen.records import prompt_digest
+        from loadgen.results.records import prompt_digest
         for r in run.records:
             r.prompt_digest = prompt_digest(run.prompts[r.id])
         run.records[0].prompt_digest = prompt_digest(run.prompts["n1"])   # same length, another prompt

@@ -12,9 +12,9 @@ import aiohttp
 import pytest
 
 from benchmarks.stub_server import Stub, serve
-from loadgen.client import OpenAIStream, connector
-from loadgen.runner import RunConfig, Runner
-from loadgen.workload import Lengths, synthetic
+from loadgen.transport.client import OpenAIStream, connector
+from loadgen.schedule.runner import RunConfig, Runner
+from loadgen.schedule.workload import Lengths, synthetic
 
 
 @contextlib.asynccontextmanager
@@ -111,7 +111,7 @@ async def test_bodies_are_encoded_before_the_run_and_sent_as_encoded(monkeypatch
     what is sent (a doctored body shows up as a prompt-token mismatch); the rest are encoded at send."""
     import json
 
-    from loadgen import client
+    from loadgen.transport import client
     monkeypatch.setattr(client, "PREPARE_BYTES", 1)   # the budget is spent after the first body
     async with serving(Stub(itl_ms=0.0)) as url, aiohttp.ClientSession() as s:
         t = OpenAIStream(s, url, "stub")

@@ -11,7 +11,7 @@ import aiohttp
 import pytest
 from aiohttp import web
 
-from loadgen.records import RequestRecord
+from loadgen.results.records import RequestRecord
 from validator.observe.freeze import Freezer, matches
 from validator.rundir.freezes import FreezePoint, FreezeRecord, read_freezes
 from validator.rundir.samples import Sample

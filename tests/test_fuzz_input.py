@@ -148,7 +148,7 @@ def test_fuzzed_validate_command_lines_fail_cleanly(flags):
 def test_fuzzed_loadgen_command_lines_fail_cleanly(flags):
     """Every list is parsed and checked as a run would be; nothing is sent (the run itself is
     replaced), so only the input handling is under test."""
-    import loadgen.cli as lg
+    import loadgen.main as lg
     argv = ["--url", "http://127.0.0.1:9", "--model", "m", "--out", str(TMP / "lg")]
     for flag, value in flags:
         argv += [flag, value]

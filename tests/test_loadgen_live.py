@@ -12,9 +12,9 @@ import time
 import aiohttp
 import pytest
 
-from loadgen.client import OpenAIStream
-from loadgen.runner import RunConfig, Runner
-from loadgen.workload import Lengths, shared_prefix, synthetic
+from loadgen.transport.client import OpenAIStream
+from loadgen.schedule.runner import RunConfig, Runner
+from loadgen.schedule.workload import Lengths, shared_prefix, synthetic
 from validator.observe.scrape import Sampler
 from validator.rundir.samples import parse_metrics
 
@@ -119,7 +119,7 @@ def test_loadgen_cli_against_vllm(tiny_server, tmp_path):
 
 
 async def test_duration_bounds_the_run_and_cancel_keeps_records(tiny_server, tmp_path):
-    from loadgen.records import RecordWriter, read_records
+    from loadgen.results.records import RecordWriter, read_records
     w = synthetic(1000, Lengths.parse(64, "p"), Lengths.parse(64, "o"), seed=6)
     async with aiohttp.ClientSession() as s:
         t0 = time.monotonic()
@@ -142,8 +142,8 @@ async def test_duration_bounds_the_run_and_cancel_keeps_records(tiny_server, tmp
 
 
 async def test_text_prompts_are_counted_by_tokenize_and_chat_works(tiny_server, tmp_path):
-    from loadgen.runner import tokenize_lengths
-    from loadgen.workload import from_dataset
+    from loadgen.schedule.runner import tokenize_lengths
+    from loadgen.schedule.workload import from_dataset
     f = tmp_path / "d.jsonl"
     f.write_text('{"prompt": "the model serves requests with a paged cache", "output_tokens": 6}\n'
                  '{"prompt": "prefix cache hit miss token", "output_tokens": 4, "chat": true}\n')
@@ -159,7 +159,7 @@ async def test_text_prompts_are_counted_by_tokenize_and_chat_works(tiny_server, 
 
 
 async def test_multi_turn_reuses_the_previous_turns(tiny_server):
-    from loadgen.workload import multi_turn
+    from loadgen.schedule.workload import multi_turn
     await reset_prefix_cache(tiny_server)
     w = multi_turn(1, 3, Lengths.parse(100, "p"), Lengths.parse(20, "u"), output=40, seed=9, salt="mt")
     async with aiohttp.ClientSession() as s:

@@ -10,8 +10,9 @@ from pathlib import Path
 
 import pytest
 
-from loadgen import memory
-from loadgen.cli import UsageError, prepare
+from loadgen.schedule import memory
+from loadgen.loadrun import UsageError
+from loadgen.main import prepare
 from tests.conftest import limit_child_memory
 
 ROOT = Path(__file__).resolve().parents[1]

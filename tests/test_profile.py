@@ -44,16 +44,16 @@ def test_errors_name_the_field_and_the_fix(raw, message):
 
 def test_defaults_are_filled():
     p = from_dict({})
-    assert p.get("hardware", "gpu_memory_utilization") == 0.92
-    assert p.get("cache", "workspace") is None   # modelled per vLLM version unless given
-    assert p.get("vllm", "host") == "127.0.0.1"
-    assert p.get("limits", "max_model_len") is None  # derived later, never 0
+    assert p.hardware.gpu_memory_utilization == 0.92
+    assert p.cache.workspace is None   # modelled per vLLM version unless given
+    assert p.vllm.host == "127.0.0.1"
+    assert p.limits.max_model_len is None  # derived later, never 0
 
 
 def test_shipped_profiles_load():
     for f in (ROOT / "profiles").glob("*.yaml"):
         p = load(f)
-        assert Path(p.get("model", "path")).is_absolute()
+        assert Path(p.model.path).is_absolute()
 
 
 def test_every_field_is_documented():

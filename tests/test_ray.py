@@ -17,8 +17,8 @@ from pathlib import Path
 import psutil
 import pytest
 
-from loadgen.records import RequestRecord, read_records
-from loadgen.workers import merge
+from loadgen.results.records import RequestRecord, read_records
+from loadgen.results.merge import merge
 from tests.test_workers import assert_merged_exactly
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -118,7 +118,7 @@ def test_ctrl_c_stops_the_actors_and_keeps_what_they_recorded(ray_head, stub_url
     import signal
     out = tmp_path / "lg"
     code = ("import signal, sys; signal.signal(signal.SIGINT, signal.default_int_handler); "
-            "from loadgen.cli import main; sys.exit(main())")  # Ctrl-C as a terminal delivers it
+            "from loadgen.main import main; sys.exit(main())")  # Ctrl-C as a terminal delivers it
     p = subprocess.Popen([sys.executable, "-c", code, "--url", stub_url, "--model", "M", "--requests", "100000",
                           "--concurrency", "4", "--workers", "2", "--ray", ray_head, "--prompt-tokens", "16",
                           "--output-tokens", "8", "--out", str(out), "--quiet"], cwd=ROOT, stderr=subprocess.PIPE,

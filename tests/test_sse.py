@@ -5,7 +5,7 @@ from pathlib import Path
 
 import pytest
 
-from loadgen.sse import StreamParser
+from loadgen.transport.sse import StreamParser
 
 
 def tok(i, text=" a", finish=None):

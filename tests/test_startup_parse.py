@@ -39,12 +39,21 @@ def test_cache_config_info_labels():
     assert f.kv_cache_memory_bytes == 1 << 30 and f.enable_prefix_caching is True
 
 
+def record(platform="cpu", ledger=None, **fields):
+    """A plan's record with the figures a test names (the rest: a small CPU plan)."""
+    from validator.plan.record import Ledger, LedgerMode, Platform, PlanRecord
+    base = dict(num_blocks=5461, block_size=64, kv_cache_tokens=341_312, max_concurrency=341.3125, max_model_len=1000,
+                usable_blocks=5460, blocks_per_seq=16, max_num_seqs=4, max_num_batched_tokens=2048,
+                kv_bytes_per_token=3072, bytes_per_block=196608, fits=True)
+    led = ledger or {"mode": LedgerMode.GIVEN, "kv_cache_bytes": 1 << 30}
+    return PlanRecord(platform=Platform(platform), ledger=Ledger(**led), **{**base, **fields})
+
+
 def test_cross_check_flags_a_mismatch_and_unreported_values():
-    plan = {"num_blocks": 5461, "block_size": 64, "kv_cache_tokens": 341_312, "max_concurrency": 341.3125,
-            "max_model_len": 1000}
+    plan = record()
     f = parse_cache_config_info(METRICS, StartupFacts(max_model_len=1000, max_concurrency_logged=341.31))
     assert all(c.passed for c in cross_check(plan, f))
-    wrong = dict(plan, num_blocks=5460)
+    wrong = record(num_blocks=5460)
     by_name = {c.name: c for c in cross_check(wrong, f)}
     assert by_name["startup.num_gpu_blocks"].passed is False
     missing = {c.name: c for c in cross_check(plan, StartupFacts())}
@@ -64,8 +73,7 @@ def test_counters_parse_with_either_type_line_and_missing_ones_are_none():
 
 
 def test_every_startup_check_fails_on_a_doctored_fact():
-    plan = {"num_blocks": 5461, "block_size": 64, "kv_cache_tokens": 341_312, "max_concurrency": 341.3125,
-            "max_model_len": 1000}
+    plan = record()
     good = dict(num_gpu_blocks=5461, block_size=64, kv_cache_size_tokens=341_312,
                 kv_cache_max_concurrency=341.3125, max_concurrency_logged=341.31, max_model_len=1000)
     doctored = dict(num_gpu_blocks=5460, block_size=32, kv_cache_size_tokens=341_311,
@@ -81,8 +89,7 @@ def test_every_startup_check_fails_on_a_doctored_fact():
 
 
 def test_the_log_line_is_not_judged_for_a_server_kvgate_did_not_start():
-    plan = {"num_blocks": 5461, "block_size": 64, "kv_cache_tokens": 341_312, "max_concurrency": 341.3125,
-            "max_model_len": 1000}
+    plan = record()
     f = parse_cache_config_info(METRICS, StartupFacts(max_model_len=1000))
     ours = {c.name: c.status for c in cross_check(plan, f, started_here=True)}
     theirs = {c.name: c.status for c in cross_check(plan, f, started_here=False)}
@@ -106,11 +113,12 @@ PINNED_LOG = ("(EngineCore_DP0 pid=9) INFO 04-02 10:11:20 [gpu_worker.py:668] In
 
 
 def gpu_plan(**ledger):
+    from validator.plan.record import LedgerMode
     L = {"weights_bytes": int(15.26 * GIB), "kv_cache_bytes": int(57.50 * GIB), "cudagraph_bytes": int(0.84 * GIB),
-         "mode": "derived from GPU memory"}
+         "mode": LedgerMode.DERIVED}
     L.update(ledger)
-    return {"platform": "gpu", "ledger": L, "num_blocks": 26168, "block_size": 16, "kv_cache_tokens": 418_688,
-            "max_concurrency": 51.1, "max_model_len": 8192}
+    return record("gpu", L, num_blocks=26168, block_size=16, kv_cache_tokens=418_688, max_concurrency=51.1,
+                  max_model_len=8192)
 
 
 GIB = 1024 ** 3
@@ -135,7 +143,7 @@ def test_gpu_memory_checks_pass_on_the_log_and_fail_when_doctored():
                                     "startup.cudagraph_estimate_gib")] == ["fail"] * 3
     missing = {c.name: c.status for c in gpu_memory_checks(gpu_plan(), StartupFacts())}
     assert missing["startup.weights_gib"] == "not_measured"        # our own server: its log must say it
-    assert gpu_memory_checks({"platform": "cpu", "ledger": {}}, StartupFacts()) == []   # CPU logs none of it
+    assert gpu_memory_checks(record("cpu"), StartupFacts()) == []   # CPU logs none of it
 
 
 def test_a_pinned_budget_is_checked_as_reserved_not_as_profiled():

@@ -368,7 +368,7 @@ def test_a_profile_asking_for_load_processes_gets_a_latency_run_from_them(tmp_pa
     judged on it; an SLO below what it measured fails on re-judging."""
     import psutil
 
-    from loadgen.records import read_records
+    from loadgen.results.records import read_records
     out = tmp_path / "run"
     r = validate("--profile", str(tiny_profile_file(tiny_model, tmp_path, workload__workers=2)), "--out", str(out))
     assert r.returncode == 0, r.stdout[-3000:] + r.stderr[-3000:]

@@ -10,10 +10,11 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from loadgen.records import read_records
-from loadgen.runner import RunConfig, Runner, arrival_times
-from loadgen.workers import share
-from loadgen.workload import Lengths, synthetic
+from loadgen.results.records import read_records
+from loadgen.schedule.arrivals import arrival_times
+from loadgen.schedule.runner import RunConfig, Runner
+from loadgen.schedule.shards import share
+from loadgen.schedule.workload import Lengths, synthetic
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -82,8 +83,8 @@ def test_workers_need_enough_concurrency(tmp_path):
 
 
 def test_a_line_a_worker_wrote_that_cannot_be_read_is_named_in_the_merge(tmp_path):
-    from loadgen.records import RequestRecord
-    from loadgen.workers import merge
+    from loadgen.results.records import RequestRecord
+    from loadgen.results.merge import merge
     for i in range(2):
         d = tmp_path / f"worker-{i}"
         d.mkdir()
@@ -100,7 +101,7 @@ def test_a_line_a_worker_wrote_that_cannot_be_read_is_named_in_the_merge(tmp_pat
 def test_validates_latency_run_is_the_workload_loadgen_rebuilds_from_its_flags():
     """validate hands the latency run to `loadgen --workers` as flags; loadgen must rebuild exactly the
     prompts validate saved (the tokens_exact check compares the served counts with them)."""
-    from loadgen.cli import prepare
+    from loadgen.main import prepare
     from validator.errors import InputError
     from validator.observe.schedule import latency_run
     spec = latency_run(n=4, mml=512, margin=0, out=32, waves=6, seed=3, workers=2)

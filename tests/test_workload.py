@@ -3,8 +3,9 @@
 import numpy as np
 import pytest
 
-from loadgen.runner import RunConfig, arrival_times
-from loadgen.workload import (
+from loadgen.schedule.arrivals import arrival_times
+from loadgen.schedule.runner import RunConfig
+from loadgen.schedule.workload import (
     Lengths,
     WorkloadError,
     from_dataset,

@@ -18,47 +18,46 @@ from validator.profile import Profile
 
 def plan_input_from_profile(profile: Profile) -> PlanInput:
     """Read the model files the profile points at; everything after is pure."""
-    g = profile.get
-    path = g("model", "path")
+    path = profile.model.path
     if path is None:
         raise InputError("model.path: missing; point it at a checkpoint directory or a config.json (or use --model)")
     p = Path(path)
-    if not p.exists() and g("model", "build"):
+    if not p.exists() and profile.model.build:
         from validator.tinymodels import ensure_tiny_model  # builds only when asked for
-        ensure_tiny_model(g("model", "build"), p)
+        ensure_tiny_model(profile.model.build, p)
     shape = shape_from_config(load_config(p))
-    weights, source = g("model", "weights_bytes"), "model.weights_bytes"
+    weights, source = profile.model.weights_bytes, "model.weights_bytes"
     if weights is None:
         weights = weight_bytes_from_checkpoint(p)
         source = "safetensors headers" if weights is not None else None
     if weights is None and count_weights(shape) is None:
         source = "unknown"
     count = count_weights(shape)
-    tp, pp = g("hardware", "tensor_parallel_size"), g("hardware", "pipeline_parallel_size")
+    tp, pp = profile.hardware.tensor_parallel_size, profile.hardware.pipeline_parallel_size
     rank = None
     if weights is None and count is not None:
         weights, rank = count.total_bytes, count.rank_bytes(tp, pp)
         source = ("estimated from config.json (parameter count: " + ("MoE experts, " if shape.num_experts else "")
                   + ("tied embeddings, " if shape.tie_word_embeddings else "")
                   + (f"{shape.quant_method} weights, " if shape.quant_method else "") + "split by TP/PP)")
-    extra = g("vllm", "extra_args") or []
-    wl_p, wl_o = g("workload", "prompt_tokens"), g("workload", "output_tokens")
-    wl_len = wl_p + wl_o + (g("workload", "margin_tokens") or 0) if wl_p and wl_o else None
+    extra = profile.vllm.extra_args or []
+    wl_p, wl_o = profile.workload.prompt_tokens, profile.workload.output_tokens
+    wl_len = wl_p + wl_o + (profile.workload.margin_tokens or 0) if wl_p and wl_o else None
     return PlanInput(
-        shape=shape, platform=g("hardware", "platform"), weights_bytes=weights, weights_source=source,
-        kv_cache_bytes=g("cache", "kv_cache_bytes"), gpu_memory_bytes=g("hardware", "gpu_memory"),
-        gpu_memory_utilization=g("hardware", "gpu_memory_utilization"),
-        workspace_bytes=g("cache", "workspace") or 0, block_size=g("cache", "block_size"),
-        kv_cache_dtype=g("cache", "kv_cache_dtype"), max_model_len=g("limits", "max_model_len"),
-        max_num_seqs=g("limits", "max_num_seqs"), max_num_batched_tokens=g("limits", "max_num_batched_tokens"),
-        tensor_parallel_size=g("hardware", "tensor_parallel_size"),
-        num_gpu_blocks_override=g("cache", "num_gpu_blocks_override"),
-        async_scheduling=g("vllm", "async_scheduling"), memory_bandwidth=g("hardware", "memory_bandwidth"),
-        dtype=g("model", "dtype"), workload_len=wl_len, workload_concurrency=g("workload", "concurrency"),
+        shape=shape, platform=profile.hardware.platform, weights_bytes=weights, weights_source=source,
+        kv_cache_bytes=profile.cache.kv_cache_bytes, gpu_memory_bytes=profile.hardware.gpu_memory,
+        gpu_memory_utilization=profile.hardware.gpu_memory_utilization,
+        workspace_bytes=profile.cache.workspace or 0, block_size=profile.cache.block_size,
+        kv_cache_dtype=profile.cache.kv_cache_dtype, max_model_len=profile.limits.max_model_len,
+        max_num_seqs=profile.limits.max_num_seqs, max_num_batched_tokens=profile.limits.max_num_batched_tokens,
+        tensor_parallel_size=profile.hardware.tensor_parallel_size,
+        num_gpu_blocks_override=profile.cache.num_gpu_blocks_override,
+        async_scheduling=profile.vllm.async_scheduling, memory_bandwidth=profile.hardware.memory_bandwidth,
+        dtype=profile.model.dtype, workload_len=wl_len, workload_concurrency=profile.workload.concurrency,
         workload_request=(wl_p, wl_o) if wl_p and wl_o else None,
-        vllm_version=g("vllm", "version") or installed_vllm_version(), pipeline_parallel_size=pp,
+        vllm_version=profile.vllm.version or installed_vllm_version(), pipeline_parallel_size=pp,
         enforce_eager="--enforce-eager" in extra, weights_rank_bytes=rank,
-        workspace_given=g("cache", "workspace") is not None, pin_kv_cache=bool(g("cache", "pin_kv_cache")),
+        workspace_given=profile.cache.workspace is not None, pin_kv_cache=bool(profile.cache.pin_kv_cache),
     )
 
 

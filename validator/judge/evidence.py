@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from dataclasses import replace
 
-from loadgen.records import prompt_digest
+from loadgen.results.records import prompt_digest
 from validator.judge.check import Check
 from validator.rundir.rundata import RunData
 

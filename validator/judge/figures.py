@@ -16,6 +16,7 @@ from validator.judge.predict import (
     final_peak,
     kv_blocks_at,
 )
+from validator.plan.record import PlanRecord
 from validator.rundir.rundata import RunData
 from validator.rundir.samples import Histogram
 
@@ -151,14 +152,14 @@ class RunFigures:
     paused_itl_adjusted: int
 
 
-def run_figures(run: RunData, plan: dict, server_blocks: int | None = None,
+def run_figures(run: RunData, plan: PlanRecord, server_blocks: int | None = None,
                 prefix_hits_predicted: int | None = None) -> RunFigures:
     """Predicted and observed KV and timing figures of one run.
 
     The usage gauge is a fraction of the server's own pool: it is turned into blocks with the
     block count the server reported (when known), not the planned one."""
-    bs = plan["block_size"]
-    usable = (server_blocks - 1) if server_blocks else plan["usable_blocks"]
+    bs = plan.block_size
+    usable = (server_blocks - 1) if server_blocks else plan.usable_blocks
     held = held_requests(run, bs)
     t0 = run.started_at
     timeline = []
@@ -185,7 +186,7 @@ def run_figures(run: RunData, plan: dict, server_blocks: int | None = None,
     return RunFigures(
         requests=len(run.records), ok=len(ok), errors=sum(1 for r in run.records if not r.ok),
         first_error=first_error(run.records), late_first_tokens=late, usable_blocks=usable,
-        kv_upper_bound=final_peak(held, bs, plan["max_num_seqs"]) if held else None,
+        kv_upper_bound=final_peak(held, bs, plan.max_num_seqs) if held else None,
         kv_observed_peak=max(obs) if obs else None, kv_timeline=timeline, freezes=freezes,
         max_running=max((p["running"] for p in timeline if p["running"] is not None), default=None),
         max_waiting=max((p["waiting"] for p in timeline if p["waiting"] is not None), default=None),

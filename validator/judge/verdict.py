@@ -2,41 +2,34 @@
 
 from __future__ import annotations
 
-
-def status_of(c: dict) -> str:
-    """pass, fail, not_measured or not_judged (reports written before statuses existed: derived)."""
-    if c.get("status"):
-        return c["status"]
-    if c["passed"] is None:
-        return "not_measured" if c.get("judged", True) else "not_judged"
-    return "pass" if c["passed"] else "fail"
+from validator.judge.check import Check, Status
 
 
-def counts_of(checks: list[dict]) -> dict:
+def counts_of(checks: list[Check]) -> dict[str, int]:
     out = {"passed": 0, "failed": 0, "not_measured": 0, "not_judged": 0}
-    key = {"pass": "passed", "fail": "failed", "not_measured": "not_measured", "not_judged": "not_judged"}
+    key = {Status.PASS: "passed", Status.FAIL: "failed", Status.NOT_MEASURED: "not_measured",
+           Status.NOT_JUDGED: "not_judged"}
     for c in checks:
-        out[key[status_of(c)]] += 1
+        out[key[c.status]] += 1
     return out
 
 
-def verdict_of(checks: list[dict], error: str | None) -> str:
+def verdict_of(checks: list[Check], error: str | None) -> str:
     """pass only when every check that is judged was measured and passed; a required check without
     its evidence makes the verdict inconclusive, and no check at all can never pass."""
     if error:
         return "error"
-    st = [status_of(c) for c in checks]
-    if "fail" in st:
+    st = {c.status for c in checks}
+    if Status.FAIL in st:
         return "fail"
-    if "not_measured" in st or "pass" not in st:
+    if Status.NOT_MEASURED in st or Status.PASS not in st:
         return "inconclusive"
     return "pass"
 
 
-def counts_line(rep: dict) -> str:
-    c = rep.get("counts") or counts_of(rep["checks"])
-    return (f"{c['passed']} passed, {c['failed']} failed, {c['not_measured']} not measured"
-            + (f", {c['not_judged']} not judged" if c["not_judged"] else ""))
+def counts_line(counts: dict[str, int]) -> str:
+    return (f"{counts['passed']} passed, {counts['failed']} failed, {counts['not_measured']} not measured"
+            + (f", {counts['not_judged']} not judged" if counts["not_judged"] else ""))
 
 
 # one word per status, the same in the console, summary.md, report.html and the docs

@@ -12,10 +12,10 @@ from pathlib import Path
 import aiohttp
 
 from loadgen import net
-from loadgen.client import OpenAIStream, connector
+from loadgen.transport.client import OpenAIStream, connector
 from loadgen.net import Pin
-from loadgen.records import RecordWriter, read_records
-from loadgen.runner import RunConfig, Runner, RunResult
+from loadgen.results.records import RecordWriter, read_records
+from loadgen.schedule.runner import RunConfig, Runner, RunResult
 from loadgen.safefile import make_dirs, open_append
 from validator.errors import InfraError
 from validator.observe.freeze import Freezer
@@ -100,27 +100,26 @@ async def execute(specs: list[RunSpec], base_url: str, model: str, run_dir: Path
 
 
 async def _execute(specs, base_url, model, run_dir, profile, say, api_key, current, pin) -> list[RunData]:
-    g = profile.get
     out: list[RunData] = []
-    timeout = aiohttp.ClientTimeout(total=g("observe", "read_timeout_s") + 5)
+    timeout = aiohttp.ClientTimeout(total=profile.observe.read_timeout_s + 5)
     # no ambient proxy, no redirect, only the addresses the loopback rule checked (loadgen.net)
     async with net.session(pin, timeout=timeout) as scrape_s, net.session(connector=connector(pin)) as load_s:
         sampler = Sampler(scrape_s, base_url, run_dir / "metrics.jsonl",
-                          interval=g("observe", "scrape_interval_s"), timeout=g("observe", "read_timeout_s"))
+                          interval=profile.observe.scrape_interval_s, timeout=profile.observe.read_timeout_s)
         transport = OpenAIStream(load_s, base_url, model, api_key=api_key,
-                                 request_timeout=g("observe", "request_timeout_s"),
-                                 read_timeout=g("observe", "read_timeout_s"), token_counts=True)
-        freeze = FreezeState(g("observe", "freezes"))
+                                 request_timeout=profile.observe.request_timeout_s,
+                                 read_timeout=profile.observe.read_timeout_s, token_counts=True)
+        freeze = FreezeState(profile.observe.freezes)
         # what a run sent by loadgen processes shares with the in-process transport
-        load_args = ["--url", net.pinned_url(base_url, pin) if pin else base_url, "--model", model, "--timeout", str(g("observe", "request_timeout_s")),
-                     "--read-timeout", str(g("observe", "read_timeout_s"))]
+        load_args = ["--url", net.pinned_url(base_url, pin) if pin else base_url, "--model", model, "--timeout", str(profile.observe.request_timeout_s),
+                     "--read-timeout", str(profile.observe.read_timeout_s)]
         if api_key:
-            load_args += ["--api-key-env", g("vllm", "api_key_env")]
+            load_args += ["--api-key-env", profile.vllm.api_key_env]
         try:
             for spec in specs:
                 current[0] = spec.name
                 data = await _one_run(spec, transport, sampler, base_url, run_dir, scrape_s, say,
-                                      g("observe", "run_timeout_s"), freeze, load_args)
+                                      profile.observe.run_timeout_s, freeze, load_args)
                 out.append(data)
                 if data.interrupted:
                     break

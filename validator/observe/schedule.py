@@ -5,8 +5,10 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from loadgen.workload import Lengths, Workload, near_limit, new_salt, shared_prefix
+from loadgen.schedule.workload import Lengths, Workload, near_limit, new_salt, shared_prefix
 from validator.errors import InputError
+from validator.plan.record import PlanRecord
+from validator.profile import WorkloadSection
 from validator.rundir.freezes import FreezePoint
 from validator.rundir.schedule import PlannedRun, RunKind, Schedule
 
@@ -34,21 +36,20 @@ def schedule_of(specs: list[RunSpec], server_started: bool, freezes: bool) -> Sc
     return Schedule(server_started=server_started, freezes=freezes, runs=tuple(s.planned() for s in specs))
 
 
-def plan_runs(plan: dict, profile) -> list[RunSpec]:
+def plan_runs(plan: PlanRecord, workload: WorkloadSection) -> list[RunSpec]:
     """Near-limit cold run, primed shared-prefix warm run, over-limit probe."""
-    g = profile.get
-    n, mml, bs = plan["max_num_seqs"], plan["max_model_len"], plan["block_size"]
-    margin = g("workload", "margin_tokens") or 0
-    out = g("workload", "output_tokens") or min(bs, max(mml // 4, 1))
-    if g("workload", "prompt_tokens") and g("workload", "output_tokens"):
-        total = g("workload", "prompt_tokens") + out
+    n, mml, bs = plan.max_num_seqs, plan.max_model_len, plan.block_size
+    margin = workload.margin_tokens or 0
+    out = workload.output_tokens or min(bs, max(mml // 4, 1))
+    if workload.prompt_tokens and workload.output_tokens:
+        total = workload.prompt_tokens + out
         margin = max(margin, mml - total)
-    waves, seed = g("workload", "waves"), g("workload", "seed")
+    waves, seed = workload.waves, workload.seed
     prompt = mml - margin - out
     cold = near_limit(mml, n, out, margin, requests=n * waves, seed=seed, salt=new_salt())
-    prefix = g("workload", "prefix_tokens") or max(bs, prompt // 2 // bs * bs)
+    prefix = workload.prefix_tokens or max(bs, prompt // 2 // bs * bs)
     prefix = min(prefix, prompt - 1)
-    groups = g("workload", "prefix_groups")
+    groups = workload.prefix_groups
     salt = new_salt()
     suffix = Lengths.parse(prompt - prefix, "suffix")
     o = Lengths.parse(out, "output")
@@ -72,7 +73,7 @@ def plan_runs(plan: dict, profile) -> list[RunSpec]:
         RunSpec("probe", RunKind.PROBE, probe, 3 * n, freezes=freeze_points(n, probe_out, 2, 2, waiting=1),
                 purpose=f"{3 * n} concurrent full-length requests: {n} run, the others wait"),
     ]
-    k = g("workload", "workers") or 1
+    k = workload.workers or 1
     if k > 1:
         specs.append(latency_run(n, mml, margin, out, waves, seed + 3, k))
     return specs

@@ -8,6 +8,7 @@ from dataclasses import dataclass
 from validator.errors import InputError
 from validator.plan.gpu_memory import DEFAULT_VLLM_VERSION, startup_memory
 from validator.plan.model_shape import ModelShape
+from validator.plan.record import LedgerMode
 from validator.units import GiB, cdiv
 
 DEFAULT_BLOCK_SIZE = {"gpu": 16, "cpu": 128}
@@ -96,7 +97,7 @@ def kv_budget(inp: PlanInput, max_num_seqs: int | None = None,
     elif inp.workspace_given:
         ledger["sources"]["workspace_bytes"] = "cache.workspace (given: replaces the modelled terms)"
     if inp.kv_cache_bytes is not None:
-        ledger.update(mode="kv_cache_bytes given", kv_cache_bytes=inp.kv_cache_bytes)
+        ledger.update(mode=LedgerMode.GIVEN.value, kv_cache_bytes=inp.kv_cache_bytes)
         ledger["sources"]["kv_cache_bytes"] = "given (--kv-cache-memory-bytes on a GPU)"
         if inp.gpu_memory_bytes is not None:
             ledger.update(gpu_memory_utilization=inp.gpu_memory_utilization,
@@ -119,6 +120,6 @@ def kv_budget(inp: PlanInput, max_num_seqs: int | None = None,
         kv = budget - weights_rank - inp.workspace_bytes
         ledger["workspace_bytes"] = inp.workspace_bytes
         ledger["sources"]["kv_cache_bytes"] = "budget - weights - workspace"
-    ledger.update(mode="derived from GPU memory", gpu_memory_utilization=inp.gpu_memory_utilization,
+    ledger.update(mode=LedgerMode.DERIVED.value, gpu_memory_utilization=inp.gpu_memory_utilization,
                   budget_bytes=budget, kv_cache_bytes=kv)
     return kv, ledger

@@ -141,17 +141,19 @@ def _derive(inp: PlanInput, layout: KVLayout, block: int, shape: ModelShape, ass
             reasons.append(f"not even one token per sequence fits for {mns} sequences in {usable} usable blocks")
             mml = block
     bpr = layout.blocks_per_request(mml, mnbt)
+    mns_derived = one_too_long = False
     if mns is None:  # derive the concurrency at this context
         mns = usable // bpr
+        mns_derived = True
         source["max_num_seqs"] = f"derived: full-length sequences that fit at {mml} tokens"
         if mns == 0:
             reasons.append(f"one sequence of {mml} tokens needs {bpr} blocks; only {usable} are usable")
-            mns = 1
+            mns, one_too_long = 1, True
     if mnbt_given is None:
         mnbt = max(DEFAULT_MAX_NUM_BATCHED_TOKENS, mns)
         bpr = layout.blocks_per_request(mml, mnbt)
     elif mnbt < mns:
-        if source["max_num_seqs"] and source["max_num_seqs"].startswith("derived"):
+        if mns_derived:
             # vLLM refuses max_num_seqs above max_num_batched_tokens: a derived one respects it
             notes.append(f"max_num_seqs capped at max_num_batched_tokens ({mnbt}); {mns} would fit in the KV cache")
             mns = mnbt
@@ -159,7 +161,7 @@ def _derive(inp: PlanInput, layout: KVLayout, block: int, shape: ModelShape, ass
         else:
             raise InputError(f"limits.max_num_batched_tokens: {mnbt} is below max_num_seqs ({mns}); vLLM refuses it")
 
-    return kv_bytes, ledger, num_blocks, usable, reasons, mml, mns, mnbt, bpr, source
+    return kv_bytes, ledger, num_blocks, usable, reasons, mml, mns, mnbt, bpr, source, one_too_long
 
 
 def make_plan(inp: PlanInput, explore: bool = True) -> Plan:
@@ -195,19 +197,19 @@ def make_plan(inp: PlanInput, explore: bool = True) -> Plan:
     for _ in range(4):
         derive_notes: list[str] = []
         (kv_bytes, ledger, num_blocks, usable, reasons, mml, mns, mnbt, bpr,
-         source) = _derive(inp, layout, block, shape, *assume, derive_notes)
+         source, one_too_long) = _derive(inp, layout, block, shape, *assume, derive_notes)
         if platform != "gpu" or inp.gpu_memory_bytes is None or (mns, mnbt) == assume:
             break
         if (mns, mnbt) in seen:  # alternating by a sequence: keep the smaller, whose peak is lower
             assume = min(seen[-1], (mns, mnbt))
             (kv_bytes, ledger, num_blocks, usable, reasons, mml, mns, mnbt, bpr,
-             source) = _derive(inp, layout, block, shape, *assume, derive_notes)
+             source, one_too_long) = _derive(inp, layout, block, shape, *assume, derive_notes)
             break
         seen.append((mns, mnbt))
         assume = (mns, mnbt)
     notes += derive_notes
     need = mns * bpr
-    if bpr > usable and not any("one sequence" in r for r in reasons):
+    if bpr > usable and not one_too_long:
         est = layout.largest_model_len(usable, mml, mnbt)
         reasons.append(f"vLLM refuses to start: one request of {mml} tokens needs {bpr} blocks, "
                        f"{usable} usable (vLLM's estimated maximum model length: {est})")

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import html
 
-from validator.judge.verdict import STATUS_WORD, counts_line, status_of
+from validator.judge.verdict import STATUS_WORD, counts_line
 from validator.report import svg
 from validator.report.markdown import DEV_MODE_NOTE, dev_mode_of, fmt, freeze_summary
 from validator.units import GiB
@@ -53,8 +53,8 @@ def _table(head: list[str], rows: list[list[str]], cls: str = "") -> str:
 
 def _checks(checks: list[dict], cls: str = "checks") -> str:
     rows = []
-    for c in sorted(checks, key=lambda c: ORDER[status_of(c)]):
-        st = status_of(c)
+    for c in sorted(checks, key=lambda c: ORDER[c["status"]]):
+        st = c["status"]
         k = {"pass": "pass", "fail": "fail"}.get(st, "na")
         rows.append([f"<td class='name'>{esc(c['name'])}</td>", esc(fmt(c["expected"])), esc(fmt(c["observed"])),
                      esc(str(c.get("tolerance") or "")), f"<td class='{k}'>{STATUS_WORD[st]}</td>",
@@ -66,7 +66,7 @@ def _header(rep: dict) -> list[str]:
     v = rep["verdict"]
     meta = rep.get("meta") or {}
     out = [f"<h1>kvgate: <span class='{v}'>{v.upper()}</span> — {esc(rep['profile'])}</h1>",
-           f"<p><b>{esc(counts_line(rep))}</b></p>"]
+           f"<p><b>{esc(counts_line(rep['counts']))}</b></p>"]
     if rep.get("error"):
         out.append(f"<p class='error'>error: {esc(rep['error'])}</p>")
     bits = [meta.get("date_utc"), meta.get("device"), meta.get("vllm_version") and f"vLLM {meta['vllm_version']}",
@@ -77,7 +77,7 @@ def _header(rep: dict) -> list[str]:
         out.append(f"<p class='note'>{esc(DEV_MODE_NOTE)}</p>")
     for note in rep.get("notes") or []:
         out.append(f"<p class='note'>{esc(note)}</p>")
-    attention = [c for c in rep["checks"] if status_of(c) in ("fail", "not_measured")]
+    attention = [c for c in rep["checks"] if c["status"] in ("fail", "not_measured")]
     if attention:
         out.append(f"<section class='attention'><h2>Needs attention ({len(attention)})</h2>"
                    + _checks(attention, "attention") + "</section>")
@@ -123,7 +123,7 @@ def _run(r: dict, checks: list[dict]) -> list[str]:
             ["ITL p50 / p99 (client)", ms(r.get("decode_step_floor_ms")) + " floor" if r.get("decode_step_floor_ms")
              else "—", f"{lat(c.get('itl_ms'), 'p50')} / {lat(c.get('itl_ms'), 'p99')}"]]
     mine = [x for x in checks if x["name"].startswith(r["name"] + ".")]
-    bad = sum(status_of(x) in ("fail", "not_measured") for x in mine)
+    bad = sum(x["status"] in ("fail", "not_measured") for x in mine)
     title = (f"<h3>{esc(r['name'])} — {esc(r['purpose'])}</h3><p class='muted'>cache {esc(r['cache'])}"
              f" ({esc(r['isolation'] or 'as left')}), {esc(freeze_summary(r))}; {len(mine)} checks"
              + (f", <span class='fail'>{bad} need attention</span>" if bad else ", all passed") +

@@ -5,7 +5,7 @@ from __future__ import annotations
 import re
 
 from validator.errors import one_line
-from validator.judge.verdict import STATUS_WORD, counts_line, status_of
+from validator.judge.verdict import STATUS_WORD, counts_line
 
 
 def fmt(v) -> str:
@@ -32,7 +32,7 @@ def md(value) -> str:
 def checks_table(checks: list[dict]) -> str:
     rows = ["| check | expected | observed | tolerance | result |", "|---|---|---|---|---|"]
     for c in checks:
-        st = status_of(c)
+        st = c["status"]
         res = f"**{STATUS_WORD[st]}**" if st == "fail" else STATUS_WORD[st]
         rows.append(f"| {md(c['name'])} | {md(c['expected'])} | {md(c['observed'])} | {md(c['tolerance'])} | {res} |")
     return "\n".join(rows)
@@ -69,13 +69,13 @@ def summary_md(rep: dict) -> str:
                      f"{fmt(r['prefix']['predicted_hit_tokens'])} predicted, TTFT p99 {fmt(ttft)} ms, ITL p50 "
                      f"{fmt(itl)} ms" + (f" (decode-step floor {floor:.2f} ms)" if floor is not None else "")
                      + (" — cut short" if r["interrupted"] else ""))
-    missing = [c for c in rep["checks"] if status_of(c) == "not_measured"]
+    missing = [c for c in rep["checks"] if c["status"] == "not_measured"]
     lines += ["", checks_table(rep["checks"]), ""]
     if failed:
         lines.append("Failed: " + ", ".join(md(c["name"]) for c in failed))
     if missing:
         lines.append("Not measured: " + ", ".join(md(c["name"]) for c in missing))
-    lines.append(f"**{rep['verdict']}**: {counts_line(rep)}.")
+    lines.append(f"**{rep['verdict']}**: {counts_line(rep['counts'])}.")
     return "\n".join(lines) + "\n"
 
 

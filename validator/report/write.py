@@ -6,7 +6,7 @@ import json
 import time
 from pathlib import Path
 
-from loadgen import benchjson
+from loadgen.results import benchjson
 from validator.report.html import report_html
 from validator.report.markdown import summary_md
 from loadgen.safefile import real_dir_inside
@@ -20,10 +20,9 @@ def write_all(run_dir: Path, rep: dict, latency_values: dict | None = None) -> N
     write_text(run_dir / "report.html", report_html(rep, latency_values or {}))
 
 
-def write_bench_results(run_dir: Path, runs: list, profile_values: dict) -> None:
+def write_bench_results(run_dir: Path, runs: list, model: str) -> None:
     """Each measured run also as `vllm bench serve`'s result JSON (runs/<run>/vllm-bench-result.json),
     for the scripts and dashboards built around it; detailed lists included."""
-    model = (profile_values.get("model") or {}).get("served_name") or (profile_values.get("model") or {}).get("path")
     for r in runs:
         if not r.measured:
             continue

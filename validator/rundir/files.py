@@ -11,6 +11,8 @@ from pathlib import Path
 
 from loadgen.safefile import write_atomic
 from validator.errors import InputError
+from validator.plan.record import PlanRecord
+from validator.rundir.schedule import Schedule
 from validator.redact import redact, redact_env
 
 
@@ -63,3 +65,8 @@ def keep_original_report(d: Path) -> dict | None:
     if old.is_file() and not old.is_symlink() and not original.exists() and not original.is_symlink():
         os.replace(old, original)
     return read_json(original, [], {}, original.name)
+
+
+def write_plan(run_dir: Path, record: PlanRecord, schedule: Schedule) -> None:
+    """plan.json, before the first run: the plan's record and what the session will do."""
+    write_json(run_dir / "plan.json", {**record.to_json(), "schedule": schedule.to_json()})

@@ -6,7 +6,7 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
-from loadgen.records import read_jsonl
+from loadgen.results.records import read_jsonl
 from validator.rundir.samples import Sample
 
 

@@ -15,7 +15,7 @@ import json
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from loadgen.records import RequestRecord, read_jsonl, read_records
+from loadgen.results.records import RequestRecord, read_jsonl, read_records
 from validator.rundir.freezes import FreezePoint, read_freezes
 from validator.rundir.samples import Sample, read_samples
 from validator.rundir.schedule import PlannedRun, RunKind, Schedule

@@ -9,7 +9,7 @@ from pathlib import Path
 
 from prometheus_client.parser import text_string_to_metric_families
 
-from loadgen.records import read_jsonl
+from loadgen.results.records import read_jsonl
 
 # our name -> vLLM family names, newest first
 GAUGES = {

@@ -8,13 +8,14 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from validator.errors import InputError
+from validator.plan.record import PlanRecord
 from validator.rundir.rundata import read_json
 from validator.rundir.schedule import Schedule
 
 
 @dataclass(kw_only=True)
 class Saved:
-    record: dict                     # plan.json: the planner's record, the flags, the schedule
+    record: PlanRecord               # plan.json: the planner's record and the flags
     profile_name: str
     profile_values: dict             # profile.json's values, as saved (secrets redacted)
     startup: dict                    # startup.json without its checks and error ({} when missing)
@@ -49,9 +50,10 @@ def read_saved(d: Path) -> Saved:
     values = prof.get("values")
     if not isinstance(values, dict) or not all(isinstance(v, dict) for v in values.values()):
         raise InputError(f"--report: {d}/profile.json has no profile values (a mapping of sections)")
-    for key in ("block_size", "usable_blocks", "max_num_seqs", "max_model_len", "num_blocks"):
-        if not isinstance(record.get(key), int) or isinstance(record.get(key), bool):
-            raise InputError(f"--report: {d}/plan.json has no {key} (an integer); it is not a kvgate plan")
+    try:
+        plan = PlanRecord.from_json(record)
+    except (KeyError, TypeError, ValueError, AttributeError) as e:
+        raise InputError(f"--report: {d}/plan.json is not a kvgate plan ({type(e).__name__}: {str(e)[:80]})") from None
     schedule, note = schedule_of(record)
     startup_problems: list[str] = []
     startup_missing: dict[str, str] = {}
@@ -59,7 +61,7 @@ def read_saved(d: Path) -> Saved:
     error = None
     if startup is not None and isinstance(startup.get("error"), str):
         error = startup["error"]
-    return Saved(record=record, profile_name=str(prof.get("name") or "profile"), profile_values=values,
+    return Saved(record=plan, profile_name=str(prof.get("name") or "profile"), profile_values=values,
                  startup={k: v for k, v in (startup or {}).items() if k not in ("checks", "error")},
                  startup_error=error,
                  startup_missing="; ".join(startup_problems + list(startup_missing.values())) or None,

@@ -12,6 +12,7 @@ from loadgen import net
 from validator.errors import InputError
 from validator.redact import register, secret_name
 from validator.plan.limits import Plan
+from validator.plan.record import PlanRecord
 from validator.units import GiB
 
 
@@ -46,38 +47,36 @@ def vllm_flags(plan: Plan) -> tuple[list[str], dict[str, str]]:
     return args, env
 
 
-def plan_record(plan: Plan) -> dict:
-    """The plan as saved (plan.json) and printed: the planner's figures, then the flags."""
-    args, env = vllm_flags(plan)
-    return {**plan.to_json(), "vllm_args": args, "vllm_env": env}
+def plan_record(plan: Plan) -> PlanRecord:
+    """The plan's record (plan/record.py) with the flags the launcher gives vLLM for it."""
+    return PlanRecord.of(plan).with_flags(*vllm_flags(plan))
 
 
 def launch_spec(profile, plan: Plan) -> LaunchSpec:
-    g = profile.get
-    extra = g("vllm", "extra_args") or []
+    extra = profile.vllm.extra_args or []
     validate_extra_args(extra)
     api_key = api_key_of(profile)
-    env = g("vllm", "env") or {}
+    env = profile.vllm.env or {}
     validate_env(env)
     for k, v in env.items():
         if secret_name(k):
             register(v)
-    validate_command(g("vllm", "command") or [])
+    validate_command(profile.vllm.command or [])
     dev = dev_mode_wanted(profile)
-    host = bind_host(g("vllm", "host"), dev)
+    host = bind_host(profile.vllm.host, dev)
     plan_args, plan_env = vllm_flags(plan)
     return LaunchSpec(
-        model=g("model", "path"), served_name=g("model", "served_name"), vllm_args=plan_args,
+        model=profile.model.path, served_name=profile.model.served_name, vllm_args=plan_args,
         env={**plan_env, **({"VLLM_SERVER_DEV_MODE": "1"} if dev else {}), **env},
-        extra_args=extra, python=g("vllm", "python"), command=g("vllm", "command"), host=host,
-        port=g("vllm", "port"), api_key=api_key, startup_timeout_s=g("vllm", "startup_timeout_s"),
-        nice=g("vllm", "nice"), cpus=g("vllm", "cpus"))
+        extra_args=extra, python=profile.vllm.python, command=profile.vllm.command, host=host,
+        port=profile.vllm.port, api_key=api_key, startup_timeout_s=profile.vllm.startup_timeout_s,
+        nice=profile.vllm.nice, cpus=profile.vllm.cpus)
 
 
 def dev_mode_wanted(profile) -> bool:
     """Dev mode only when a feature needs it: freeze-frames (and with them the cache reset; without
     it the cold run is isolated by a fresh salt)."""
-    return bool(profile.get("observe", "freezes"))
+    return bool(profile.observe.freezes)
 
 
 ALL_INTERFACES = ("0.0.0.0", "::")
@@ -102,7 +101,7 @@ def bind_host(host: str, dev: bool) -> str:
 
 
 def api_key_of(profile) -> str | None:
-    key_env = profile.get("vllm", "api_key_env")
+    key_env = profile.vllm.api_key_env
     if not key_env:
         return None
     key = os.environ.get(key_env)

@@ -90,7 +90,7 @@ class LoadProcess:
 
     # SIGINT as a terminal delivers it, even when kvgate inherited it ignored (a background CI job)
     _MAIN = ("import signal, sys; signal.signal(signal.SIGINT, signal.default_int_handler); "
-             "from loadgen.cli import main; sys.exit(main())")
+             "from loadgen.main import main; sys.exit(main())")
 
     def __init__(self, args: list[str], log: Path):
         with open_append(log) as f:

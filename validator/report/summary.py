@@ -1,14 +1,19 @@
-"""The report's data: verdict, counts, and per run what the client and the server measured."""
+"""The report's data (report.json): the judged values turned into JSON, the one place they are:
+verdict, counts, and per run what the client and the server measured."""
 
 from __future__ import annotations
 
-from loadgen.stats import summarize
-from validator.judge.figures import bucket_of, counter_delta, hist_delta
-from validator.judge.verdict import counts_of, status_of, verdict_of
+from loadgen.results.stats import summarize
+from validator.judge.check import Check, Status
+from validator.judge.figures import RunFigures, bucket_of, counter_delta, hist_delta
+from validator.judge.verdict import counts_of, verdict_of
+from validator.plan.record import PlanRecord
+from validator.rundir.rundata import RunData
 
 
-def build(plan: dict, startup: dict | None, runs: list, figures: dict, checks: list[dict], error: str | None,
-          profile_name: str, rejudged: dict | None = None, notes: list[str] | None = None) -> dict:
+def build(plan: PlanRecord, startup: dict | None, runs: list[RunData], figures: dict[str, RunFigures],
+          checks: list[Check], error: str | None, profile_name: str, rejudged: dict | None = None,
+          notes: list[str] | None = None) -> dict:
     run_rows = []
     for r in runs:
         f = figures.get(r.name)
@@ -18,7 +23,7 @@ def build(plan: dict, startup: dict | None, runs: list, figures: dict, checks: l
             "settled": r.settled, "interrupted": r.interrupted, "workload": r.workload,
             "client": _client_stats(r),
             # physics: a decode step cannot beat reading the weights and the KV once (None without a bandwidth)
-            "decode_step_floor_ms": (plan.get("bandwidth") or {}).get("decode_step_floor_ms"),
+            "decode_step_floor_ms": plan.decode_step_floor_ms,
             "server": _server_stats(r),
             "kv": {k: getattr(f, k, None) for k in ("kv_upper_bound", "kv_observed_peak", "usable_blocks",
                                                     "max_running", "max_waiting", "preemptions")},
@@ -36,8 +41,9 @@ def build(plan: dict, startup: dict | None, runs: list, figures: dict, checks: l
         })
     counts = counts_of(checks)
     rep = {"verdict": verdict_of(checks, error), "counts": counts,
-           "not_measured": [c["name"] for c in checks if status_of(c) == "not_measured"],
-           "profile": profile_name, "plan": plan, "startup": startup, "runs": run_rows, "checks": checks}
+           "not_measured": [c.name for c in checks if c.status is Status.NOT_MEASURED],
+           "profile": profile_name, "plan": plan.to_json(), "startup": startup, "runs": run_rows,
+           "checks": [c.to_json() for c in checks]}
     if error:
         rep["error"] = error
     if rejudged:  # judged again from the run directory: what the live run said

@@ -23,12 +23,14 @@ import socket
 import tempfile
 import threading
 import time
+from dataclasses import replace
 from pathlib import Path
 
+from loadgen.loadrun import UsageError
+from loadgen.results.outputs import exit_code
 from loadgen.safefile import make_dirs, write_atomic
-from loadgen.workers import exit_code
+from loadgen.scale import START_AFTER_S
 
-START_AFTER_S = 2.0      # after every actor answered: time to start the shards together
 CLOCK_PINGS = 5          # round trips per worker; the shortest gives the offset
 STOP_GRACE_S = 30.0      # after a stop: time for the shards to write what they recorded
 
@@ -59,30 +61,31 @@ class LoadWorker:
 
     def run(self, args: list[str], start_wall: float) -> dict:
         """One shard; start_wall is the start instant on this worker's wall clock."""
-        from loadgen import cli
+        from loadgen import cli, shard
         err = io.StringIO()
         with tempfile.TemporaryDirectory(prefix="kvgate-ray-") as d:
             with contextlib.redirect_stderr(err), contextlib.redirect_stdout(io.StringIO()):
                 try:
-                    a, workload, cfg = cli.prepare([*args, "--out", d])
-                except (cli.UsageError, ValueError) as e:
+                    run = cli.parse([*args, "--out", d])
+                    workload, cfg = shard.build(run)
+                except UsageError as e:
                     return {"code": 2, "stderr": f"loadgen: error: {e}", "files": {}}
                 except SystemExit as e:  # argparse: its message went to stderr
                     return {"code": e.code if isinstance(e.code, int) else 2, "stderr": err.getvalue(), "files": {}}
-                a.worker_start = start_wall - time.time() + time.perf_counter()
-                code = self._serve(cli, a, workload, cfg, Path(d))
+                run = replace(run, worker_start=start_wall - time.time() + time.perf_counter())
+                code = self._serve(shard, run, workload, cfg, Path(d))
             files = {n: (Path(d) / n).read_text() for n in ("records.jsonl", "summary.json")
                      if (Path(d) / n).exists()}
         return {"code": code, "stderr": err.getvalue()[-4000:], "files": files, "host": self.where()}
 
-    def _serve(self, cli, a, workload, cfg, out: Path) -> int:
-        async def shard():
+    def _serve(self, shard, run, workload, cfg, out: Path) -> int:
+        async def one():
             self._loop, self._task = asyncio.get_running_loop(), asyncio.current_task()
             if self._stopped.is_set():
                 raise asyncio.CancelledError
-            return await cli._main(a, workload, cfg, out)
+            return await shard.run_shard(run, workload, cfg, out)
         try:
-            summary = asyncio.run(shard())
+            summary = asyncio.run(one())
         except asyncio.CancelledError:  # stopped before its first request: nothing recorded
             return 130
         if self._stopped.is_set():

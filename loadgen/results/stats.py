@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from loadgen.records import RequestRecord
+from loadgen.results.records import RequestRecord
 
 PERCENTILES = (50, 90, 95, 99)
 

@@ -17,8 +17,8 @@ import aiohttp
 import numpy as np
 
 from loadgen import net
-from loadgen.records import RequestRecord
-from loadgen.sse import StreamParser
+from loadgen.results.records import RequestRecord
+from loadgen.transport.sse import StreamParser
 
 
 @dataclass

@@ -18,14 +18,13 @@ from pathlib import Path
 import numpy as np
 
 from loadgen.safefile import make_dirs, write_atomic
-from loadgen.records import RequestRecord
+from loadgen.results.records import RequestRecord
 
 METRICS = ("ttft", "tpot", "itl", "e2el")
-DETAILED = ("input_lens", "output_lens", "ttfts", "itls", "errors")
 
 
 class BenchArgError(ValueError):
-    pass
+    """A `vllm bench serve` flag that cannot be read; the message names it."""
 
 
 def parse_percentile_metrics(text: str) -> tuple[str, ...]:
@@ -69,39 +68,6 @@ def parse_metadata(items: list[str] | None) -> dict[str, str]:
         k, v = item.split("=", 1)
         out[k.strip()] = v.strip()
     return out
-
-
-def _ranged(n: int, ratio: float) -> str:
-    """vllm bench serve's random lengths: uniform in [N x (1 - r), N x (1 + r)]."""
-    if not ratio:
-        return str(n)
-    return f"uniform:{max(int(n * (1 - ratio)), 1)}:{max(int(n * (1 + ratio)), 1)}"
-
-
-def apply_bench_flags(a) -> None:
-    """`vllm bench serve`'s flags onto loadgen's own: the two vocabularies describe the same run."""
-    if a.endpoint == "/v1/chat/completions":
-        a.chat = True
-    if a.random_input_len is not None:
-        a.prompt_tokens = _ranged(a.random_input_len, a.random_range_ratio)
-    if a.random_output_len is not None:
-        a.output_tokens = _ranged(a.random_output_len, a.random_range_ratio)
-    if a.max_concurrency is not None and a.concurrency is not None and a.max_concurrency != a.concurrency:
-        raise BenchArgError(f"--max-concurrency {a.max_concurrency} and --concurrency {a.concurrency} disagree; give one")
-    if a.request_rate is not None and a.rate is not None:
-        raise BenchArgError("--request-rate and --rate are the same thing; give one")
-    if a.request_rate is not None and math.isfinite(a.request_rate):
-        if a.concurrency is not None:
-            raise BenchArgError("--request-rate with --concurrency: use --max-concurrency to cap an open loop")
-        a.rate = a.request_rate
-    if a.rate is None and a.concurrency is None:
-        if a.max_concurrency is not None:
-            a.concurrency = a.max_concurrency
-        elif a.request_rate is not None:  # inf: every request at once, as vllm bench serve sends them
-            a.concurrency = a.requests if a.requests is not None else 100
-    if a.num_warmups:
-        a.requests = (a.requests if a.requests is not None else 100) + a.num_warmups
-        a.warmup += a.num_warmups
 
 
 def result(records: list[RequestRecord], duration: float, *, backend: str, model_id: str, num_prompts: int,

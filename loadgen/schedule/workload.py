@@ -22,7 +22,7 @@ from typing import Any
 
 import numpy as np
 
-from loadgen.client import RequestSpec
+from loadgen.transport.client import RequestSpec
 
 DEFAULT_ID_RANGE = (10, 500)  # clear of the low special ids; valid in any vocabulary of 500+
 SALT_TOKENS = 4

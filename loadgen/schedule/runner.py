@@ -13,9 +13,10 @@ from typing import Callable
 
 import numpy as np
 
-from loadgen.client import RequestSpec, Transport
-from loadgen.records import RecordWriter, RequestRecord, prompt_digest
-from loadgen.workload import Conversation, Workload
+from loadgen.schedule.arrivals import arrival_times
+from loadgen.transport.client import RequestSpec, Transport
+from loadgen.results.records import RecordWriter, RequestRecord, prompt_digest
+from loadgen.schedule.workload import Conversation, Workload
 
 MAX_DURATION_S = 24 * 3600.0  # every loop is bounded in time, whatever the caller asks
 
@@ -62,19 +63,6 @@ class RunResult:
     @property
     def window(self) -> tuple[float, float]:
         return self.started_at, self.ended_at
-
-
-def arrival_times(n: int, rate: float, burstiness: float, ramp_up: float, seed: int) -> list[float]:
-    """Open-loop start times: gamma inter-arrivals (shape = burstiness, mean 1/rate), rate ramping
-    linearly from 0 over `ramp_up` seconds."""
-    rng = np.random.default_rng(seed)
-    gaps = rng.gamma(shape=burstiness, scale=1.0 / (rate * burstiness), size=n)
-    out, t = [], 0.0
-    for g in gaps:
-        factor = 1.0 if ramp_up <= 0 else max(min(1.0, t / ramp_up), 0.05)
-        t += g / factor
-        out.append(t)
-    return out
 
 
 class Runner:

@@ -1,0 +1,1 @@
+"""Sending one request and reading its stream: the OpenAI-compatible transport and the SSE parser."""
