@@ -1,5 +1,5 @@
 # The two set-up commands of the README. Both bootstrap .venv/ first.
-.PHONY: setup demo test models clean
+.PHONY: setup demo test test-fast lint models clean
 
 setup:
 	@bash scripts/bootstrap.sh
@@ -9,7 +9,19 @@ demo: setup
 
 test:
 	@bash scripts/bootstrap.sh test
+	@$(MAKE) --no-print-directory lint
 	.venv/bin/python -m pytest -q -ra
+
+# the pure tests (no vLLM, no server, no process of kvgate's): under a minute
+test-fast:
+	@bash scripts/bootstrap.sh test
+	@$(MAKE) --no-print-directory lint
+	KVGATE_FUZZ_EXAMPLES=100 .venv/bin/python -m pytest -q -m "not live"
+
+lint:
+	.venv/bin/ruff check validator loadgen tests benchmarks
+	.venv/bin/ruff format --check validator loadgen tests benchmarks
+	.venv/bin/mypy
 
 models: setup
 	.venv/bin/python -m validator.tinymodels --dir models

@@ -33,15 +33,20 @@ from pathlib import Path
 import psutil
 
 ROOT = Path(__file__).resolve().parents[1]
-VICTIMS = ("python", "VLLM::EngineCore")   # the API server's process name, the engine's
+VICTIMS = ("python", "VLLM::EngineCore")  # the API server's process name, the engine's
 PHASES = ("run cold:", "run warm:", "run probe:")
 
 
 def one_try(i: int, rng: random.Random, out_root: Path) -> dict:
     victim, phase = VICTIMS[i % 2], PHASES[i % 3]
     out = out_root / f"try{i}"
-    p = subprocess.Popen([sys.executable, "-m", "validator", "--profile", str(ROOT / "profiles" / "tiny-cpu.yaml"),
-                          "--out", str(out)], cwd=ROOT, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+    p = subprocess.Popen(
+        [sys.executable, "-m", "validator", "--profile", str(ROOT / "profiles" / "tiny-cpu.yaml"), "--out", str(out)],
+        cwd=ROOT,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
     lines: list[str] = []
     seen = threading.Event()
     pid: list[int] = []
@@ -53,6 +58,7 @@ def one_try(i: int, rng: random.Random, out_root: Path) -> dict:
                 pid.append(int(line.split("(pid ")[1].split(")")[0]))
             if phase in line:
                 seen.set()
+
     t = threading.Thread(target=read, daemon=True)
     t.start()
     if not seen.wait(300):
@@ -68,16 +74,27 @@ def one_try(i: int, rng: random.Random, out_root: Path) -> dict:
     took = time.monotonic() - t_kill
     t.join(timeout=10)
     left = [q.pid for q in tree if q.is_running() and q.status() != psutil.STATUS_ZOMBIE]
-    return {"try": i, "victim": victim, "phase": phase.split()[1].rstrip(":"), "exit": code,
-            "seconds": round(took, 3), "left": left}
+    return {
+        "try": i,
+        "victim": victim,
+        "phase": phase.split()[1].rstrip(":"),
+        "exit": code,
+        "seconds": round(took, 3),
+        "left": left,
+    }
 
 
 def reverse_try(i: int, rng: random.Random, out_root: Path) -> dict:
     """SIGKILL validate during a run; the time until no process of its server runs any more."""
     phase = PHASES[i % 3]
     out = out_root / f"try{i}"
-    p = subprocess.Popen([sys.executable, "-m", "validator", "--profile", str(ROOT / "profiles" / "tiny-cpu.yaml"),
-                          "--out", str(out)], cwd=ROOT, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+    p = subprocess.Popen(
+        [sys.executable, "-m", "validator", "--profile", str(ROOT / "profiles" / "tiny-cpu.yaml"), "--out", str(out)],
+        cwd=ROOT,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
     seen = threading.Event()
     pid: list[int] = []
     tree: dict[int, psutil.Process] = {}
@@ -90,7 +107,7 @@ def reverse_try(i: int, rng: random.Random, out_root: Path) -> dict:
             if phase in line:
                 seen.set()
 
-    def track():   # every process under the server, as it appears (the engine starts its worker late)
+    def track():  # every process under the server, as it appears (the engine starts its worker late)
         while not stop.wait(0.02):
             if pid:
                 try:
@@ -99,6 +116,7 @@ def reverse_try(i: int, rng: random.Random, out_root: Path) -> dict:
                         tree.setdefault(q.pid, q)
                 except psutil.Error:
                     pass
+
     threads = [threading.Thread(target=read, daemon=True), threading.Thread(target=track, daemon=True)]
     for t in threads:
         t.start()
@@ -121,18 +139,24 @@ def reverse_try(i: int, rng: random.Random, out_root: Path) -> dict:
             except psutil.Error:
                 pass
         return out
+
     while running() and time.monotonic() - t_kill < 30:
         time.sleep(0.005)
     took = time.monotonic() - t_kill
     left = running()
-    for q in procs:   # never leave a server behind, whatever was measured
+    for q in procs:  # never leave a server behind, whatever was measured
         try:
             q.kill()
         except psutil.Error:
             pass
     p.wait(timeout=30)
-    return {"try": i, "phase": phase.split()[1].rstrip(":"), "processes": len(procs), "seconds": round(took, 3),
-            "left": left}
+    return {
+        "try": i,
+        "phase": phase.split()[1].rstrip(":"),
+        "processes": len(procs),
+        "seconds": round(took, 3),
+        "left": left,
+    }
 
 
 def main_reverse(a, rng) -> int:
@@ -141,14 +165,26 @@ def main_reverse(a, rng) -> int:
         for i in range(a.tries):
             r = reverse_try(i, rng, Path(d))
             results.append(r)
-            print(f"try {i}: validate killed in {r['phase']:<5} -> last of {r['processes']} server processes gone "
-                  f"after {r['seconds']:.3f} s, left {r['left']}", flush=True)
+            print(
+                f"try {i}: validate killed in {r['phase']:<5} -> last of {r['processes']} server processes gone "
+                f"after {r['seconds']:.3f} s, left {r['left']}",
+                flush=True,
+            )
     secs = [r["seconds"] for r in results]
-    summary = {"tries": len(results), "left_any": sum(bool(r["left"]) for r in results),
-               "median_s": statistics.median(secs), "max_s": max(secs), "min_s": min(secs), "results": results,
-               "machine": f"{os.cpu_count()} CPUs", "date": time.strftime("%Y-%m-%d")}
-    print(f"validate killed: last server process gone median {summary['median_s']:.3f} s, max "
-          f"{summary['max_s']:.3f} s; processes left in {summary['left_any']} tries")
+    summary = {
+        "tries": len(results),
+        "left_any": sum(bool(r["left"]) for r in results),
+        "median_s": statistics.median(secs),
+        "max_s": max(secs),
+        "min_s": min(secs),
+        "results": results,
+        "machine": f"{os.cpu_count()} CPUs",
+        "date": time.strftime("%Y-%m-%d"),
+    }
+    print(
+        f"validate killed: last server process gone median {summary['median_s']:.3f} s, max "
+        f"{summary['max_s']:.3f} s; processes left in {summary['left_any']} tries"
+    )
     (ROOT / "benchmarks" / "kill_reverse.json").write_text(json.dumps(summary, indent=1))
     return 0 if not summary["left_any"] else 1
 
@@ -167,15 +203,27 @@ def main() -> int:
         for i in range(a.tries):
             r = one_try(i, rng, Path(d))
             results.append(r)
-            print(f"try {i}: kill {r['victim']:<16} in {r['phase']:<5} -> exit {r['exit']} after "
-                  f"{r['seconds']:.3f} s, left {r['left']}", flush=True)
+            print(
+                f"try {i}: kill {r['victim']:<16} in {r['phase']:<5} -> exit {r['exit']} after "
+                f"{r['seconds']:.3f} s, left {r['left']}",
+                flush=True,
+            )
     secs = [r["seconds"] for r in results]
-    summary = {"tries": len(results), "exit_3": sum(r["exit"] == 3 for r in results),
-               "left_any": sum(bool(r["left"]) for r in results), "median_s": statistics.median(secs),
-               "max_s": max(secs), "min_s": min(secs), "results": results,
-               "machine": f"{os.cpu_count()} CPUs", "date": time.strftime("%Y-%m-%d")}
-    print(f"exit 3 in {summary['exit_3']}/{summary['tries']}; kill -> exit median {summary['median_s']:.3f} s, "
-          f"max {summary['max_s']:.3f} s; processes left in {summary['left_any']} tries")
+    summary = {
+        "tries": len(results),
+        "exit_3": sum(r["exit"] == 3 for r in results),
+        "left_any": sum(bool(r["left"]) for r in results),
+        "median_s": statistics.median(secs),
+        "max_s": max(secs),
+        "min_s": min(secs),
+        "results": results,
+        "machine": f"{os.cpu_count()} CPUs",
+        "date": time.strftime("%Y-%m-%d"),
+    }
+    print(
+        f"exit 3 in {summary['exit_3']}/{summary['tries']}; kill -> exit median {summary['median_s']:.3f} s, "
+        f"max {summary['max_s']:.3f} s; processes left in {summary['left_any']} tries"
+    )
     (ROOT / "benchmarks" / "kill_detection.json").write_text(json.dumps(summary, indent=1))
     return 0 if summary["exit_3"] == summary["tries"] and not summary["left_any"] else 1
 

@@ -34,9 +34,25 @@ TTFT_MS, ITL_MS, TOKENS = 50.0, 20.0, 20
 
 
 def stub(stamp_log: Path):
-    p = subprocess.Popen([*pinned(1), PY, str(ROOT / "benchmarks" / "stub_server.py"), "--port", "0", "--ttft-ms",
-                          str(TTFT_MS), "--itl-ms", str(ITL_MS), "--stamp-log", str(stamp_log),
-                          "--max-seconds", "900"], stdout=subprocess.PIPE, text=True)
+    p = subprocess.Popen(
+        [
+            *pinned(1),
+            PY,
+            str(ROOT / "benchmarks" / "stub_server.py"),
+            "--port",
+            "0",
+            "--ttft-ms",
+            str(TTFT_MS),
+            "--itl-ms",
+            str(ITL_MS),
+            "--stamp-log",
+            str(stamp_log),
+            "--max-seconds",
+            "900",
+        ],
+        stdout=subprocess.PIPE,
+        text=True,
+    )
     return p, f"http://127.0.0.1:{int(p.stdout.readline().split()[-1])}"
 
 
@@ -63,8 +79,13 @@ def lags(pairs: list[tuple[list[float], list[float]]]) -> dict:
         if not v:
             return None
         a = np.asarray(v)
-        return {"p50": round(float(np.percentile(a, 50)), 2), "p99": round(float(np.percentile(a, 99)), 2),
-                "max": round(float(a.max()), 2), "count": int(a.size)}
+        return {
+            "p50": round(float(np.percentile(a, 50)), 2),
+            "p99": round(float(np.percentile(a, 99)), 2),
+            "max": round(float(a.max()), 2),
+            "count": int(a.size),
+        }
+
     return {"ttft_lag_ms": d(first), "itl_lag_ms": d(rest), "paired": len(first)}
 
 
@@ -74,10 +95,35 @@ def run_loadgen(streams: int, n: int, work: Path, workers: int = 1, cores: str =
     p, url = stub(log)
     try:
         out = work / "lg"
-        subprocess.run([*pinned(cores), PY, "-m", "loadgen", "--url", url, "--model", "stub", "--concurrency",
-                        str(streams), "--requests", str(n), "--prompt-tokens", str(prompt), "--output-tokens",
-                        str(TOKENS), "--workers", str(workers), "--out", str(out), "--quiet"], check=True, capture_output=True,
-                       timeout=900, cwd=ROOT)
+        subprocess.run(
+            [
+                *pinned(cores),
+                PY,
+                "-m",
+                "loadgen",
+                "--url",
+                url,
+                "--model",
+                "stub",
+                "--concurrency",
+                str(streams),
+                "--requests",
+                str(n),
+                "--prompt-tokens",
+                str(prompt),
+                "--output-tokens",
+                str(TOKENS),
+                "--workers",
+                str(workers),
+                "--out",
+                str(out),
+                "--quiet",
+            ],
+            check=True,
+            capture_output=True,
+            timeout=900,
+            cwd=ROOT,
+        )
     finally:
         stop(p)
     origin = json.loads((out / "summary.json").read_text())["clock_origin_perf_counter"]
@@ -95,14 +141,49 @@ def run_vllm_bench(streams: int, n: int, work: Path, tokenizer: str, prompt: int
     log = work / "vb-stamps.jsonl"
     p, url = stub(log)
     try:
-        subprocess.run([*pinned(0), PY, str(ROOT / "benchmarks" / "vllm_cli.py"), "bench", "serve",
-                        "--backend", "openai", "--base-url", url, "--endpoint", "/v1/completions",
-                        "--model", "stub", "--tokenizer", tokenizer, "--dataset-name", "random",
-                        "--random-input-len", str(prompt), "--random-output-len", str(TOKENS),
-                        "--num-prompts", str(n),
-                        "--max-concurrency", str(streams), "--ignore-eos", "--num-warmups", "0", "--disable-tqdm",
-                        "--save-result", "--save-detailed", "--result-dir", str(work), "--result-filename", "vb.json"],
-                       check=True, capture_output=True, timeout=900, cwd=ROOT)
+        subprocess.run(
+            [
+                *pinned(0),
+                PY,
+                str(ROOT / "benchmarks" / "vllm_cli.py"),
+                "bench",
+                "serve",
+                "--backend",
+                "openai",
+                "--base-url",
+                url,
+                "--endpoint",
+                "/v1/completions",
+                "--model",
+                "stub",
+                "--tokenizer",
+                tokenizer,
+                "--dataset-name",
+                "random",
+                "--random-input-len",
+                str(prompt),
+                "--random-output-len",
+                str(TOKENS),
+                "--num-prompts",
+                str(n),
+                "--max-concurrency",
+                str(streams),
+                "--ignore-eos",
+                "--num-warmups",
+                "0",
+                "--disable-tqdm",
+                "--save-result",
+                "--save-detailed",
+                "--result-dir",
+                str(work),
+                "--result-filename",
+                "vb.json",
+            ],
+            check=True,
+            capture_output=True,
+            timeout=900,
+            cwd=ROOT,
+        )
     finally:
         stop(p)
     res = json.loads((work / "vb.json").read_text())
@@ -127,21 +208,36 @@ def main() -> None:
     ap.add_argument("--out", default=str(ROOT / "benchmarks" / "lag.json"))
     a = ap.parse_args()
     from validator.tinymodels import ensure_tiny_model
+
     tok = str(ensure_tiny_model("tiny-gqa", ROOT / "models" / "tiny-gqa"))
     rows = []
     for streams in (int(x) for x in a.streams.split(",")):
         n = max(streams * a.requests_per_stream, 20)
         with tempfile.TemporaryDirectory() as d:
-            row = {"streams": streams, "requests": n,
-                   "loadgen": run_loadgen(streams, n, Path(d), prompt=a.prompt_tokens),
-                   "vllm_bench": run_vllm_bench(streams, n, Path(d), tok, prompt=a.prompt_tokens)}
+            row = {
+                "streams": streams,
+                "requests": n,
+                "loadgen": run_loadgen(streams, n, Path(d), prompt=a.prompt_tokens),
+                "vllm_bench": run_vllm_bench(streams, n, Path(d), tok, prompt=a.prompt_tokens),
+            }
         rows.append(row)
         for who in ("loadgen", "vllm_bench"):
             t, i = row[who]["ttft_lag_ms"], row[who]["itl_lag_ms"]
-            print(f"{streams:>5} streams {who:<11} TTFT lag p50/p99/max {t['p50']}/{t['p99']}/{t['max']} ms, "
-                  f"ITL lag {i['p50']}/{i['p99']}/{i['max']} ms ({row[who]['paired']} of {n} paired)", flush=True)
-    Path(a.out).write_text(json.dumps({"when": time.strftime("%Y-%m-%d"), "stub": {"ttft_ms": TTFT_MS, "itl_ms": ITL_MS,
-                                       "tokens": TOKENS, "prompt_tokens": a.prompt_tokens}, "rows": rows}, indent=1))
+            print(
+                f"{streams:>5} streams {who:<11} TTFT lag p50/p99/max {t['p50']}/{t['p99']}/{t['max']} ms, "
+                f"ITL lag {i['p50']}/{i['p99']}/{i['max']} ms ({row[who]['paired']} of {n} paired)",
+                flush=True,
+            )
+    Path(a.out).write_text(
+        json.dumps(
+            {
+                "when": time.strftime("%Y-%m-%d"),
+                "stub": {"ttft_ms": TTFT_MS, "itl_ms": ITL_MS, "tokens": TOKENS, "prompt_tokens": a.prompt_tokens},
+                "rows": rows,
+            },
+            indent=1,
+        )
+    )
 
 
 if __name__ == "__main__":

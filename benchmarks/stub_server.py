@@ -21,32 +21,37 @@ FAULTS = ("none", "drop", "5xx", "malformed", "cut", "slow-headers", "more-token
 
 
 class Stub:
-    def __init__(self, ttft_ms: float = 0.0, itl_ms: float = 0.0, fault: str = "none", fault_every: int = 1,
-                 batch: int = 64):
+    def __init__(
+        self, ttft_ms: float = 0.0, itl_ms: float = 0.0, fault: str = "none", fault_every: int = 1, batch: int = 64
+    ):
         self.ttft = ttft_ms / 1e3
         self.itl = itl_ms / 1e3
         self.fault = fault
         self.fault_every = max(fault_every, 1)
-        self.batch = batch            # events written per drain when not paced
+        self.batch = batch  # events written per drain when not paced
         self.n = 0
         self.events_sent = 0
         self.prompt_total = 0
         self.generation_total = 0
         self.seen: list[str | None] = []  # the client's request ids, one entry per request received
-        self.stamps = None                # a file: one line per paced request with each event's send time
+        self.stamps = None  # a file: one line per paced request with each event's send time
 
     def metrics(self) -> bytes:
         """A few of vLLM's metrics, deliberately not all of them (kvgate must report the rest as missing)."""
-        return (f"# TYPE vllm:num_requests_running gauge\nvllm:num_requests_running{{engine=\"0\"}} 0.0\n"
-                f"# TYPE vllm:prompt_tokens_total counter\nvllm:prompt_tokens_total{{engine=\"0\"}} {self.prompt_total}\n"
-                f"# TYPE vllm:generation_tokens_total counter\n"
-                f"vllm:generation_tokens_total{{engine=\"0\"}} {self.generation_total}\n").encode()
+        return (
+            f'# TYPE vllm:num_requests_running gauge\nvllm:num_requests_running{{engine="0"}} 0.0\n'
+            f'# TYPE vllm:prompt_tokens_total counter\nvllm:prompt_tokens_total{{engine="0"}} {self.prompt_total}\n'
+            f"# TYPE vllm:generation_tokens_total counter\n"
+            f'vllm:generation_tokens_total{{engine="0"}} {self.generation_total}\n'
+        ).encode()
 
     def token_event(self, rid: str, model: str, finish: str | None, text: str = " tok") -> bytes:
         fr = "null" if finish is None else json.dumps(finish)
-        return (f'data: {{"id":"{rid}","object":"text_completion","created":0,"model":"{model}",'
-                f'"choices":[{{"index":0,"text":"{text}","logprobs":null,"finish_reason":{fr},'
-                f'"stop_reason":null,"prompt_token_ids":null,"token_ids":null}}]}}\n\n').encode()
+        return (
+            f'data: {{"id":"{rid}","object":"text_completion","created":0,"model":"{model}",'
+            f'"choices":[{{"index":0,"text":"{text}","logprobs":null,"finish_reason":{fr},'
+            f'"stop_reason":null,"prompt_token_ids":null,"token_ids":null}}]}}\n\n'
+        ).encode()
 
     async def handle(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         try:
@@ -60,8 +65,13 @@ class Stub:
                     writer.write(b"HTTP/1.1 200 OK\r\nContent-Length: 0\r\n\r\n")
                     continue
                 if method == "GET" and path in ("/metrics", "/v1/models"):
-                    body_out = self.metrics() if path == "/metrics" else json.dumps(
-                        {"object": "list", "data": [{"id": "stub", "object": "model", "max_model_len": 512}]}).encode()
+                    body_out = (
+                        self.metrics()
+                        if path == "/metrics"
+                        else json.dumps(
+                            {"object": "list", "data": [{"id": "stub", "object": "model", "max_model_len": 512}]}
+                        ).encode()
+                    )
                     writer.write(b"HTTP/1.1 200 OK\r\nContent-Length: %d\r\n\r\n%s" % (len(body_out), body_out))
                     continue
                 if method != "POST" or not path.endswith("/completions"):
@@ -76,7 +86,7 @@ class Stub:
             writer.close()
 
     async def stream(self, req: dict, writer: asyncio.StreamWriter, client_id: str | None = None) -> None:
-        got = time.perf_counter()   # the request is read: what the client's send cost up to here
+        got = time.perf_counter()  # the request is read: what the client's send cost up to here
         self.n += 1
         fault = self.fault if self.n % self.fault_every == 0 else "none"
         rid = f"cmpl-{self.n}"
@@ -89,8 +99,10 @@ class Stub:
             return
         if fault == "5xx":
             msg = b'{"error":"stub: injected 503"}'
-            writer.write(b"HTTP/1.1 503 Service Unavailable\r\nContent-Type: application/json\r\n"
-                         b"Content-Length: %d\r\n\r\n%s" % (len(msg), msg))
+            writer.write(
+                b"HTTP/1.1 503 Service Unavailable\r\nContent-Type: application/json\r\n"
+                b"Content-Length: %d\r\n\r\n%s" % (len(msg), msg)
+            )
             return
         if fault == "slow-headers":
             await asyncio.sleep(3600)
@@ -130,8 +142,14 @@ class Stub:
                 if fault == "error-event" and i == 1:
                     pending.append(b'data: {"error": {"message": "stub: injected error", "code": 500}}\n\n')
                     break
-                pending.append(self.token_event(rid, model, "length" if i == served - 1 else None,
-                                                f" {rid}" if i == 0 and sent_at is not None else " tok"))
+                pending.append(
+                    self.token_event(
+                        rid,
+                        model,
+                        "length" if i == served - 1 else None,
+                        f" {rid}" if i == 0 and sent_at is not None else " tok",
+                    )
+                )
                 if self.itl or len(pending) >= self.batch:
                     chunk(b"".join(pending))
                     self.events_sent += len(pending)
@@ -146,9 +164,11 @@ class Stub:
         usage = {"prompt_tokens": p_tokens, "total_tokens": p_tokens + served, "completion_tokens": served}
         self.prompt_total += p_tokens
         self.generation_total += served
-        pending.append(f'data: {{"id":"{rid}","object":"text_completion","created":0,"model":"{model}",'
-                       f'"choices":[],"usage":{json.dumps(usage, separators=(",", ":"))},'
-                       f'"system_fingerprint":"stub"}}\n\n'.encode())
+        pending.append(
+            f'data: {{"id":"{rid}","object":"text_completion","created":0,"model":"{model}",'
+            f'"choices":[],"usage":{json.dumps(usage, separators=(",", ":"))},'
+            f'"system_fingerprint":"stub"}}\n\n'.encode()
+        )
         pending.append(b"data: [DONE]\n\n")
         chunk(b"".join(pending))
         self.events_sent += len(pending)
@@ -173,8 +193,9 @@ def main() -> None:
     ap.add_argument("--fault", choices=FAULTS, default="none")
     ap.add_argument("--fault-every", type=int, default=1)
     ap.add_argument("--max-seconds", type=float, default=3600.0, help="the stub stops by itself after this")
-    ap.add_argument("--stamp-log", help="paced runs: write each event's send time (perf_counter) here, a line a "
-                                        "request")
+    ap.add_argument(
+        "--stamp-log", help="paced runs: write each event's send time (perf_counter) here, a line a request"
+    )
     a = ap.parse_args()
     if a.host not in ("127.0.0.1", "::1", "localhost"):
         sys.exit("stub_server: binds loopback only")
@@ -186,10 +207,12 @@ def main() -> None:
         task = asyncio.create_task(serve(stub, a.host, a.port, lambda p: print(f"listening on {p}", flush=True)))
         await asyncio.sleep(a.max_seconds)
         task.cancel()
+
     import signal
 
     def stop(*_):
         raise KeyboardInterrupt  # TERM ends the stub like Ctrl-C: the stamp log is closed whole
+
     signal.signal(signal.SIGTERM, stop)
     try:
         asyncio.run(run())

@@ -37,7 +37,7 @@ def main() -> None:
     a = ap.parse_args()
     res = {"when": time.strftime("%Y-%m-%d"), "throughput": [], "lag": []}
     for conc in (int(x) for x in a.streams.split(",")):
-        n, tokens = max(2 * conc, 1000), 500   # about 0.5-1M events a layout
+        n, tokens = max(2 * conc, 1000), 500  # about 0.5-1M events a layout
         row = {"streams": conc, "requests": n, "output_tokens": tokens}
         for name, k, cores in LAYOUTS:
             with Stub(0, 0) as stub:
@@ -51,8 +51,11 @@ def main() -> None:
             with tempfile.TemporaryDirectory() as d:
                 row[name] = lag.run_loadgen(conc, n, Path(d), workers=k, cores=cores)
             t, i = row[name]["ttft_lag_ms"], row[name]["itl_lag_ms"]
-            print(f"{conc:>5} streams, {name:<21} TTFT lag p50/p99/max {t['p50']}/{t['p99']}/{t['max']} ms, "
-                  f"ITL lag {i['p50']}/{i['p99']}/{i['max']} ms", flush=True)
+            print(
+                f"{conc:>5} streams, {name:<21} TTFT lag p50/p99/max {t['p50']}/{t['p99']}/{t['max']} ms, "
+                f"ITL lag {i['p50']}/{i['p99']}/{i['max']} ms",
+                flush=True,
+            )
         res["lag"].append(row)
     Path(a.out).write_text(json.dumps(res, indent=1))
 

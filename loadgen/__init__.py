@@ -3,6 +3,7 @@
 
 def _version() -> str:
     from importlib import metadata
+
     try:
         return metadata.version("kvgate")
     except metadata.PackageNotFoundError:  # run from a source tree that was not installed

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import argparse
 import math
+from typing import NoReturn
 
 from loadgen import __version__, net
 from loadgen.loadrun import BenchResult, LoadRun, UsageError
@@ -21,41 +22,70 @@ DESCRIPTION = "Streaming load against any OpenAI-compatible server on this machi
 
 
 class _Parser(argparse.ArgumentParser):
-    def error(self, message: str):  # type: ignore[override]
+    def error(self, message: str) -> NoReturn:
         self.exit(2, f"loadgen: error: {message} (see loadgen --help)\n")
 
 
 def build_parser() -> argparse.ArgumentParser:
-    ap = _Parser(prog="loadgen", description=DESCRIPTION,
-                 epilog="`vllm bench serve`'s flag names are accepted with their meanings (docs/loadgen.md).")
+    ap = _Parser(
+        prog="loadgen",
+        description=DESCRIPTION,
+        epilog="`vllm bench serve`'s flag names are accepted with their meanings (docs/loadgen.md).",
+    )
     ap.add_argument("--version", action="version", version=f"loadgen (kvgate) {__version__}")
-    ap.add_argument("--url", "--base-url", dest="url", required=True,
-                    help="server base URL, e.g. http://127.0.0.1:8000 (loopback only)")
-    ap.add_argument("--endpoint", default="/v1/completions", choices=["/v1/completions", "/v1/chat/completions"],
-                    help="API path (vllm bench serve's name); /v1/chat/completions is --chat")
+    ap.add_argument(
+        "--url",
+        "--base-url",
+        dest="url",
+        required=True,
+        help="server base URL, e.g. http://127.0.0.1:8000 (loopback only)",
+    )
+    ap.add_argument(
+        "--endpoint",
+        default="/v1/completions",
+        choices=["/v1/completions", "/v1/chat/completions"],
+        help="API path (vllm bench serve's name); /v1/chat/completions is --chat",
+    )
     ap.add_argument("--model", required=True, help="model name the server answers to")
     mode = ap.add_mutually_exclusive_group()
     mode.add_argument("--concurrency", type=int, help="closed loop: requests in flight (default 1)")
     mode.add_argument("--rate", type=float, help="open loop: requests per second")
-    ap.add_argument("--max-concurrency", type=int,
-                    help="requests in flight at most (vllm bench serve): alone, a closed loop; with "
-                         "--request-rate, the cap of the open loop")
-    ap.add_argument("--request-rate", type=float,
-                    help="requests per second (vllm bench serve); inf (its default) sends all at once")
+    ap.add_argument(
+        "--max-concurrency",
+        type=int,
+        help="requests in flight at most (vllm bench serve): alone, a closed loop; with "
+        "--request-rate, the cap of the open loop",
+    )
+    ap.add_argument(
+        "--request-rate", type=float, help="requests per second (vllm bench serve); inf (its default) sends all at once"
+    )
     ap.add_argument("--burstiness", type=float, default=1.0, help="gamma shape of arrivals; 1 = Poisson")
-    ap.add_argument("--requests", "--num-prompts", dest="requests", type=int,
-                    help="how many requests (default 100 unless --duration)")
+    ap.add_argument(
+        "--requests",
+        "--num-prompts",
+        dest="requests",
+        type=int,
+        help="how many requests (default 100 unless --duration)",
+    )
     ap.add_argument("--duration", type=float, help="seconds during which requests start")
     ap.add_argument("--ramp-up", type=float, default=0.0, help="seconds to reach full concurrency or rate")
     ap.add_argument("--warmup", type=int, default=0, help="first N requests left out of the statistics")
-    ap.add_argument("--num-warmups", type=int, default=0,
-                    help="warm-up requests sent first and left out (vllm bench serve): added to --num-prompts")
+    ap.add_argument(
+        "--num-warmups",
+        type=int,
+        default=0,
+        help="warm-up requests sent first and left out (vllm bench serve): added to --num-prompts",
+    )
     ap.add_argument("--prompt-tokens", default="256", help="N, uniform:LO:HI or normal:MEAN:STD[:LO:HI]")
     ap.add_argument("--output-tokens", default="128", help="as --prompt-tokens; served exactly (ignore_eos)")
     ap.add_argument("--random-input-len", type=int, help="prompt tokens (vllm bench serve); see --random-range-ratio")
     ap.add_argument("--random-output-len", type=int, help="output tokens (vllm bench serve), served exactly")
-    ap.add_argument("--random-range-ratio", type=float, default=0.0,
-                    help="lengths uniform in [N x (1 - r), N x (1 + r)] (vllm bench serve; default 0: fixed)")
+    ap.add_argument(
+        "--random-range-ratio",
+        type=float,
+        default=0.0,
+        help="lengths uniform in [N x (1 - r), N x (1 + r)] (vllm bench serve; default 0: fixed)",
+    )
     ap.add_argument("--prefix-groups", type=int, help="shared-prefix workload: number of prefixes")
     ap.add_argument("--prefix-tokens", type=int, help="shared-prefix length (the run salt included)")
     ap.add_argument("--turns", type=int, help="multi-turn: turns per conversation (prompt grows with history)")
@@ -68,38 +98,68 @@ def build_parser() -> argparse.ArgumentParser:
     ap.add_argument("--read-timeout", type=float, default=60.0, help="seconds without a byte before a request fails")
     ap.add_argument("--out", help="directory for records.jsonl and summary.json (default: runs/loadgen-<time>)")
     ap.add_argument("--quiet", action="store_true", help="no progress line")
-    ap.add_argument("--max-memory", default="1GiB",
-                    help="memory the run may hold (records, prompts in flight, encoded bodies; docs/loadgen.md): "
-                         "a run that would hold more is refused before it starts (default 1GiB)")
-    ap.add_argument("--workers", type=int, default=1,
-                    help="processes, each with its own event loop and a shard of the schedule (records merged "
-                         "exactly); closed loop: at most --concurrency")
-    ap.add_argument("--ray", metavar="ADDRESS",
-                    help="run the --workers shards as Ray actors on a running cluster: its head's HOST:PORT, or "
-                         "auto (the cluster `ray start` started here); needs the ray extra")
+    ap.add_argument(
+        "--max-memory",
+        default="1GiB",
+        help="memory the run may hold (records, prompts in flight, encoded bodies; docs/loadgen.md): "
+        "a run that would hold more is refused before it starts (default 1GiB)",
+    )
+    ap.add_argument(
+        "--workers",
+        type=int,
+        default=1,
+        help="processes, each with its own event loop and a shard of the schedule (records merged "
+        "exactly); closed loop: at most --concurrency",
+    )
+    ap.add_argument(
+        "--ray",
+        metavar="ADDRESS",
+        help="run the --workers shards as Ray actors on a running cluster: its head's HOST:PORT, or "
+        "auto (the cluster `ray start` started here); needs the ray extra",
+    )
     ap.add_argument("--worker-shard", help=argparse.SUPPRESS)  # set by --workers for each worker
     ap.add_argument("--worker-start", type=float, help=argparse.SUPPRESS)  # perf_counter instant to begin at
     # stdin is a lifeline from the process that started this one: end when it reads end-of-file
     ap.add_argument("--lifeline", action="store_true", help=argparse.SUPPRESS)
     bench = ap.add_argument_group("results in vllm bench serve's format")
     bench.add_argument("--save-result", action="store_true", help="write vllm bench serve's result JSON")
-    bench.add_argument("--save-detailed", action="store_true",
-                       help="add input_lens, output_lens, ttfts, itls (seconds) and errors to it")
+    bench.add_argument(
+        "--save-detailed",
+        action="store_true",
+        help="add input_lens, output_lens, ttfts, itls (seconds) and errors to it",
+    )
     bench.add_argument("--result-dir", help="directory of the result JSON (default: the current one)")
-    bench.add_argument("--result-filename", help="its name (default: {backend}-{rate}qps[-concurrencyN]-{model}-"
-                                                 "{date}.json, as vLLM names it)")
-    bench.add_argument("--percentile-metrics", default="ttft,tpot,itl",
-                       help="which of ttft,tpot,itl,e2el get mean/median/std/percentiles (default ttft,tpot,itl)")
+    bench.add_argument(
+        "--result-filename",
+        help="its name (default: {backend}-{rate}qps[-concurrencyN]-{model}-{date}.json, as vLLM names it)",
+    )
+    bench.add_argument(
+        "--percentile-metrics",
+        default="ttft,tpot,itl",
+        help="which of ttft,tpot,itl,e2el get mean/median/std/percentiles (default ttft,tpot,itl)",
+    )
     bench.add_argument("--metric-percentiles", default="99", help="comma-separated percentiles (default 99)")
-    bench.add_argument("--goodput", nargs="+", metavar="KEY:VALUE",
-                       help="SLOs in ms for request_goodput, KEY one of ttft, tpot, e2el")
+    bench.add_argument(
+        "--goodput", nargs="+", metavar="KEY:VALUE", help="SLOs in ms for request_goodput, KEY one of ttft, tpot, e2el"
+    )
     bench.add_argument("--metadata", nargs="+", metavar="KEY=VALUE", help="extra keys written into the result JSON")
     return ap
 
 
 # numeric flags and the smallest value each takes (the largest: what a run can bound in time)
-_MINIMUM = {"requests": 1, "warmup": 0, "prefix_groups": 1, "prefix_tokens": 1, "turns": 2, "concurrency": 1,
-            "max_concurrency": 1, "num_warmups": 0, "random_input_len": 1, "random_output_len": 1, "workers": 1}
+_MINIMUM = {
+    "requests": 1,
+    "warmup": 0,
+    "prefix_groups": 1,
+    "prefix_tokens": 1,
+    "turns": 2,
+    "concurrency": 1,
+    "max_concurrency": 1,
+    "num_warmups": 0,
+    "random_input_len": 1,
+    "random_output_len": 1,
+    "workers": 1,
+}
 _POSITIVE = ("timeout", "read_timeout", "rate", "duration", "burstiness")
 
 
@@ -113,10 +173,10 @@ def check_ranges(a) -> None:
         v = getattr(a, name, None)
         if v is not None and not (math.isfinite(v) and 0 < v <= 10**9):
             raise UsageError(f"--{name.replace('_', '-')}: {v} is out of range; give a number above 0")
-    if a.request_rate is not None and not (a.request_rate > 0 and (math.isinf(a.request_rate)
-                                                                   or a.request_rate <= 10**9)):
-        raise UsageError(f"--request-rate: {a.request_rate} is out of range; give requests per second above 0, "
-                         "or inf")
+    if a.request_rate is not None and not (
+        a.request_rate > 0 and (math.isinf(a.request_rate) or a.request_rate <= 10**9)
+    ):
+        raise UsageError(f"--request-rate: {a.request_rate} is out of range; give requests per second above 0, or inf")
     if not (math.isfinite(a.random_range_ratio) and 0 <= a.random_range_ratio < 1):
         raise UsageError(f"--random-range-ratio: {a.random_range_ratio} is out of range; give a number in [0, 1)")
     if not (math.isfinite(a.ramp_up) and 0 <= a.ramp_up <= 10**9):
@@ -162,28 +222,60 @@ def parse(argv: list[str]) -> LoadRun:
     """The command line checked and typed. Raises UsageError (one line naming the flag)."""
     a = build_parser().parse_args(argv)
     try:
-        pin = net.pin(a.url)   # the loopback rule: resolved once, the run connects to what was checked
+        pin = net.pin(a.url)  # the loopback rule: resolved once, the run connects to what was checked
     except net.NotLoopback as e:
         raise UsageError(str(e)) from None
-    check_ranges(a)                  # the flags as given: the error names what the user wrote
+    check_ranges(a)  # the flags as given: the error names what the user wrote
     apply_bench_flags(a)
     try:
-        bench = BenchResult(save=a.save_result, detailed=a.save_detailed, result_dir=a.result_dir,
-                            filename=a.result_filename,
-                            percentile_metrics=benchjson.parse_percentile_metrics(a.percentile_metrics),
-                            percentiles=benchjson.parse_percentiles(a.metric_percentiles),
-                            goodput=benchjson.parse_goodput(a.goodput), metadata=benchjson.parse_metadata(a.metadata),
-                            max_concurrency=a.max_concurrency)
+        bench = BenchResult(
+            save=a.save_result,
+            detailed=a.save_detailed,
+            result_dir=a.result_dir,
+            filename=a.result_filename,
+            percentile_metrics=benchjson.parse_percentile_metrics(a.percentile_metrics),
+            percentiles=benchjson.parse_percentiles(a.metric_percentiles),
+            goodput=benchjson.parse_goodput(a.goodput),
+            metadata=benchjson.parse_metadata(a.metadata),
+            max_concurrency=a.max_concurrency,
+        )
         budget = memory.parse_size(a.max_memory)
         shard = parse_shard(a.worker_shard) if a.worker_shard else None
     except (benchjson.BenchArgError, memory.BudgetError, ValueError) as e:
         raise UsageError(str(e)) from None
-    check_ranges(a)                  # again: --num-warmups has added to --requests and --warmup
+    check_ranges(a)  # again: --num-warmups has added to --requests and --warmup
     return LoadRun(
-        argv=tuple(argv), url=a.url, pin=pin, model=a.model, chat=a.chat, concurrency=a.concurrency, rate=a.rate,
-        burstiness=a.burstiness, max_concurrency=a.max_concurrency, requests=a.requests, duration=a.duration,
-        ramp_up=a.ramp_up, warmup=a.warmup, seed=a.seed, salt=a.salt, prompt_tokens=a.prompt_tokens,
-        output_tokens=a.output_tokens, prefix_groups=a.prefix_groups, prefix_tokens=a.prefix_tokens, turns=a.turns,
-        dataset=a.dataset, api_key_env=a.api_key_env, timeout=a.timeout, read_timeout=a.read_timeout, out=a.out,
-        quiet=a.quiet, max_memory=budget, workers=a.workers, ray=a.ray or None, shard=shard,
-        worker_start=a.worker_start, lifeline=a.lifeline, bench=bench)
+        argv=tuple(argv),
+        url=a.url,
+        pin=pin,
+        model=a.model,
+        chat=a.chat,
+        concurrency=a.concurrency,
+        rate=a.rate,
+        burstiness=a.burstiness,
+        max_concurrency=a.max_concurrency,
+        requests=a.requests,
+        duration=a.duration,
+        ramp_up=a.ramp_up,
+        warmup=a.warmup,
+        seed=a.seed,
+        salt=a.salt,
+        prompt_tokens=a.prompt_tokens,
+        output_tokens=a.output_tokens,
+        prefix_groups=a.prefix_groups,
+        prefix_tokens=a.prefix_tokens,
+        turns=a.turns,
+        dataset=a.dataset,
+        api_key_env=a.api_key_env,
+        timeout=a.timeout,
+        read_timeout=a.read_timeout,
+        out=a.out,
+        quiet=a.quiet,
+        max_memory=budget,
+        workers=a.workers,
+        ray=a.ray or None,
+        shard=shard,
+        worker_start=a.worker_start,
+        lifeline=a.lifeline,
+        bench=bench,
+    )

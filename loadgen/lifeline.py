@@ -38,7 +38,7 @@ def _prctl():
         return None
 
 
-_PRCTL = _prctl()   # resolved now: nothing may be looked up between fork and exec
+_PRCTL = _prctl()  # resolved now: nothing may be looked up between fork and exec
 
 
 def die_with_parent_preexec():
@@ -50,8 +50,9 @@ def die_with_parent_preexec():
 
     def preexec() -> None:
         prctl(PR_SET_PDEATHSIG, kill, 0, 0, 0)
-        if os.getppid() != parent:   # the parent died before the request was made: nobody to follow
+        if os.getppid() != parent:  # the parent died before the request was made: nobody to follow
             os._exit(1)
+
     return preexec
 
 
@@ -69,4 +70,5 @@ def watch_stdin() -> None:
         except OSError:
             pass
         os.kill(os.getpid(), signal.SIGKILL)
+
     threading.Thread(target=wait, name="lifeline", daemon=True).start()

@@ -24,20 +24,20 @@ class BenchResult:
     percentiles: tuple[float, ...] = (99.0,)
     goodput: dict[str, float] | None = None
     metadata: dict[str, str] | None = None
-    max_concurrency: int | None = None   # as vllm bench serve's --max-concurrency names it
+    max_concurrency: int | None = None  # as vllm bench serve's --max-concurrency names it
 
 
 @dataclass(frozen=True, kw_only=True)
 class LoadRun:
-    argv: tuple[str, ...]            # as given: each shard's command line is built from it
+    argv: tuple[str, ...]  # as given: each shard's command line is built from it
     url: str
-    pin: Pin                         # the URL's loopback addresses, resolved once
+    pin: Pin  # the URL's loopback addresses, resolved once
     model: str
     chat: bool = False
-    concurrency: int | None = None   # closed loop
-    rate: float | None = None        # open loop, requests per second
+    concurrency: int | None = None  # closed loop
+    rate: float | None = None  # open loop, requests per second
     burstiness: float = 1.0
-    max_concurrency: int | None = None   # the open loop's cap
+    max_concurrency: int | None = None  # the open loop's cap
     requests: int | None = None
     duration: float | None = None
     ramp_up: float = 0.0
@@ -58,8 +58,8 @@ class LoadRun:
     max_memory: int = 1 << 30
     workers: int = 1
     ray: str | None = None
-    shard: tuple[int, int] | None = None     # this process is shard i of k
-    worker_start: float | None = None        # perf_counter instant at which a shard begins
+    shard: tuple[int, int] | None = None  # this process is shard i of k
+    worker_start: float | None = None  # perf_counter instant at which a shard begins
     lifeline: bool = False
     bench: BenchResult = BenchResult()
 

@@ -18,28 +18,34 @@ from loadgen.results.outputs import exit_code, write_outputs
 from loadgen.results.records import RecordWriter
 from loadgen.results.stats import format_summary
 from loadgen.safefile import make_dirs, restrict_umask
-from loadgen.schedule.runner import RunConfig
 from loadgen.scale.processes import last_error, run_processes, shard_args
+from loadgen.schedule.runner import RunConfig
 
 
 def with_workers(run: LoadRun, cfg: RunConfig, out: Path) -> dict:
     from loadgen.schedule.workload import new_salt
-    salt = run.salt or new_salt()   # one salt, so every worker builds the same workload
+
+    salt = run.salt or new_salt()  # one salt, so every worker builds the same workload
     bound = (run.duration or 24 * 3600) + run.timeout + 300
     offsets = clocks_extra = None
     if run.ray:
         from loadgen.scale import ray
+
         try:
             codes, clocks_extra = ray.run_actors(
-                run.ray, [shard_args(list(run.argv), i, run.workers, salt) for i in range(run.workers)], out, bound)
+                run.ray, [shard_args(list(run.argv), i, run.workers, salt) for i in range(run.workers)], out, bound
+            )
         except ray.RayError as e:
             raise UsageError(str(e)) from None
         offsets = clocks_extra["offsets_s"]
     else:
         codes = run_processes(list(run.argv), run.workers, salt, out, bound)
     dirs = [out / f"worker-{i}" for i in range(run.workers)]
-    bad = [f"worker {i} exited {c}" + (f" ({last_error(out, i)})" if last_error(out, i) else "")
-           for i, c in enumerate(codes) if c not in (0, 1, 3)]
+    bad = [
+        f"worker {i} exited {c}" + (f" ({last_error(out, i)})" if last_error(out, i) else "")
+        for i, c in enumerate(codes)
+        if c not in (0, 1, 3)
+    ]
     if bad or not all((d / "summary.json").exists() for d in dirs):
         raise UsageError("; ".join(bad) or "a worker wrote no summary") from None
     records, started, ended, origin, clocks = merge(dirs, offsets)
@@ -59,8 +65,8 @@ def prepare(argv: list[str]):
 
 def main(argv: list[str] | None = None) -> int:
     argv = list(argv if argv is not None else sys.argv[1:])
-    restrict_umask()   # records and summaries: this user's only
-    if "--lifeline" in argv:   # first: the parent may already be gone
+    restrict_umask()  # records and summaries: this user's only
+    if "--lifeline" in argv:  # first: the parent may already be gone
         lifeline.watch_stdin()
     try:
         run, workload, cfg = prepare(argv)
@@ -74,7 +80,7 @@ def main(argv: list[str] | None = None) -> int:
             summary = with_workers(run, cfg, out)
         else:
             summary = asyncio.run(shard.run_shard(run, workload, cfg, out))
-    except UsageError as e:   # a worker could not run, or Ray could not be reached
+    except UsageError as e:  # a worker could not run, or Ray could not be reached
         print(f"loadgen: error: {e}", file=sys.stderr)
         return 2
     except KeyboardInterrupt:

@@ -19,7 +19,7 @@ from dataclasses import dataclass
 from urllib.parse import urlsplit, urlunsplit
 
 import aiohttp
-from aiohttp.abc import AbstractResolver
+from aiohttp.abc import AbstractResolver, ResolveResult
 
 from loadgen.redaction import redact_url
 
@@ -58,10 +58,11 @@ def pin(url: str, what: str = "--url") -> Pin:
         infos = socket.getaddrinfo(u.hostname, port, proto=socket.IPPROTO_TCP)
     except (socket.gaierror, UnicodeError) as e:
         raise NotLoopback(f"{what}: cannot resolve {u.hostname}: {e}") from None
-    addrs = tuple(dict.fromkeys(info[4][0] for info in infos))
+    addrs = tuple(dict.fromkeys(str(info[4][0]) for info in infos))
     if not addrs or not all(_is_loopback(a) for a in addrs):
-        raise NotLoopback(f"{what}: {u.hostname} is not a loopback address; load tests only target this "
-                          "machine (127.0.0.0/8, ::1)")
+        raise NotLoopback(
+            f"{what}: {u.hostname} is not a loopback address; load tests only target this machine (127.0.0.0/8, ::1)"
+        )
     return Pin(host=u.hostname, port=port, addresses=addrs)
 
 
@@ -86,8 +87,9 @@ def pinned_url(url: str, p: Pin) -> str:
     host = f"[{a}]" if ":" in a else a
     netloc = u.netloc.rsplit("@", 1)
     hostport = f"{host}:{u.port}" if u.port else host
-    return urlunsplit((u.scheme, f"{netloc[0]}@{hostport}" if len(netloc) == 2 else hostport, u.path, u.query,
-                       u.fragment))
+    return urlunsplit(
+        (u.scheme, f"{netloc[0]}@{hostport}" if len(netloc) == 2 else hostport, u.path, u.query, u.fragment)
+    )
 
 
 class PinnedResolver(AbstractResolver):
@@ -96,15 +98,23 @@ class PinnedResolver(AbstractResolver):
     def __init__(self, p: Pin):
         self.p = p
 
-    async def resolve(self, host: str, port: int = 0, family: int = socket.AF_UNSPEC) -> list[dict]:
+    async def resolve(self, host: str, port: int = 0, family: int = socket.AF_UNSPEC) -> list[ResolveResult]:
         if host != self.p.host and host not in self.p.addresses:
             raise OSError(f"{host} is not the server kvgate checked ({self.p.host})")
-        out = []
+        out: list[ResolveResult] = []
         for a in self.p.addresses:
             fam = socket.AF_INET6 if ":" in a else socket.AF_INET
             if family in (socket.AF_UNSPEC, fam):
-                out.append({"hostname": host, "host": a, "port": port, "family": fam, "proto": 0,
-                            "flags": socket.AI_NUMERICHOST})
+                out.append(
+                    {
+                        "hostname": host,
+                        "host": a,
+                        "port": port,
+                        "family": fam,
+                        "proto": 0,
+                        "flags": socket.AI_NUMERICHOST,
+                    }
+                )
         return out
 
     async def close(self) -> None:
@@ -121,3 +131,29 @@ def session(p: Pin | None = None, **kw) -> aiohttp.ClientSession:
     """A client session with no ambient proxy (trust_env off) over a pinned connection pool."""
     conn = kw.pop("connector", None) or connector(p)
     return aiohttp.ClientSession(connector=conn, trust_env=False, **kw)
+
+
+async def get(
+    s: aiohttp.ClientSession, url: str, timeout: float, headers: dict | None = None, max_bytes: int | None = None
+) -> tuple[int | None, str]:
+    """GET through a session of this module: (status, body) or (None, what went wrong); never raises
+    but on cancellation. A redirect is an answer like any other (never followed)."""
+    try:
+        async with s.get(
+            url, headers=headers or {}, timeout=aiohttp.ClientTimeout(total=timeout), allow_redirects=False
+        ) as r:
+            body = await (r.content.read(max_bytes + 1) if max_bytes else r.read())
+            if max_bytes and len(body) > max_bytes:
+                return None, f"answer larger than {max_bytes >> 20} MiB"
+            return r.status, body.decode(errors="replace")
+    except (aiohttp.ClientError, TimeoutError, OSError) as e:
+        return None, f"{type(e).__name__}: {e}"
+
+
+async def post(s: aiohttp.ClientSession, url: str, timeout: float) -> tuple[int | None, str]:
+    """POST with no body (the dev-mode routes: /pause, /resume, /reset_prefix_cache), as get()."""
+    try:
+        async with s.post(url, timeout=aiohttp.ClientTimeout(total=timeout), allow_redirects=False) as r:
+            return r.status, (await r.text())[:200]
+    except (aiohttp.ClientError, TimeoutError, OSError) as e:
+        return None, f"{type(e).__name__}: {e}"

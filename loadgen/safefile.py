@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import os
 from pathlib import Path
-from typing import TextIO
+from typing import BinaryIO, TextIO
 
 FILE_MODE = 0o600
 DIR_MODE = 0o700
@@ -48,10 +48,18 @@ def write_atomic(path: Path, data: str | bytes) -> None:
         raise
 
 
-def open_append(path: Path, binary: bool = False) -> TextIO:
-    """Append to a file created by this run (never through a symlink)."""
-    fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_NOFOLLOW, FILE_MODE)
-    return os.fdopen(fd, "ab" if binary else "a", **({} if binary else {"encoding": "utf-8"}))
+def _append_fd(path: Path) -> int:
+    return os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_NOFOLLOW, FILE_MODE)
+
+
+def open_append(path: Path) -> TextIO:
+    """Append text to a file created by this run (never through a symlink)."""
+    return os.fdopen(_append_fd(path), "a", encoding="utf-8")
+
+
+def open_append_bytes(path: Path) -> BinaryIO:
+    """Append bytes (a child process's output) to a file created by this run (never through a symlink)."""
+    return os.fdopen(_append_fd(path), "ab")
 
 
 def make_dirs(path: Path) -> None:

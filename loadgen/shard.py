@@ -30,8 +30,8 @@ from loadgen.schedule.workload import (
 )
 from loadgen.transport.client import PREPARE_BYTES, OpenAIStream, connector
 
-DURATION_MAX_REQUESTS = 10_000_000   # a run bounded by --duration only: at most this many (and what fits)
-USER_TOKENS = 32                     # new user tokens a turn in --turns conversations
+DURATION_MAX_REQUESTS = 10_000_000  # a run bounded by --duration only: at most this many (and what fits)
+USER_TOKENS = 32  # new user tokens a turn in --turns conversations
 
 
 def make_workload(run: LoadRun) -> tuple[Workload, int | None]:
@@ -46,19 +46,28 @@ def make_workload(run: LoadRun) -> tuple[Workload, int | None]:
         in_flight = (run.concurrency or 1) if run.rate is None else (run.max_concurrency or 4096)
         if run.dataset:
             size = os.stat(run.dataset).st_size if os.path.isfile(run.dataset) else 0
-            memory.check(memory.Shape(requests=n, prompt_max=0, output_max=out.max, in_flight=in_flight,
-                                      dataset_bytes=size), budget, PREPARE_BYTES)
+            memory.check(
+                memory.Shape(requests=n, prompt_max=0, output_max=out.max, in_flight=in_flight, dataset_bytes=size),
+                budget,
+                PREPARE_BYTES,
+            )
             return from_dataset(run.dataset, default_output=out.sample(np.random.default_rng(run.seed)), limit=n), None
         if run.chat:
             raise UsageError("--chat needs text prompts: use --dataset with text prompts")
         prompt = Lengths.parse(run.prompt_tokens, "--prompt-tokens")
         if (run.prefix_groups or run.prefix_tokens) and not (run.prefix_groups and run.prefix_tokens):
             raise UsageError("--prefix-groups and --prefix-tokens go together")
-        shape = memory.Shape(requests=n, prompt_max=prompt.max + (run.prefix_tokens or 0) * (not run.turns),
-                             output_max=out.max, in_flight=in_flight, turns=run.turns or 0,
-                             user_max=USER_TOKENS if run.turns else 0,
-                             prefix_groups=(run.prefix_groups or 0) * (not run.turns), prefix_tokens=run.prefix_tokens or 0)
-        if run.requests is None and run.duration is not None:   # bounded by time: and by what fits
+        shape = memory.Shape(
+            requests=n,
+            prompt_max=prompt.max + (run.prefix_tokens or 0) * (not run.turns),
+            output_max=out.max,
+            in_flight=in_flight,
+            turns=run.turns or 0,
+            user_max=USER_TOKENS if run.turns else 0,
+            prefix_groups=(run.prefix_groups or 0) * (not run.turns),
+            prefix_tokens=run.prefix_tokens or 0,
+        )
+        if run.requests is None and run.duration is not None:  # bounded by time: and by what fits
             n = min(n, memory.requests_within(budget, shape, PREPARE_BYTES))
             shape = replace(shape, requests=n)
             bound = n
@@ -67,11 +76,13 @@ def make_workload(run: LoadRun) -> tuple[Workload, int | None]:
             if run.turns < 2:
                 raise UsageError("--turns must be at least 2")
             convs = max(1, n // run.turns)
-            return multi_turn(convs, run.turns, prompt, Lengths.parse(USER_TOKENS, "user"), out.max, seed=run.seed,
-                              salt=run.salt), bound
-        if run.prefix_groups:
-            return shared_prefix(n, run.prefix_groups, run.prefix_tokens, prompt, out, seed=run.seed,
-                                 salt=run.salt), bound
+            return multi_turn(
+                convs, run.turns, prompt, Lengths.parse(USER_TOKENS, "user"), out.max, seed=run.seed, salt=run.salt
+            ), bound
+        if run.prefix_groups and run.prefix_tokens:
+            return shared_prefix(
+                n, run.prefix_groups, run.prefix_tokens, prompt, out, seed=run.seed, salt=run.salt
+            ), bound
         return synthetic(n, prompt, out, seed=run.seed, salt=run.salt), bound
     except (WorkloadError, memory.BudgetError) as e:
         raise UsageError(str(e)) from None
@@ -80,23 +91,32 @@ def make_workload(run: LoadRun) -> tuple[Workload, int | None]:
 def build(run: LoadRun) -> tuple[Workload, RunConfig]:
     """The workload and the runner's bounds of this run (of this shard, for a --workers shard)."""
     workload, bound = make_workload(run)
-    cfg = RunConfig(concurrency=run.concurrency if run.rate is None else None, rate=run.rate,
-                    burstiness=run.burstiness, max_requests=run.requests, duration=run.duration,
-                    ramp_up=run.ramp_up, warmup=run.warmup, seed=run.seed,
-                    max_in_flight=run.max_concurrency if run.rate is not None and run.max_concurrency else 4096)
+    cfg = RunConfig(
+        concurrency=run.concurrency if run.rate is None else None,
+        rate=run.rate,
+        burstiness=run.burstiness,
+        max_requests=run.requests,
+        duration=run.duration,
+        ramp_up=run.ramp_up,
+        warmup=run.warmup,
+        seed=run.seed,
+        max_in_flight=run.max_concurrency if run.rate is not None and run.max_concurrency else 4096,
+    )
     if cfg.rate is None and cfg.concurrency is None:
         cfg.concurrency = 1
     if cfg.max_requests is None and cfg.duration is None:
         cfg.max_requests = 100
-    if cfg.max_requests is None:   # a --duration run: the count bound that fits --max-memory
+    if cfg.max_requests is None:  # a --duration run: the count bound that fits --max-memory
         cfg.max_requests = bound
     try:
         cfg.check()
     except ValueError as e:
         raise UsageError(str(e)) from None
     if run.workers > 1 and cfg.concurrency is not None and cfg.concurrency < run.workers:
-        raise UsageError(f"--workers: {run.workers} workers need at least as many requests in flight "
-                         f"(--concurrency {cfg.concurrency})")
+        raise UsageError(
+            f"--workers: {run.workers} workers need at least as many requests in flight "
+            f"(--concurrency {cfg.concurrency})"
+        )
     if run.shard:
         shard_config(cfg, *run.shard)
     return workload, cfg
@@ -106,14 +126,25 @@ async def run_shard(run: LoadRun, workload: Workload, cfg: RunConfig, out: Path)
     """Run; write records.jsonl and summary.json to out, and vllm bench's result JSON when asked."""
     key = os.environ.get(run.api_key_env) if run.api_key_env else None
     async with net.session(connector=connector(run.pin)) as session:
-        await tokenize_lengths(session, run.url, run.model, workload.items,
-                               headers={"Authorization": f"Bearer {key}"} if key else None)
-        transport = OpenAIStream(session, run.url, run.model, api_key=key, request_timeout=run.timeout,
-                                 read_timeout=run.read_timeout)
+        await tokenize_lengths(
+            session, run.url, run.model, workload.items, headers={"Authorization": f"Bearer {key}"} if key else None
+        )
+        transport = OpenAIStream(
+            session, run.url, run.model, api_key=key, request_timeout=run.timeout, read_timeout=run.read_timeout
+        )
         with RecordWriter(out / "records.jsonl") as w:
             runner = Runner(transport, w, name="loadgen", progress=progress_printer(run.quiet))
             if run.worker_start is not None:  # --workers: every shard begins at the same instant
                 await asyncio.sleep(max(run.worker_start - time.perf_counter(), 0.0))
             result = await runner.run(workload, cfg)
-    return write_outputs(run, cfg, result.records, result.started_at, result.ended_at, runner.t0, out,
-                         interrupted=result.interrupted, workload=result.workload)
+    return write_outputs(
+        run,
+        cfg,
+        result.records,
+        result.started_at,
+        result.ended_at,
+        runner.t0,
+        out,
+        interrupted=result.interrupted,
+        workload=result.workload,
+    )

@@ -19,6 +19,7 @@ def tiny_model():
 
     def get(name: str) -> Path:
         return ensure_tiny_model(name, MODELS / name)
+
     return get
 
 
@@ -29,8 +30,9 @@ class ProcessWatch:
 
     def __init__(self):
         import threading
-        self.seen: dict[int, object] = {}     # pid -> psutil.Process (identity includes start time)
-        self.name_of: dict[int, str] = {}     # pid -> name when first seen (VLLM::EngineCore, ...)
+
+        self.seen: dict[int, object] = {}  # pid -> psutil.Process (identity includes start time)
+        self.name_of: dict[int, str] = {}  # pid -> name when first seen (VLLM::EngineCore, ...)
         self.pid: int | None = None
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._poll, daemon=True)
@@ -44,6 +46,7 @@ class ProcessWatch:
 
     def _snapshot(self) -> None:
         import psutil
+
         try:
             root = psutil.Process(self.pid)
             procs = [root, *root.children(recursive=True)]
@@ -81,6 +84,7 @@ class ProcessWatch:
     def survivors(self) -> list[str]:
         """Tracked processes still running, as "pid name"; waits up to 10 s for the kernel to reap."""
         import psutil
+
         self.stop()
         procs = list(self.seen.values())
         _, alive = psutil.wait_procs(procs, timeout=10)
@@ -103,18 +107,29 @@ class Validate:
         import subprocess
         import sys
         import threading
+
         self.watch = ProcessWatch()
         # Ctrl-C as a user at a terminal delivers it: a test runner started in the background by a
         # shell without job control inherits SIGINT ignored, and Python would keep ignoring it
-        start = ("import runpy, signal, sys; signal.signal(signal.SIGINT, signal.default_int_handler); "
-                 "sys.argv[0] = 'validate'; runpy.run_module('validator', run_name='__main__', alter_sys=True)")
-        self.p = subprocess.Popen([sys.executable, "-c", start, *args], cwd=ROOT, stdout=subprocess.PIPE,
-                                  stderr=subprocess.PIPE, text=True, env=env)
+        start = (
+            "import runpy, signal, sys; signal.signal(signal.SIGINT, signal.default_int_handler); "
+            "sys.argv[0] = 'validate'; runpy.run_module('validator', run_name='__main__', alter_sys=True)"
+        )
+        self.p = subprocess.Popen(
+            [sys.executable, "-c", start, *args],
+            cwd=ROOT,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+            env=env,
+        )
         self.err: list[str] = []
         self.out: list[str] = []
         self._new = threading.Condition()
-        self._threads = [threading.Thread(target=self._read, args=(self.p.stderr, self.err, True), daemon=True),
-                         threading.Thread(target=self._read, args=(self.p.stdout, self.out, False), daemon=True)]
+        self._threads = [
+            threading.Thread(target=self._read, args=(self.p.stderr, self.err, True), daemon=True),
+            threading.Thread(target=self._read, args=(self.p.stdout, self.out, False), daemon=True),
+        ]
         for t in self._threads:
             t.start()
 
@@ -129,6 +144,7 @@ class Validate:
     def until(self, phase: str, timeout: float = 180) -> int:
         """Wait for a progress line containing phase; return vLLM's pid."""
         import time
+
         deadline = time.monotonic() + timeout
         with self._new:
             while not any(phase in line for line in self.err):
@@ -143,6 +159,7 @@ class Validate:
     def finish(self, timeout: float = 600):
         """Wait for the exit (bounded); return (returncode, stdout, stderr)."""
         import subprocess
+
         try:
             self.p.wait(timeout=timeout)
         except subprocess.TimeoutExpired:
@@ -155,7 +172,8 @@ class Validate:
     def kill(self) -> None:
         import signal
         import subprocess
-        self.p.send_signal(signal.SIGTERM)   # validate tears vLLM down on TERM
+
+        self.p.send_signal(signal.SIGTERM)  # validate tears vLLM down on TERM
         try:
             self.p.wait(timeout=60)
         except subprocess.TimeoutExpired:
@@ -187,8 +205,21 @@ def stub_url():
     """The loopback stub (benchmarks/stub_server.py), paced 1 ms a token, for a test; its URL."""
     import subprocess
     import sys
-    p = subprocess.Popen([sys.executable, str(ROOT / "benchmarks" / "stub_server.py"), "--port", "0", "--itl-ms", "1",
-                          "--max-seconds", "120"], stdout=subprocess.PIPE, text=True)
+
+    p = subprocess.Popen(
+        [
+            sys.executable,
+            str(ROOT / "benchmarks" / "stub_server.py"),
+            "--port",
+            "0",
+            "--itl-ms",
+            "1",
+            "--max-seconds",
+            "120",
+        ],
+        stdout=subprocess.PIPE,
+        text=True,
+    )
     port = int(p.stdout.readline().split()[-1])
     yield f"http://127.0.0.1:{port}"
     p.terminate()
@@ -202,12 +233,27 @@ def tiny_server(tiny_model, tmp_path_factory):
     from validator.serve.argv import LaunchSpec
     from validator.serve.launch import Server
 
-    spec = LaunchSpec(model=str(tiny_model("tiny-gqa")), served_name="tiny",
-                      vllm_args=["--block-size", "32", "--max-model-len", "1024", "--max-num-seqs", "8",
-                                 "--max-num-batched-tokens", "2048", "--num-gpu-blocks-override", "65"],
-                      env={"VLLM_CPU_KVCACHE_SPACE": "1", "VLLM_SERVER_DEV_MODE": "1"},
-                      extra_args=["--enforce-eager"], startup_timeout_s=300,
-                      nice=10, cpus="0")  # as profiles/tiny-cpu.yaml: vLLM's busy loops must not starve the client
+    spec = LaunchSpec(
+        model=str(tiny_model("tiny-gqa")),
+        served_name="tiny",
+        vllm_args=[
+            "--block-size",
+            "32",
+            "--max-model-len",
+            "1024",
+            "--max-num-seqs",
+            "8",
+            "--max-num-batched-tokens",
+            "2048",
+            "--num-gpu-blocks-override",
+            "65",
+        ],
+        env={"VLLM_CPU_KVCACHE_SPACE": "1", "VLLM_SERVER_DEV_MODE": "1"},
+        extra_args=["--enforce-eager"],
+        startup_timeout_s=300,
+        nice=10,
+        cpus="0",
+    )  # as profiles/tiny-cpu.yaml: vLLM's busy loops must not starve the client
     server = Server(spec, tmp_path_factory.mktemp("tiny-server"))
     with server:
         server.wait_ready()
@@ -217,6 +263,7 @@ def tiny_server(tiny_model, tmp_path_factory):
 def tiny_profile_file(tiny_model, tmp_path, **changes):
     """profiles/tiny-cpu.yaml with the model path made absolute and `section__field=value` changes."""
     import yaml
+
     prof = yaml.safe_load((ROOT / "profiles" / "tiny-cpu.yaml").read_text())
     prof["model"]["path"] = str(tiny_model("tiny-gqa"))
     for dotted, v in changes.items():
@@ -227,12 +274,36 @@ def tiny_profile_file(tiny_model, tmp_path, **changes):
     return f
 
 
+# modules whose tests start servers or processes (vLLM, the stub, Ray, loadgen workers): `live`.
+# `make test-fast` runs the rest (`-m "not live"`): the planner, the judge, parsers, input handling.
+LIVE_MODULES = {
+    "test_validate_live",
+    "test_vllm_live",
+    "test_loadgen_live",
+    "test_reliability_live",
+    "test_lifeline_live",
+    "test_ray",
+    "test_workers",
+    "test_faults_stub",
+    "test_freeze",
+    "test_bench_compat",
+    "test_vllm_truth",
+}
+
+
+def pytest_collection_modifyitems(config, items):
+    for item in items:
+        if item.module.__name__.rsplit(".", 1)[-1] in LIVE_MODULES or item.get_closest_marker("vllm"):
+            item.add_marker(pytest.mark.live)
+
+
 @contextlib.contextmanager
 def memory_cap(extra_bytes: int = 1 << 30):
     """At most `extra_bytes` more of address space for this process while the block runs
     (RLIMIT_AS above what it holds now): a regression that builds gigabytes raises MemoryError in the
     test instead of sending the machine to the OOM killer (issue 19: 21 GB in a fuzz test)."""
     import resource
+
     with open("/proc/self/status") as f:
         vm = next(int(line.split()[1]) * 1024 for line in f if line.startswith("VmSize:"))
     soft, hard = resource.getrlimit(resource.RLIMIT_AS)
@@ -247,9 +318,12 @@ def memory_cap(extra_bytes: int = 1 << 30):
 def limit_child_memory(data_bytes: int = 1 << 30):
     """A preexec_fn: the child may allocate at most `data_bytes` (RLIMIT_DATA: heap and anonymous
     mappings), so a runaway build fails the test, not the machine."""
+
     def preexec():
         import resource
+
         resource.setrlimit(resource.RLIMIT_DATA, (data_bytes, data_bytes))
+
     return preexec
 
 
@@ -259,6 +333,7 @@ def _quiet_gc(request):
     fuzzers leave much), so a full collection cannot stall the event loop mid-run."""
     if request.node.get_closest_marker("vllm"):
         import gc
+
         gc.collect()
         gc.freeze()
     yield

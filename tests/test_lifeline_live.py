@@ -46,12 +46,12 @@ class TreeWatch:
                 except (OSError, psutil.Error):
                     pass
             for p in procs:
-                try:   # the engine renames itself (VLLM::EngineCore) after it starts: keep the latest
+                try:  # the engine renames itself (VLLM::EngineCore) after it starts: keep the latest
                     key, cmd = (p.pid, p.create_time()), " ".join(p.cmdline())
                     name = f"[{p.name()}] "
                 except psutil.Error:
                     continue
-                if cmd.strip():   # an exiting process shows an empty command line: keep what was seen
+                if cmd.strip():  # an exiting process shows an empty command line: keep what was seen
                     self.seen[key] = name + cmd
                 else:
                     self.seen.setdefault(key, name)
@@ -82,7 +82,7 @@ class TreeWatch:
 
 
 def _survivors_after_sigkill(proc: subprocess.Popen, watch: TreeWatch) -> list[str]:
-    time.sleep(0.2)   # the watch has seen the tree as it is now
+    time.sleep(0.2)  # the watch has seen the tree as it is now
     proc.kill()
     proc.wait(timeout=10)
     time.sleep(GONE_WITHIN_S)
@@ -93,8 +93,13 @@ def _survivors_after_sigkill(proc: subprocess.Popen, watch: TreeWatch) -> list[s
 
 
 # (moment, the progress line that marks it); the kill follows the line at once
-MOMENTS = [("starting", "starting vLLM (pid"), ("loading", "vLLM: loading"), ("cold run", "run cold: near-limit"),
-           ("between runs", "run cold: 8/8 ok"), ("judging", "judging the runs")]
+MOMENTS = [
+    ("starting", "starting vLLM (pid"),
+    ("loading", "vLLM: loading"),
+    ("cold run", "run cold: near-limit"),
+    ("between runs", "run cold: 8/8 ok"),
+    ("judging", "judging the runs"),
+]
 
 
 @pytest.mark.vllm
@@ -106,7 +111,7 @@ def test_validate_killed_at_any_moment_leaves_no_vllm_process(moment, line, tiny
     v.until(line, timeout=240)
     left = _survivors_after_sigkill(v.p, watch)
     seen = " ".join(watch.seen.values())
-    assert "vllm.entrypoints.openai.api_server" in seen, seen   # the server was started and tracked
+    assert "vllm.entrypoints.openai.api_server" in seen, seen  # the server was started and tracked
     if moment in ("cold run", "between runs"):
         assert "[VLLM::EngineCor" in seen and "[VLLM::Worker]" in seen, seen
     assert not left, f"alive {GONE_WITHIN_S:g} s after kvgate was killed ({moment}): {left}"
@@ -116,8 +121,7 @@ def test_validate_killed_at_any_moment_leaves_no_vllm_process(moment, line, tiny
 def test_without_the_lifeline_a_killed_validate_leaves_vllm_running(tiny_model, tmp_path):
     """The check above can fail: with the mechanism switched off, the same kill leaves the server."""
     f = tiny_profile_file(tiny_model, tmp_path, workload__waves=2)
-    v = Validate(["--profile", str(f), "--out", str(tmp_path / "run")],
-                 env={**os.environ, "KVGATE_LIFELINE": "off"})
+    v = Validate(["--profile", str(f), "--out", str(tmp_path / "run")], env={**os.environ, "KVGATE_LIFELINE": "off"})
     watch = TreeWatch(v.p.pid)
     v.until("run cold: near-limit", timeout=240)
     left = _survivors_after_sigkill(v.p, watch)
@@ -130,7 +134,7 @@ def test_validate_killed_during_the_latency_run_leaves_no_loadgen(tiny_model, tm
     v = Validate(["--profile", str(f), "--out", str(tmp_path / "run")])
     watch = TreeWatch(v.p.pid)
     v.until("run latency:", timeout=300)
-    time.sleep(3.5)   # the loadgen workers are running their shards
+    time.sleep(3.5)  # the loadgen workers are running their shards
     left = _survivors_after_sigkill(v.p, watch)
     seen = " ".join(watch.seen.values())
     assert seen.count("--worker-shard") >= 2 or seen.count("-m loadgen") >= 2, seen
@@ -142,15 +146,37 @@ def test_loadgen_workers_die_with_their_parent(lifeline, stub_url, tmp_path):
     """`loadgen --workers 2` SIGKILLed mid-run: its two workers are gone 2 s later (and, with the
     mechanism off, still running: the check can fail)."""
     env = {**os.environ, "KVGATE_LIFELINE": lifeline}
-    p = subprocess.Popen([sys.executable, "-m", "loadgen", "--url", stub_url, "--model", "m", "--workers", "2",
-                          "--concurrency", "4", "--requests", "100000", "--output-tokens", "200",
-                          "--out", str(tmp_path / "lg"), "--quiet"], cwd=ROOT, env=env,
-                         stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    p = subprocess.Popen(
+        [
+            sys.executable,
+            "-m",
+            "loadgen",
+            "--url",
+            stub_url,
+            "--model",
+            "m",
+            "--workers",
+            "2",
+            "--concurrency",
+            "4",
+            "--requests",
+            "100000",
+            "--output-tokens",
+            "200",
+            "--out",
+            str(tmp_path / "lg"),
+            "--quiet",
+        ],
+        cwd=ROOT,
+        env=env,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
     watch = TreeWatch(p.pid)
     deadline = time.monotonic() + 30
     while sum("--worker-shard" in n for n in watch.seen.values()) < 2 and time.monotonic() < deadline:
         time.sleep(0.1)
-    time.sleep(3.5)   # past the workers' common start: they are sending
+    time.sleep(3.5)  # past the workers' common start: they are sending
     left = _survivors_after_sigkill(p, watch)
     assert sum("--worker-shard" in n for n in watch.seen.values()) == 2
     if lifeline == "on":

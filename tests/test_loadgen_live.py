@@ -12,9 +12,9 @@ import time
 import aiohttp
 import pytest
 
-from loadgen.transport.client import OpenAIStream
 from loadgen.schedule.runner import RunConfig, Runner
 from loadgen.schedule.workload import Lengths, shared_prefix, synthetic
+from loadgen.transport.client import OpenAIStream
 from validator.observe.scrape import Sampler
 from validator.rundir.samples import parse_metrics
 
@@ -78,8 +78,9 @@ async def test_closed_loop_concurrency_is_seen_by_the_server(tiny_server):
     seen: list[float] = []
     for attempt in range(3):
         w = synthetic(8, Lengths.parse(100, "p"), Lengths.parse(900, "o"), seed=4 + attempt)
-        result, *_, sampler = await run_once(tiny_server, w, RunConfig(concurrency=4, max_requests=8),
-                                             sampler_interval=0.5)
+        result, *_, sampler = await run_once(
+            tiny_server, w, RunConfig(concurrency=4, max_requests=8), sampler_interval=0.5
+        )
         assert all(r.ok for r in result.records), [(r.id, r.status, r.error) for r in result.records if not r.ok]
         seen += [s.values["num_requests_running"] for s in sampler.samples]
         if max(seen) == 4:
@@ -89,10 +90,19 @@ async def test_closed_loop_concurrency_is_seen_by_the_server(tiny_server):
 
 async def test_shared_prefix_hits_only_when_the_workload_repeats(tiny_server):
     await reset_prefix_cache(tiny_server)
+
     def workload(salt):
         # 4 groups, one request each: no sharing inside the run
-        return shared_prefix(4, groups=4, prefix_tokens=256, suffix=Lengths.parse(128, "s"),
-                             output=Lengths.parse(8, "o"), seed=5, salt=salt)
+        return shared_prefix(
+            4,
+            groups=4,
+            prefix_tokens=256,
+            suffix=Lengths.parse(128, "s"),
+            output=Lengths.parse(8, "o"),
+            seed=5,
+            salt=salt,
+        )
+
     cfg = RunConfig(concurrency=4, max_requests=4)
     hits = []
     for salt in ("same", "same", "other"):
@@ -100,15 +110,38 @@ async def test_shared_prefix_hits_only_when_the_workload_repeats(tiny_server):
         assert all(r.ok for r in result.records)
         assert after["prefix_cache_queries"] - before["prefix_cache_queries"] == 4 * 384
         hits.append(after["prefix_cache_hits"] - before["prefix_cache_hits"])
-    # second run: every full block but the last token's, 4 x floor(383 / 32) x 32 = 1408 (docs/kv-accounting.md, measured)
+    # second run: every full block but the last token's, 4 x floor(383 / 32) x 32 = 1408
+    # (docs/kv-accounting.md, measured)
     assert hits == [0, 1408, 0]
 
 
 def test_loadgen_cli_against_vllm(tiny_server, tmp_path):
-    r = subprocess.run([sys.executable, "-m", "loadgen",
-                        "--url", tiny_server.url, "--model", "tiny", "--concurrency", "2", "--requests", "6",
-                        "--prompt-tokens", "64", "--output-tokens", "16", "--warmup", "2", "--out", str(tmp_path)],
-                       capture_output=True, text=True, timeout=120)
+    r = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "loadgen",
+            "--url",
+            tiny_server.url,
+            "--model",
+            "tiny",
+            "--concurrency",
+            "2",
+            "--requests",
+            "6",
+            "--prompt-tokens",
+            "64",
+            "--output-tokens",
+            "16",
+            "--warmup",
+            "2",
+            "--out",
+            str(tmp_path),
+        ],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     assert r.returncode == 0, r.stderr
     summary = json.loads((tmp_path / "summary.json").read_text())
     assert (summary["requests"], summary["ok"], summary["warmup_requests"]) == (4, 4, 2)
@@ -120,18 +153,23 @@ def test_loadgen_cli_against_vllm(tiny_server, tmp_path):
 
 async def test_duration_bounds_the_run_and_cancel_keeps_records(tiny_server, tmp_path):
     from loadgen.results.records import RecordWriter, read_records
+
     w = synthetic(1000, Lengths.parse(64, "p"), Lengths.parse(64, "o"), seed=6)
     async with aiohttp.ClientSession() as s:
         t0 = time.monotonic()
         res = await Runner(OpenAIStream(s, tiny_server.url, "tiny")).run(
-            w, RunConfig(concurrency=2, max_requests=1000, duration=1.0, drain_timeout=10))
+            w, RunConfig(concurrency=2, max_requests=1000, duration=1.0, drain_timeout=10)
+        )
         assert time.monotonic() - t0 < 12 and 0 < len(res.records) < 1000
         assert all(r.ok for r in res.records)
         # cancelled from outside (Ctrl-C): finished records are on disk, in-flight ones marked
         with RecordWriter(tmp_path / "r.jsonl") as wr:
-            task = asyncio.ensure_future(Runner(OpenAIStream(s, tiny_server.url, "tiny"), wr).run(
-                synthetic(50, Lengths.parse(64, "p"), Lengths.parse(400, "o"), seed=8),
-                RunConfig(concurrency=2, max_requests=50)))
+            task = asyncio.ensure_future(
+                Runner(OpenAIStream(s, tiny_server.url, "tiny"), wr).run(
+                    synthetic(50, Lengths.parse(64, "p"), Lengths.parse(400, "o"), seed=8),
+                    RunConfig(concurrency=2, max_requests=50),
+                )
+            )
             await asyncio.sleep(1.5)
             task.cancel()
             res = await task
@@ -144,9 +182,12 @@ async def test_duration_bounds_the_run_and_cancel_keeps_records(tiny_server, tmp
 async def test_text_prompts_are_counted_by_tokenize_and_chat_works(tiny_server, tmp_path):
     from loadgen.schedule.runner import tokenize_lengths
     from loadgen.schedule.workload import from_dataset
+
     f = tmp_path / "d.jsonl"
-    f.write_text('{"prompt": "the model serves requests with a paged cache", "output_tokens": 6}\n'
-                 '{"prompt": "prefix cache hit miss token", "output_tokens": 4, "chat": true}\n')
+    f.write_text(
+        '{"prompt": "the model serves requests with a paged cache", "output_tokens": 6}\n'
+        '{"prompt": "prefix cache hit miss token", "output_tokens": 4, "chat": true}\n'
+    )
     w = from_dataset(f)
     async with aiohttp.ClientSession() as s:
         await tokenize_lengths(s, tiny_server.url, "tiny", w.items)
@@ -160,6 +201,7 @@ async def test_text_prompts_are_counted_by_tokenize_and_chat_works(tiny_server, 
 
 async def test_multi_turn_reuses_the_previous_turns(tiny_server):
     from loadgen.schedule.workload import multi_turn
+
     await reset_prefix_cache(tiny_server)
     w = multi_turn(1, 3, Lengths.parse(100, "p"), Lengths.parse(20, "u"), output=40, seed=9, salt="mt")
     async with aiohttp.ClientSession() as s:
@@ -179,9 +221,10 @@ def test_vllm_and_the_client_run_on_separate_cpus(tiny_server):
     import os
 
     import psutil
+
     root = psutil.Process(tiny_server.proc.pid)
     pids = [root.pid, *(c.pid for c in root.children(recursive=True))]
-    assert len(pids) >= 3            # API server, engine core, worker
+    assert len(pids) >= 3  # API server, engine core, worker
     threads = [int(t) for p in pids for t in os.listdir(f"/proc/{p}/task")]
     assert {frozenset(os.sched_getaffinity(t)) for t in threads} == {frozenset({0})}
     assert 0 not in os.sched_getaffinity(0)
@@ -191,6 +234,7 @@ def test_a_name_the_server_does_not_serve_is_bad_input_before_any_load(tiny_serv
     """`validate --url` against a server that serves `tiny`, with a profile that names `other`: exit 2
     naming both, no run started (issue 19: three runs of 404s before)."""
     from tests.conftest import run_validate, tiny_profile_file
+
     f = tiny_profile_file(tiny_model, tmp_path, model__served_name="other")
     r = run_validate("--profile", str(f), "--url", tiny_server.url, "--out", str(tmp_path / "run"))
     assert r.returncode == 2, r.stderr[-2000:]

@@ -17,8 +17,8 @@ from pathlib import Path
 import psutil
 import pytest
 
-from loadgen.results.records import RequestRecord, read_records
 from loadgen.results.merge import merge
+from loadgen.results.records import RequestRecord, read_records
 from tests.test_workers import assert_merged_exactly
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -38,11 +38,31 @@ def ray_head(tmp_path_factory):
     env = {**os.environ, "RAY_USAGE_STATS_ENABLED": "0"}
     log = tmp_path_factory.mktemp("ray") / "head.log"
     with open(log, "w") as f:
-        head = subprocess.Popen([str(RAY), "start", "--head", "--block", "--port", str(port), "--num-cpus", "2",
-                                 "--include-dashboard", "false", "--object-store-memory", str(100 * 2**20),
-                                 "--ray-client-server-port", str(_free_port()),
-                                 "--dashboard-agent-listen-port", str(_free_port()), "--disable-usage-stats"],
-                                stdout=f, stderr=subprocess.STDOUT, env=env, start_new_session=True)
+        head = subprocess.Popen(
+            [
+                str(RAY),
+                "start",
+                "--head",
+                "--block",
+                "--port",
+                str(port),
+                "--num-cpus",
+                "2",
+                "--include-dashboard",
+                "false",
+                "--object-store-memory",
+                str(100 * 2**20),
+                "--ray-client-server-port",
+                str(_free_port()),
+                "--dashboard-agent-listen-port",
+                str(_free_port()),
+                "--disable-usage-stats",
+            ],
+            stdout=f,
+            stderr=subprocess.STDOUT,
+            env=env,
+            start_new_session=True,
+        )
     seen: dict[int, psutil.Process] = {}
     try:
         deadline = time.monotonic() + 120
@@ -65,15 +85,41 @@ def ray_head(tmp_path_factory):
 
 
 def loadgen(*args, timeout=300):
-    return subprocess.run([sys.executable, "-m", "loadgen", *args], cwd=ROOT, capture_output=True, text=True,
-                          timeout=timeout, env={**os.environ, "RAY_USAGE_STATS_ENABLED": "0"})
+    return subprocess.run(
+        [sys.executable, "-m", "loadgen", *args],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+        env={**os.environ, "RAY_USAGE_STATS_ENABLED": "0"},
+    )
 
 
 def test_two_ray_actors_merge_exactly(ray_head, stub_url, tmp_path):
     out = tmp_path / "lg"
-    r = loadgen("--url", stub_url, "--model", "M", "--requests", "60", "--concurrency", "6", "--workers", "2",
-                "--ray", ray_head, "--prompt-tokens", "16", "--output-tokens", "8", "--seed", "5", "--out", str(out),
-                "--quiet")
+    r = loadgen(
+        "--url",
+        stub_url,
+        "--model",
+        "M",
+        "--requests",
+        "60",
+        "--concurrency",
+        "6",
+        "--workers",
+        "2",
+        "--ray",
+        ray_head,
+        "--prompt-tokens",
+        "16",
+        "--output-tokens",
+        "8",
+        "--seed",
+        "5",
+        "--out",
+        str(out),
+        "--quiet",
+    )
     assert r.returncode == 0, r.stderr[-3000:]
     merged, s = assert_merged_exactly(out)
     c = s["clocks"]
@@ -89,10 +135,23 @@ def test_two_ray_actors_merge_exactly(ray_head, stub_url, tmp_path):
 
 def test_an_absent_cluster_is_a_clear_error_at_once(tmp_path):
     t = time.monotonic()
-    r = loadgen("--url", "http://127.0.0.1:9", "--model", "M", "--workers", "2", "--concurrency", "2",
-                "--ray", f"127.0.0.1:{_free_port()}", "--out", str(tmp_path / "x"), timeout=60)
+    r = loadgen(
+        "--url",
+        "http://127.0.0.1:9",
+        "--model",
+        "M",
+        "--workers",
+        "2",
+        "--concurrency",
+        "2",
+        "--ray",
+        f"127.0.0.1:{_free_port()}",
+        "--out",
+        str(tmp_path / "x"),
+        timeout=60,
+    )
     assert r.returncode == 2 and "--ray" in r.stderr and "Traceback" not in r.stderr, r.stderr
-    assert time.monotonic() - t < 30   # Ray's own join would retry for minutes
+    assert time.monotonic() - t < 30  # Ray's own join would retry for minutes
 
 
 def test_wall_clock_offsets_place_each_worker(tmp_path):
@@ -104,31 +163,61 @@ def test_wall_clock_offsets_place_each_worker(tmp_path):
         (d / "records.jsonl").write_text(json.dumps(RequestRecord(id=f"r{i}", sent=0.25).to_json()) + "\n")
         # both started at the same instant; worker 1's wall clock reads 5 s ahead, its monotonic clock
         # (another machine) has nothing in common with worker 0's
-        (d / "summary.json").write_text(json.dumps({"clock_origin_perf_counter": [50.0, 7000.0][i],
-                                                    "window": [1000.0 + 5 * i, 1010.0 + 5 * i]}))
+        (d / "summary.json").write_text(
+            json.dumps({"clock_origin_perf_counter": [50.0, 7000.0][i], "window": [1000.0 + 5 * i, 1010.0 + 5 * i]})
+        )
     dirs = [tmp_path / "worker-0", tmp_path / "worker-1"]
     records, started, ended, _, clocks = merge(dirs, offsets=[0.0, 5.0])
     assert [r.sent for r in records] == [0.25, 0.25] and (started, ended) == (1000.0, 1010.0)
     assert clocks["offset_spread_s"] == 5.0
-    records, started, ended, _, _ = merge(dirs, offsets=[0.0, 0.0])    # offsets not applied: 5 s apart
+    records, started, ended, _, _ = merge(dirs, offsets=[0.0, 0.0])  # offsets not applied: 5 s apart
     assert sorted(r.sent for r in records) == [0.25, 5.25] and ended == 1015.0
 
 
 def test_ctrl_c_stops_the_actors_and_keeps_what_they_recorded(ray_head, stub_url, tmp_path):
     import signal
+
     out = tmp_path / "lg"
-    code = ("import signal, sys; signal.signal(signal.SIGINT, signal.default_int_handler); "
-            "from loadgen.main import main; sys.exit(main())")  # Ctrl-C as a terminal delivers it
-    p = subprocess.Popen([sys.executable, "-c", code, "--url", stub_url, "--model", "M", "--requests", "100000",
-                          "--concurrency", "4", "--workers", "2", "--ray", ray_head, "--prompt-tokens", "16",
-                          "--output-tokens", "8", "--out", str(out), "--quiet"], cwd=ROOT, stderr=subprocess.PIPE,
-                         text=True, env={**os.environ, "RAY_USAGE_STATS_ENABLED": "0"})
-    time.sleep(10)   # actors up (3 s), the shards' common start (2 s), then requests of about 10 ms
+    code = (
+        "import signal, sys; signal.signal(signal.SIGINT, signal.default_int_handler); "
+        "from loadgen.main import main; sys.exit(main())"
+    )  # Ctrl-C as a terminal delivers it
+    p = subprocess.Popen(
+        [
+            sys.executable,
+            "-c",
+            code,
+            "--url",
+            stub_url,
+            "--model",
+            "M",
+            "--requests",
+            "100000",
+            "--concurrency",
+            "4",
+            "--workers",
+            "2",
+            "--ray",
+            ray_head,
+            "--prompt-tokens",
+            "16",
+            "--output-tokens",
+            "8",
+            "--out",
+            str(out),
+            "--quiet",
+        ],
+        cwd=ROOT,
+        stderr=subprocess.PIPE,
+        text=True,
+        env={**os.environ, "RAY_USAGE_STATS_ENABLED": "0"},
+    )
+    time.sleep(10)  # actors up (3 s), the shards' common start (2 s), then requests of about 10 ms
     p.send_signal(signal.SIGINT)
     err = p.communicate(timeout=90)[1]
     assert p.returncode == 130, err[-2000:]
     counts = [len(read_records(out / f"worker-{i}" / "records.jsonl")) for i in range(2)]
-    assert all(0 < n < 50000 for n in counts), counts      # each kept its finished requests, and stopped
+    assert all(0 < n < 50000 for n in counts), counts  # each kept its finished requests, and stopped
     time.sleep(1)
     actors = [x for x in psutil.process_iter(["name", "cmdline"]) if "LoadWorker" in " ".join(x.info["cmdline"] or [])]
-    assert not actors, [x.pid for x in actors]            # the actors were killed with the run
+    assert not actors, [x.pid for x in actors]  # the actors were killed with the run

@@ -39,7 +39,7 @@ def test_frozen_server_ends_the_run_within_its_deadline(tiny_model, tmp_path):
     assert rep["verdict"] == "error"
     probe = {r["name"]: r for r in rep["runs"]}["probe"]
     assert probe["interrupted"] and probe["client"]["failed"] >= 1
-    assert {"VLLM::EngineCore", "VLLM::Worker"} <= v.watch.names()   # the check below covers them
+    assert {"VLLM::EngineCore", "VLLM::Worker"} <= v.watch.names()  # the check below covers them
     assert not v.watch.survivors()
 
 
@@ -68,9 +68,24 @@ def test_extra_args_may_not_override_the_plan(tiny_model, tmp_path):
 @pytest.fixture
 def stub(request):
     fault, every = request.param
-    p = subprocess.Popen([sys.executable, str(ROOT / "benchmarks" / "stub_server.py"), "--port", "0", "--fault",
-                          fault, "--fault-every", str(every), "--itl-ms", "1", "--max-seconds", "120"],
-                         stdout=subprocess.PIPE, text=True)
+    p = subprocess.Popen(
+        [
+            sys.executable,
+            str(ROOT / "benchmarks" / "stub_server.py"),
+            "--port",
+            "0",
+            "--fault",
+            fault,
+            "--fault-every",
+            str(every),
+            "--itl-ms",
+            "1",
+            "--max-seconds",
+            "120",
+        ],
+        stdout=subprocess.PIPE,
+        text=True,
+    )
     port = int(p.stdout.readline().split()[-1])
     yield f"http://127.0.0.1:{port}"
     p.terminate()
@@ -111,12 +126,16 @@ def test_a_password_in_the_url_is_never_shown_and_the_run_files_are_private(stub
     """Issue 21, findings 7 and 8: `--url http://user:password@...` works, and the password is in no
     run file, console line or report; run files are 0600, directories 0700."""
     import stat
+
     f = tiny_profile(tiny_model, tmp_path, model__served_name="stub")
-    r = validate("--profile", str(f), "--url", stub.replace("http://", "http://alice:s3cret-pw@"),
-                 "--out", str(tmp_path / "run"))
-    assert r.returncode == 1, r.stderr[-2000:]   # the stub gives no KV readings: inconclusive, never pass
-    assert "s3cret-pw" not in r.stdout + r.stderr and "<redacted>@127.0.0.1" in (tmp_path / "run" / "startup.json"
-                                                                                 ).read_text()
+    r = validate(
+        "--profile", str(f), "--url", stub.replace("http://", "http://alice:s3cret-pw@"), "--out", str(tmp_path / "run")
+    )
+    assert r.returncode == 1, r.stderr[-2000:]  # the stub gives no KV readings: inconclusive, never pass
+    assert (
+        "s3cret-pw" not in r.stdout + r.stderr
+        and "<redacted>@127.0.0.1" in (tmp_path / "run" / "startup.json").read_text()
+    )
     files = [p for p in (tmp_path / "run").rglob("*") if p.is_file()]
     assert len(files) > 10
     for p in files:
@@ -135,12 +154,18 @@ def test_wrong_token_counts_through_validate(stub, tiny_model, tmp_path):
 
 
 @pytest.mark.vllm
-@pytest.mark.parametrize("phase,sig,code,workers", [("run warm:", signal.SIGINT, 130, 1),
-                                                     ("run probe:", signal.SIGTERM, 143, 1),
-                                                     ("run latency:", signal.SIGINT, 130, 2)])
+@pytest.mark.parametrize(
+    "phase,sig,code,workers",
+    [
+        ("run warm:", signal.SIGINT, 130, 1),
+        ("run probe:", signal.SIGTERM, 143, 1),
+        ("run latency:", signal.SIGINT, 130, 2),
+    ],
+)
 def test_interrupted_during_load_keeps_a_partial_report(phase, sig, code, workers, tiny_model, tmp_path):
     """The last case interrupts the run sent by `loadgen --workers 2`: none of its processes stays."""
     import psutil
+
     f = tiny_profile(tiny_model, tmp_path, workload__workers=workers)
     out = tmp_path / "run"
     v = Validate(["--profile", str(f), "--out", str(out)])
@@ -156,7 +181,7 @@ def test_interrupted_during_load_keeps_a_partial_report(phase, sig, code, worker
     assert {r["name"] for r in rep["runs"]} >= {"cold"}
     assert (out / "runs" / "cold" / "records.jsonl").stat().st_size > 0
     if workers > 1:
-        assert (out / "runs" / "latency" / "loadgen.log").exists()   # loadgen had been started
+        assert (out / "runs" / "latency" / "loadgen.log").exists()  # loadgen had been started
         left = [p.pid for p in psutil.process_iter(["cmdline"]) if str(out) in " ".join(p.info["cmdline"] or [])]
         assert not left, left
 
@@ -170,19 +195,21 @@ def test_sigterm_during_the_runs_cancels_them_and_then_raises_terminated():
     import threading
 
     from validator.serve.launch import Terminated, install_signal_handlers, run_loop
+
     before = {s: signal.getsignal(s) for s in (signal.SIGTERM, signal.SIGHUP)}
     install_signal_handlers()
     ours = signal.getsignal(signal.SIGTERM)
     seen = []
 
     async def runs():
-        seen.append(signal.getsignal(signal.SIGTERM) is ours)   # a raising handler is not armed in the loop
+        seen.append(signal.getsignal(signal.SIGTERM) is ours)  # a raising handler is not armed in the loop
         try:
             while True:
                 await asyncio.sleep(0.01)
         except BaseException as e:
             seen.append(type(e).__name__)
             raise
+
     threading.Timer(0.3, os.kill, (os.getpid(), signal.SIGTERM)).start()
     try:
         with pytest.raises(Terminated, match="SIGTERM"):

@@ -10,15 +10,36 @@ from loadgen.transport.sse import StreamParser
 
 def tok(i, text=" a", finish=None):
     """A token event shaped as vLLM 0.32 sends it (see tests/data/vllm-0.32-completions-stream.txt)."""
-    return ('data: ' + json.dumps({"id": "cmpl-1", "object": "text_completion", "created": 0, "model": "m",
-                                   "choices": [{"index": 0, "text": text, "logprobs": None,
-                                                "finish_reason": finish, "stop_reason": None,
-                                                "prompt_token_ids": None, "token_ids": None}]},
-                                  separators=(",", ":")) + "\n\n").encode()
+    return (
+        "data: "
+        + json.dumps(
+            {
+                "id": "cmpl-1",
+                "object": "text_completion",
+                "created": 0,
+                "model": "m",
+                "choices": [
+                    {
+                        "index": 0,
+                        "text": text,
+                        "logprobs": None,
+                        "finish_reason": finish,
+                        "stop_reason": None,
+                        "prompt_token_ids": None,
+                        "token_ids": None,
+                    }
+                ],
+            },
+            separators=(",", ":"),
+        )
+        + "\n\n"
+    ).encode()
 
 
-USAGE = (b'data: {"id":"cmpl-1","object":"text_completion","created":0,"model":"m","choices":[],'
-         b'"usage":{"prompt_tokens":7,"total_tokens":11,"completion_tokens":4}}\n\n')
+USAGE = (
+    b'data: {"id":"cmpl-1","object":"text_completion","created":0,"model":"m","choices":[],'
+    b'"usage":{"prompt_tokens":7,"total_tokens":11,"completion_tokens":4}}\n\n'
+)
 DONE = b"data: [DONE]\n\n"
 STREAM = tok(0) + tok(1, text="") + tok(2) + tok(3, finish="length") + USAGE + DONE
 
@@ -40,7 +61,7 @@ def test_whole_stream_in_one_read():
 
 @pytest.mark.parametrize("size", [1, 2, 3, 7, 50, 101])
 def test_split_anywhere_gives_the_same_events(size):
-    pieces = [STREAM[i:i + size] for i in range(0, len(STREAM), size)]
+    pieces = [STREAM[i : i + size] for i in range(0, len(STREAM), size)]
     p = run(pieces)
     assert len(p.token_times) == 4
     assert p.usage["prompt_tokens"] == 7 and p.finish_reason == "length" and p.done
@@ -90,9 +111,11 @@ def test_comments_and_crlf():
 
 
 def test_spaced_json_and_chat_deltas():
-    chat = (b'data: {"choices": [{"index": 0, "delta": {"role": "assistant", "content": ""}}]}\n\n'
-            b'data: {"choices": [{"index": 0, "delta": {"content": "hi"}}]}\n\n'
-            b'data: {"choices": [{"index": 0, "delta": {"content": "!"}, "finish_reason": "stop"}]}\n\n' + DONE)
+    chat = (
+        b'data: {"choices": [{"index": 0, "delta": {"role": "assistant", "content": ""}}]}\n\n'
+        b'data: {"choices": [{"index": 0, "delta": {"content": "hi"}}]}\n\n'
+        b'data: {"choices": [{"index": 0, "delta": {"content": "!"}, "finish_reason": "stop"}]}\n\n' + DONE
+    )
     p = run([chat])
     assert len(p.token_times) == 3 and p.text_events == 2 and p.finish_reason == "stop"
 
@@ -105,7 +128,7 @@ def test_token_ids_are_collected_when_asked():
 
 def test_fast_and_slow_paths_agree():
     body = b"".join(tok(i) for i in range(200)) + tok(200, finish="length") + USAGE + DONE
-    fast = run([body[i:i + 4096] for i in range(0, len(body), 4096)])
+    fast = run([body[i : i + 4096] for i in range(0, len(body), 4096)])
     slow = run([body], want_token_ids=True)  # forces full decoding of every event
     assert len(fast.token_times) == len(slow.token_times) == 201
     assert fast.usage == slow.usage and fast.finish_reason == slow.finish_reason
@@ -117,7 +140,7 @@ RECORDED = (Path(__file__).parent / "data" / "vllm-0.32-completions-stream.txt")
 @pytest.mark.parametrize("size", [1, 13, 100, 4096])
 def test_recorded_vllm_stream(size):
     """6 tokens asked with ignore_eos from the tiny model; some events carry empty text."""
-    p = run([RECORDED[i:i + size] for i in range(0, len(RECORDED), size)])
+    p = run([RECORDED[i : i + size] for i in range(0, len(RECORDED), size)])
     assert len(p.token_times) == 6
     assert p.usage == {"prompt_tokens": 5, "total_tokens": 11, "completion_tokens": 6}
     assert p.finish_reason == "length" and p.done and p.error is None
@@ -136,7 +159,7 @@ def test_continuous_usage_counts_tokens_even_when_the_server_merges_them():
     p = run([stream[:40], stream[40:200], stream[200:]], want_counts=True)
     assert len(p.token_times) == 3
     assert p.token_counts == [1, 4, 5]
-    counted = run([stream])       # without want_counts the parser counts events, not tokens
+    counted = run([stream])  # without want_counts the parser counts events, not tokens
     assert counted.token_counts == [] and len(counted.token_times) == 3
 
 

@@ -41,10 +41,22 @@ def test_cache_config_info_labels():
 
 def record(platform="cpu", ledger=None, **fields):
     """A plan's record with the figures a test names (the rest: a small CPU plan)."""
-    from validator.plan.record import Ledger, LedgerMode, Platform, PlanRecord
-    base = dict(num_blocks=5461, block_size=64, kv_cache_tokens=341_312, max_concurrency=341.3125, max_model_len=1000,
-                usable_blocks=5460, blocks_per_seq=16, max_num_seqs=4, max_num_batched_tokens=2048,
-                kv_bytes_per_token=3072, bytes_per_block=196608, fits=True)
+    from validator.plan.record import Ledger, LedgerMode, PlanRecord, Platform
+
+    base = dict(
+        num_blocks=5461,
+        block_size=64,
+        kv_cache_tokens=341_312,
+        max_concurrency=341.3125,
+        max_model_len=1000,
+        usable_blocks=5460,
+        blocks_per_seq=16,
+        max_num_seqs=4,
+        max_num_batched_tokens=2048,
+        kv_bytes_per_token=3072,
+        bytes_per_block=196608,
+        fits=True,
+    )
     led = ledger or {"mode": LedgerMode.GIVEN, "kv_cache_bytes": 1 << 30}
     return PlanRecord(platform=Platform(platform), ledger=Ledger(**led), **{**base, **fields})
 
@@ -63,6 +75,7 @@ def test_cross_check_flags_a_mismatch_and_unreported_values():
 
 def test_counters_parse_with_either_type_line_and_missing_ones_are_none():
     from validator.rundir.samples import parse_metrics
+
     for type_name in ("vllm:prompt_tokens", "vllm:prompt_tokens_total"):
         text = f'# TYPE {type_name} counter\nvllm:prompt_tokens_total{{engine="0"}} 17888\n'
         v = parse_metrics(text).values
@@ -74,13 +87,30 @@ def test_counters_parse_with_either_type_line_and_missing_ones_are_none():
 
 def test_every_startup_check_fails_on_a_doctored_fact():
     plan = record()
-    good = dict(num_gpu_blocks=5461, block_size=64, kv_cache_size_tokens=341_312,
-                kv_cache_max_concurrency=341.3125, max_concurrency_logged=341.31, max_model_len=1000)
-    doctored = dict(num_gpu_blocks=5460, block_size=32, kv_cache_size_tokens=341_311,
-                    kv_cache_max_concurrency=341.25, max_concurrency_logged=341.3, max_model_len=999)
-    names = {"num_gpu_blocks": "startup.num_gpu_blocks", "block_size": "startup.block_size",
-             "kv_cache_size_tokens": "startup.kv_cache_tokens", "kv_cache_max_concurrency": "startup.max_concurrency",
-             "max_concurrency_logged": "startup.max_concurrency_logged", "max_model_len": "startup.max_model_len"}
+    good = dict(
+        num_gpu_blocks=5461,
+        block_size=64,
+        kv_cache_size_tokens=341_312,
+        kv_cache_max_concurrency=341.3125,
+        max_concurrency_logged=341.31,
+        max_model_len=1000,
+    )
+    doctored = dict(
+        num_gpu_blocks=5460,
+        block_size=32,
+        kv_cache_size_tokens=341_311,
+        kv_cache_max_concurrency=341.25,
+        max_concurrency_logged=341.3,
+        max_model_len=999,
+    )
+    names = {
+        "num_gpu_blocks": "startup.num_gpu_blocks",
+        "block_size": "startup.block_size",
+        "kv_cache_size_tokens": "startup.kv_cache_tokens",
+        "kv_cache_max_concurrency": "startup.max_concurrency",
+        "max_concurrency_logged": "startup.max_concurrency_logged",
+        "max_model_len": "startup.max_model_len",
+    }
     assert all(c.status == "pass" for c in cross_check(plan, StartupFacts(**good)))
     for field, bad in doctored.items():
         checks = {c.name: c for c in cross_check(plan, StartupFacts(**dict(good, **{field: bad})))}
@@ -93,8 +123,8 @@ def test_the_log_line_is_not_judged_for_a_server_kvgate_did_not_start():
     f = parse_cache_config_info(METRICS, StartupFacts(max_model_len=1000))
     ours = {c.name: c.status for c in cross_check(plan, f, started_here=True)}
     theirs = {c.name: c.status for c in cross_check(plan, f, started_here=False)}
-    assert ours["startup.max_concurrency_logged"] == "not_measured"   # our own server: its log must say it
-    assert theirs["startup.max_concurrency_logged"] == "not_judged"   # --url: there is no log to read
+    assert ours["startup.max_concurrency_logged"] == "not_measured"  # our own server: its log must say it
+    assert theirs["startup.max_concurrency_logged"] == "not_judged"  # --url: there is no log to read
 
 
 # vLLM's GPU start-up lines, in the wordings of its source (0.32: gpu_model_runner.py, gpu_worker.py,
@@ -107,21 +137,29 @@ GPU_LOG = """\
 (EngineCore_DP0 pid=812) INFO 04-02 10:11:21 [kv_cache_utils.py:1300] GPU KV cache size: 418,656 tokens
 (EngineCore_DP0 pid=812) INFO 04-02 10:11:40 [gpu_worker.py:972] CUDA graph pool memory: 0.89 GiB (actual), 0.84 GiB (estimated), difference: 0.05 GiB (5.6%).
 """
-PINNED_LOG = ("(EngineCore_DP0 pid=9) INFO 04-02 10:11:20 [gpu_worker.py:668] Initial free memory 78.68 GiB, "
-              "reserved 56.27 GiB memory for KV Cache as specified by kv_cache_memory_bytes config and skipped "
-              "memory profiling. This does not respect the gpu_memory_utilization config.\n")
+PINNED_LOG = (
+    "(EngineCore_DP0 pid=9) INFO 04-02 10:11:20 [gpu_worker.py:668] Initial free memory 78.68 GiB, "
+    "reserved 56.27 GiB memory for KV Cache as specified by kv_cache_memory_bytes config and skipped "
+    "memory profiling. This does not respect the gpu_memory_utilization config.\n"
+)
 
 
 def gpu_plan(**ledger):
     from validator.plan.record import LedgerMode
-    L = {"weights_bytes": int(15.26 * GIB), "kv_cache_bytes": int(57.50 * GIB), "cudagraph_bytes": int(0.84 * GIB),
-         "mode": LedgerMode.DERIVED}
+
+    L = {
+        "weights_bytes": int(15.26 * GIB),
+        "kv_cache_bytes": int(57.50 * GIB),
+        "cudagraph_bytes": int(0.84 * GIB),
+        "mode": LedgerMode.DERIVED,
+    }
     L.update(ledger)
-    return record("gpu", L, num_blocks=26168, block_size=16, kv_cache_tokens=418_688, max_concurrency=51.1,
-                  max_model_len=8192)
+    return record(
+        "gpu", L, num_blocks=26168, block_size=16, kv_cache_tokens=418_688, max_concurrency=51.1, max_model_len=8192
+    )
 
 
-GIB = 1024 ** 3
+GIB = 1024**3
 
 
 def test_gpu_start_up_memory_lines_are_read():
@@ -133,21 +171,28 @@ def test_gpu_start_up_memory_lines_are_read():
 
 def test_gpu_memory_checks_pass_on_the_log_and_fail_when_doctored():
     from validator.judge.startup import gpu_memory_checks
+
     checks = {c.name: c for c in gpu_memory_checks(gpu_plan(), parse_log(GPU_LOG))}
-    assert [checks[n].status for n in ("startup.weights_gib", "startup.available_kv_gib",
-                                       "startup.cudagraph_estimate_gib")] == ["pass"] * 3
-    doctored = parse_log(GPU_LOG.replace("57.5 GiB", "55.5 GiB").replace("took 15.27", "took 16.27")
-                         .replace("memory: 0.84 GiB total", "memory: 1.84 GiB total"))
+    assert [
+        checks[n].status for n in ("startup.weights_gib", "startup.available_kv_gib", "startup.cudagraph_estimate_gib")
+    ] == ["pass"] * 3
+    doctored = parse_log(
+        GPU_LOG.replace("57.5 GiB", "55.5 GiB")
+        .replace("took 15.27", "took 16.27")
+        .replace("memory: 0.84 GiB total", "memory: 1.84 GiB total")
+    )
     bad = {c.name: c for c in gpu_memory_checks(gpu_plan(), doctored)}
-    assert [bad[n].status for n in ("startup.weights_gib", "startup.available_kv_gib",
-                                    "startup.cudagraph_estimate_gib")] == ["fail"] * 3
+    assert [
+        bad[n].status for n in ("startup.weights_gib", "startup.available_kv_gib", "startup.cudagraph_estimate_gib")
+    ] == ["fail"] * 3
     missing = {c.name: c.status for c in gpu_memory_checks(gpu_plan(), StartupFacts())}
-    assert missing["startup.weights_gib"] == "not_measured"        # our own server: its log must say it
-    assert gpu_memory_checks(record("cpu"), StartupFacts()) == []   # CPU logs none of it
+    assert missing["startup.weights_gib"] == "not_measured"  # our own server: its log must say it
+    assert gpu_memory_checks(record("cpu"), StartupFacts()) == []  # CPU logs none of it
 
 
 def test_a_pinned_budget_is_checked_as_reserved_not_as_profiled():
     from validator.judge.startup import gpu_memory_checks
+
     plan = gpu_plan(kv_cache_bytes=int(56.27 * GIB) + 1000, kv_pinned=True)
     checks = {c.name: c for c in gpu_memory_checks(plan, parse_log(GPU_LOG + PINNED_LOG))}
     assert checks["startup.kv_reserved_gib"].status == "pass"
@@ -163,14 +208,17 @@ NVIDIA_APPS = "GPU-1b2c, 4242, python3, 40950\n"
 def test_nvidia_smi_is_read_and_a_busy_gpu_is_refused_with_the_numbers():
     from validator.errors import InfraError
     from validator.serve.gpu_device import check_free, parse_apps, parse_gpus
+
     gpus = parse_gpus(NVIDIA_SMI + "2, NVIDIA H100 80GB HBM3, [N/A], [N/A], [N/A]\n")
     assert [(g.index, g.name, g.free_bytes // 2**20) for g in gpus] == [
-        (0, "NVIDIA H100 80GB HBM3", 81088), (1, "NVIDIA H100 80GB HBM3", 40129)]
+        (0, "NVIDIA H100 80GB HBM3", 81088),
+        (1, "NVIDIA H100 80GB HBM3", 40129),
+    ]
     apps = parse_apps(NVIDIA_APPS)
     assert apps == [{"gpu_uuid": "GPU-1b2c", "pid": 4242, "name": "python3", "used_bytes": 40950 * 2**20}]
     requested = int(79.19 * GIB * 0.92)
-    check_free(gpus, 1, requested, apps)                       # GPU 0 is free enough: no error
+    check_free(gpus, 1, requested, apps)  # GPU 0 is free enough: no error
     with pytest.raises(InfraError, match=r"GPU 1 .* 39\.19 GiB free .* request 72\.85 GiB.*pid 4242"):
-        check_free(gpus, 2, requested, apps)                   # TP 2 needs GPU 1, which is half taken
+        check_free(gpus, 2, requested, apps)  # TP 2 needs GPU 1, which is half taken
     with pytest.raises(InfraError, match="needs 4 GPU"):
         check_free(gpus, 4, requested, apps)

@@ -38,11 +38,24 @@ def test_demo_passes_end_to_end(demo_run):
     assert rep["verdict"] == "pass"
     assert rep["counts"]["failed"] == 0 and rep["counts"]["not_measured"] == 0 and rep["not_measured"] == []
     assert [(x["name"], x["cache"]) for x in rep["runs"]] == [
-        ("cold", "cold"), ("warm-prime", "prime"), ("warm", "warm"), ("probe", "probe")]
+        ("cold", "cold"),
+        ("warm-prime", "prime"),
+        ("warm", "warm"),
+        ("probe", "probe"),
+    ]
     names = {c["name"] for c in rep["checks"]}
-    for needed in ("startup.num_gpu_blocks", "cold.freeze1.kv_blocks", "warm.freeze1.kv_blocks",
-                   "probe.freeze1.waiting", "cold.kv_utilization", "cold.prefix_hits", "warm.prefix_hits",
-                   "cold.kv_samples_bound", "slo.ttft_p99_ms", "slo.itl_p99_ms"):
+    for needed in (
+        "startup.num_gpu_blocks",
+        "cold.freeze1.kv_blocks",
+        "warm.freeze1.kv_blocks",
+        "probe.freeze1.waiting",
+        "cold.kv_utilization",
+        "cold.prefix_hits",
+        "warm.prefix_hits",
+        "cold.kv_samples_bound",
+        "slo.ttft_p99_ms",
+        "slo.itl_p99_ms",
+    ):
         assert needed in names
     checks = {c["name"]: c for c in rep["checks"]}
     # what must hold exactly on any machine: blocks, prefix-cache arithmetic, token counts
@@ -53,9 +66,20 @@ def test_demo_passes_end_to_end(demo_run):
     assert checks["cold.ttft_p50_client_vs_server"]["status"] == "not_judged"
     # cold and warm kept apart: the cache was reset before the cold run and the warm prime
     assert {x["name"]: x["isolation"] for x in rep["runs"]}["cold"] in ("reset", "salt")
-    for f in ("report.html", "summary.md", "metrics.jsonl", "vllm.log", "plan.json", "startup.json",
-              "runs/cold/records.jsonl", "runs/warm/records.jsonl", "runs/probe/records.jsonl",
-              "runs/cold/workload.jsonl", "runs/cold/freezes.jsonl", "runs/probe/freezes.jsonl"):
+    for f in (
+        "report.html",
+        "summary.md",
+        "metrics.jsonl",
+        "vllm.log",
+        "plan.json",
+        "startup.json",
+        "runs/cold/records.jsonl",
+        "runs/warm/records.jsonl",
+        "runs/probe/records.jsonl",
+        "runs/cold/workload.jsonl",
+        "runs/cold/freezes.jsonl",
+        "runs/probe/freezes.jsonl",
+    ):
         assert (out / f).stat().st_size > 0, f
     assert "verdict: pass" in r.stdout and "cold.freeze1.kv_blocks" in r.stdout
     assert "passed, 0 failed, 0 not measured" in r.stdout
@@ -73,9 +97,9 @@ def test_demo_freezes_are_exact(demo_run):
     _, out = demo_run
     rep = json.loads((out / "report.json").read_text())
     freeze = [c for c in rep["checks"] if ".freeze" in c["name"] and not c["name"].endswith(".records")]
-    assert len(freeze) >= 3 * 7    # 3 cold + 2 warm + 2 probe freezes, 3 checks each
+    assert len(freeze) >= 3 * 7  # 3 cold + 2 warm + 2 probe freezes, 3 checks each
     tied = [c for c in rep["checks"] if ".freeze" in c["name"] and c["name"].endswith(".records")]
-    assert len(tied) == 7 and all(c["status"] == "pass" for c in tied)   # each freeze agrees with the records
+    assert len(tied) == 7 and all(c["status"] == "pass" for c in tied)  # each freeze agrees with the records
     for c in freeze:
         assert c["status"] == "pass" and c["expected"] == c["observed"], c
         assert isinstance(c["expected"], int) and isinstance(c["observed"], int), c
@@ -87,7 +111,7 @@ def test_demo_freezes_are_exact(demo_run):
             usage = f["readings"][-1]["values"]["kv_cache_usage_perc"]
             assert f["settled"] and usage * 64 == blocks, (run, decoding, usage)
     probe = [json.loads(x) for x in (out / "runs" / "probe" / "freezes.jsonl").read_text().splitlines()]
-    for f in probe:   # max_num_seqs run, the excess (4 or 8 of the 12) waits
+    for f in probe:  # max_num_seqs run, the excess (4 or 8 of the 12) waits
         v = f["readings"][-1]["values"]
         assert v["num_requests_running"] == 4 and v["num_requests_waiting"] in (4, 8), v
     # no token lost or duplicated by holding the engine
@@ -110,9 +134,12 @@ def _scaled_copy(src: Path, dst: Path, factor: float | None) -> Path:
 
         def scale(o):
             if isinstance(o, dict):
-                return {k: (v * factor if k == "kv_cache_usage_perc" and isinstance(v, (int, float)) else scale(v))
-                        for k, v in o.items()}
+                return {
+                    k: (v * factor if k == "kv_cache_usage_perc" and isinstance(v, (int, float)) else scale(v))
+                    for k, v in o.items()
+                }
             return [scale(x) for x in o] if isinstance(o, list) else o
+
         if f.suffix == ".jsonl":
             f.write_text("".join(json.dumps(scale(json.loads(x))) + "\n" for x in text.splitlines() if x.strip()))
         else:
@@ -178,7 +205,7 @@ def test_a_doctored_run_directory_never_rejudges_as_pass(case, demo_run, tmp_pat
     if check:
         c = {c["name"]: c for c in rep["checks"]}[check]
         assert c["status"] == status, c
-    if case.startswith("run "):   # the missing run is named
+    if case.startswith("run "):  # the missing run is named
         gone = case.split()[1]
         assert f"run {gone} never started" in {c["name"]: c for c in rep["checks"]}[check]["explanation"]
 
@@ -230,21 +257,29 @@ def test_report_renders_in_chromium_with_its_plots(demo_run, tmp_path):
     _, out = demo_run
     chromium = shutil.which("chromium") or shutil.which("chromium-browser")
     assert chromium, "chromium is installed by scripts/bootstrap.sh (Debian package chromium)"
-    args = [chromium, "--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
-            "--disable-background-networking", "--disable-component-update", "--disable-sync",
-            f"--user-data-dir={tempfile.mkdtemp(dir=tmp_path)}"]
+    args = [
+        chromium,
+        "--headless",
+        "--no-sandbox",
+        "--disable-gpu",
+        "--disable-quic",
+        "--no-first-run",
+        "--disable-background-networking",
+        "--disable-component-update",
+        "--disable-sync",
+        f"--user-data-dir={tempfile.mkdtemp(dir=tmp_path)}",
+    ]
     url = (out / "report.html").as_uri()
     dom = subprocess.run([*args, "--dump-dom", url], capture_output=True, text=True, timeout=120).stdout
-    assert "kvgate: <span class=\"pass\">PASS</span>" in dom
-    assert dom.count('data-kind="lines"') == 3          # KV blocks over time: cold, warm, probe
-    assert dom.count('data-kind="cdf"') == 2            # TTFT and ITL, cold vs warm
-    assert dom.count('data-kind="bar"') == 1            # the memory ledger
+    assert 'kvgate: <span class="pass">PASS</span>' in dom
+    assert dom.count('data-kind="lines"') == 3  # KV blocks over time: cold, warm, probe
+    assert dom.count('data-kind="cdf"') == 2  # TTFT and ITL, cold vs warm
+    assert dom.count('data-kind="bar"') == 1  # the memory ledger
     assert 'data-name="sampled (kv_cache_usage_perc x usable)"' in dom
-    assert dom.count('class="marker"') >= 14             # every freeze: observed ring and predicted dot
-    assert "<pre>" not in dom and "report.json" in dom    # no raw JSON on the page; a link to it
+    assert dom.count('class="marker"') >= 14  # every freeze: observed ring and predicted dot
+    assert "<pre>" not in dom and "report.json" in dom  # no raw JSON on the page; a link to it
     png = tmp_path / "report.png"
-    subprocess.run([*args, "--window-size=1000,2400", f"--screenshot={png}", url], capture_output=True,
-                   timeout=120)
+    subprocess.run([*args, "--window-size=1000,2400", f"--screenshot={png}", url], capture_output=True, timeout=120)
     assert png.stat().st_size > 50_000  # a page with tables and charts, not a blank one
 
 
@@ -253,11 +288,12 @@ def test_a_lie_about_kv_space_fails_the_startup_checks(tmp_path, tiny_model):
     Python sets it: vllm.env may not)."""
     import stat
     import sys
+
     prof = yaml.safe_load((ROOT / "profiles" / "tiny-cpu.yaml").read_text())
     prof["model"]["path"] = str(tiny_model("tiny-gqa"))
     prof["cache"].pop("num_gpu_blocks_override")
     wrapper = tmp_path / "python-with-2gib"
-    wrapper.write_text(f"#!/bin/sh\nVLLM_CPU_KVCACHE_SPACE=2 exec {sys.executable} \"$@\"\n")
+    wrapper.write_text(f'#!/bin/sh\nVLLM_CPU_KVCACHE_SPACE=2 exec {sys.executable} "$@"\n')
     wrapper.chmod(wrapper.stat().st_mode | stat.S_IXUSR)
     prof["vllm"]["python"] = str(wrapper)
     prof["tolerances"] = {"min_kv_utilization": 0}  # 64 of 32767 blocks: this check is not the point here
@@ -267,8 +303,12 @@ def test_a_lie_about_kv_space_fails_the_startup_checks(tmp_path, tiny_model):
     assert r.returncode == 1, r.stderr[-3000:]
     rep = json.loads(r.stdout)
     failed = {c["name"] for c in rep["checks"] if c["passed"] is False}
-    assert {"startup.num_gpu_blocks", "startup.kv_cache_tokens", "startup.max_concurrency",
-            "startup.max_concurrency_logged"} <= failed
+    assert {
+        "startup.num_gpu_blocks",
+        "startup.kv_cache_tokens",
+        "startup.max_concurrency",
+        "startup.max_concurrency_logged",
+    } <= failed
     # the lie is caught at start-up; the freezes read the server's own pool, so they still hold
     assert all(n.startswith("startup.") for n in failed), failed
     blocks = {c["name"]: c for c in rep["checks"]}["startup.num_gpu_blocks"]
@@ -282,6 +322,7 @@ def test_vllm_killed_mid_run_exits_3_and_keeps_what_was_recorded(victim, tmp_pat
     import time
 
     import psutil
+
     f = tiny_profile_file(tiny_model, tmp_path)
     out = tmp_path / "run"
     v = Validate(["--profile", str(f), "--out", str(out)])
@@ -309,9 +350,18 @@ def test_vllm_killed_mid_run_exits_3_and_keeps_what_was_recorded(victim, tmp_pat
 def _chromium_args(tmp_path):
     chromium = shutil.which("chromium") or shutil.which("chromium-browser")
     assert chromium, "chromium is installed by scripts/bootstrap.sh (Debian package chromium)"
-    return [chromium, "--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
-            "--disable-background-networking", "--disable-component-update", "--disable-sync",
-            f"--user-data-dir={tempfile.mkdtemp(dir=tmp_path)}"]
+    return [
+        chromium,
+        "--headless",
+        "--no-sandbox",
+        "--disable-gpu",
+        "--disable-quic",
+        "--no-first-run",
+        "--disable-background-networking",
+        "--disable-component-update",
+        "--disable-sync",
+        f"--user-data-dir={tempfile.mkdtemp(dir=tmp_path)}",
+    ]
 
 
 def test_a_failing_check_is_named_in_the_first_screen(demo_run, tmp_path):
@@ -321,18 +371,24 @@ def test_a_failing_check_is_named_in_the_first_screen(demo_run, tmp_path):
     scaled = _scaled_copy(out, tmp_path / "scaled", 0.9)
     assert validate("--report", str(scaled)).returncode == 1
     page = (scaled / "report.html").read_text()
-    probe = ("<script>window.addEventListener('load',()=>{const seen=[...document.querySelectorAll('td.name')]"
-             ".filter(td=>td.nextElementSibling&&td.parentElement.querySelector('td.fail'))"
-             ".filter(td=>{const r=td.getBoundingClientRect();return r.top>=0&&r.bottom<=window.innerHeight"
-             "&&r.width>0});document.body.setAttribute('data-first-screen',seen.map(td=>td.textContent)"
-             ".join(','));});</script>")
+    probe = (
+        "<script>window.addEventListener('load',()=>{const seen=[...document.querySelectorAll('td.name')]"
+        ".filter(td=>td.nextElementSibling&&td.parentElement.querySelector('td.fail'))"
+        ".filter(td=>{const r=td.getBoundingClientRect();return r.top>=0&&r.bottom<=window.innerHeight"
+        "&&r.width>0});document.body.setAttribute('data-first-screen',seen.map(td=>td.textContent)"
+        ".join(','));});</script>"
+    )
     probe_page = scaled / "probe.html"
     probe_page.write_text(page.replace("</body>", probe + "</body>"))
-    dom = subprocess.run([*_chromium_args(tmp_path), "--window-size=1280,800", "--dump-dom",
-                          probe_page.as_uri()], capture_output=True, text=True, timeout=120).stdout
+    dom = subprocess.run(
+        [*_chromium_args(tmp_path), "--window-size=1280,800", "--dump-dom", probe_page.as_uri()],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    ).stdout
     seen = dom.split('data-first-screen="', 1)[1].split('"', 1)[0]
     assert "cold.freeze1.kv_blocks" in seen.split(","), seen
-    assert "kvgate: <span class=\"fail\">FAIL</span>" in dom
+    assert 'kvgate: <span class="fail">FAIL</span>' in dom
 
 
 def test_provenance_and_one_vllm_bench_result_per_run(demo_run):
@@ -343,6 +399,7 @@ def test_provenance_and_one_vllm_bench_result_per_run(demo_run):
     assert meta["python"].count(".") == 2 and meta["device"] and meta["date_utc"].endswith("Z")
     assert meta["command"][:2] == ["validate", "--profile"] and len(meta["profile_sha256"]) == 64
     import hashlib
+
     saved = json.loads((out / "profile.json").read_text())
     assert meta["profile_sha256"] == hashlib.sha256(json.dumps(saved, sort_keys=True).encode()).hexdigest()
     for name, n in (("cold", 24), ("warm", 24), ("probe", 12)):
@@ -351,14 +408,16 @@ def test_provenance_and_one_vllm_bench_result_per_run(demo_run):
         records = [json.loads(x) for x in (out / "runs" / name / "records.jsonl").read_text().splitlines()]
         assert res["total_output_tokens"] == sum(x["output_tokens"] for x in records)
         assert res["max_concurrency"] == {"cold": 4, "warm": 4, "probe": 12}[name]
-    assert not (out / "runs" / "warm-prime" / "vllm-bench-result.json").exists()   # not measured, not reported
+    assert not (out / "runs" / "warm-prime" / "vllm-bench-result.json").exists()  # not measured, not reported
 
 
 def test_version_flags_print_and_exit_0():
     import sys
+
     for tool in ("validator", "loadgen"):
-        r = subprocess.run([sys.executable, "-m", tool, "--version"], cwd=ROOT, capture_output=True, text=True,
-                           timeout=60)
+        r = subprocess.run(
+            [sys.executable, "-m", tool, "--version"], cwd=ROOT, capture_output=True, text=True, timeout=60
+        )
         assert r.returncode == 0 and "(kvgate) " in r.stdout and r.stdout.split()[-1][0].isdigit(), r.stdout
 
 
@@ -369,6 +428,7 @@ def test_a_profile_asking_for_load_processes_gets_a_latency_run_from_them(tmp_pa
     import psutil
 
     from loadgen.results.records import read_records
+
     out = tmp_path / "run"
     r = validate("--profile", str(tiny_profile_file(tiny_model, tmp_path, workload__workers=2)), "--out", str(out))
     assert r.returncode == 0, r.stdout[-3000:] + r.stderr[-3000:]
@@ -376,10 +436,10 @@ def test_a_profile_asking_for_load_processes_gets_a_latency_run_from_them(tmp_pa
     d = out / "runs" / "latency"
     recs = read_records(d / "records.jsonl")
     parts = [read_records(d / "loadgen" / f"worker-{i}" / "records.jsonl") for i in range(2)]
-    assert len(recs) == 24 == sum(len(p) for p in parts) and {x.worker for x in recs} == {0, 1}   # 4 x 6 waves
+    assert len(recs) == 24 == sum(len(p) for p in parts) and {x.worker for x in recs} == {0, 1}  # 4 x 6 waves
     assert len({x.id for x in recs}) == 24
     workload_ids = [json.loads(x)["id"] for x in (d / "workload.jsonl").read_text().splitlines()]
-    assert sorted(workload_ids) == sorted(x.id for x in recs)        # loadgen rebuilt validate's workload
+    assert sorted(workload_ids) == sorted(x.id for x in recs)  # loadgen rebuilt validate's workload
     checks = {c["name"]: c for c in json.loads((out / "report.json").read_text())["checks"]}
     assert checks["latency.tokens_exact"]["status"] == "pass" and checks["latency.preemptions"]["status"] == "pass"
     assert "over the latency run" in checks["slo.ttft_p99_ms"]["explanation"]

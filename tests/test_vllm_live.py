@@ -43,30 +43,52 @@ def test_startup_cross_check_is_exact(name, tiny_model, tmp_path):
     assert r.returncode == 0, r.stdout[-3000:] + r.stderr[-3000:]
     result = json.loads(r.stdout)
     checks = {c["name"]: c for c in result["checks"]}
-    for key in ("startup.num_gpu_blocks", "startup.block_size", "startup.kv_cache_tokens",
-                "startup.max_concurrency", "startup.max_model_len"):
+    for key in (
+        "startup.num_gpu_blocks",
+        "startup.block_size",
+        "startup.kv_cache_tokens",
+        "startup.max_concurrency",
+        "startup.max_model_len",
+    ):
         assert checks[key]["passed"] is True, checks[key]
     facts = result["startup"]["facts"]
-    assert (facts["num_gpu_blocks"], facts["kv_cache_size_tokens"], facts["kv_cache_max_concurrency"]) \
-        == tuple(CASES[name][8:])
+    assert (facts["num_gpu_blocks"], facts["kv_cache_size_tokens"], facts["kv_cache_max_concurrency"]) == tuple(
+        CASES[name][8:]
+    )
     assert (tmp_path / "run" / "vllm.log").stat().st_size > 0
-    assert "VLLM::EngineCore" in r.watch.names()   # tracked: run_validate found none of them left
+    assert "VLLM::EngineCore" in r.watch.names()  # tracked: run_validate found none of them left
 
 
 def _spec(model_path, *args, timeout=240.0) -> LaunchSpec:
-    return LaunchSpec(model=str(model_path), served_name="tiny",
-                      vllm_args=["--block-size", "32", "--max-model-len", "512", "--max-num-seqs", "4", *args],
-                      env={"VLLM_CPU_KVCACHE_SPACE": "1"}, extra_args=["--enforce-eager"],
-                      startup_timeout_s=timeout)
+    return LaunchSpec(
+        model=str(model_path),
+        served_name="tiny",
+        vllm_args=["--block-size", "32", "--max-model-len", "512", "--max-num-seqs", "4", *args],
+        env={"VLLM_CPU_KVCACHE_SPACE": "1"},
+        extra_args=["--enforce-eager"],
+        startup_timeout_s=timeout,
+    )
 
 
 def test_refusal_quotes_vllm_and_matches_the_plan(tiny_model, tmp_path):
     model, space, block, mml, mns, mnbt, dtype, override, estimate = REFUSAL
-    spec = LaunchSpec(model=str(tiny_model(model)), served_name=None,
-                      vllm_args=["--block-size", str(block), "--max-model-len", str(mml), "--max-num-seqs", str(mns),
-                                 "--num-gpu-blocks-override", str(override)],
-                      env={"VLLM_CPU_KVCACHE_SPACE": str(space)}, extra_args=["--enforce-eager"],
-                      startup_timeout_s=240)
+    spec = LaunchSpec(
+        model=str(tiny_model(model)),
+        served_name=None,
+        vllm_args=[
+            "--block-size",
+            str(block),
+            "--max-model-len",
+            str(mml),
+            "--max-num-seqs",
+            str(mns),
+            "--num-gpu-blocks-override",
+            str(override),
+        ],
+        env={"VLLM_CPU_KVCACHE_SPACE": str(space)},
+        extra_args=["--enforce-eager"],
+        startup_timeout_s=240,
+    )
     watch = ProcessWatch()
     server = Server(spec, tmp_path, progress=watch.feed)
     with pytest.raises(ServerFailed) as e:
@@ -86,6 +108,7 @@ def test_start_health_stop_and_exception_path(tiny_model, tmp_path):
         with server:
             server.wait_ready()
             import urllib.request
+
             with urllib.request.urlopen(server.url + "/health", timeout=5) as r:
                 assert r.status == 200
             assert server.url.startswith("http://127.0.0.1:")
@@ -119,10 +142,16 @@ def test_crash_at_startup_is_reported(tiny_model, tmp_path):
 
 @pytest.mark.parametrize("sig,code", [(signal.SIGINT, 130), (signal.SIGTERM, 143)])
 def test_interrupting_kvgate_stops_vllm(sig, code, tiny_model, tmp_path):
-    prof = write_profile(tmp_path, {
-        "model": {"path": str(tiny_model("tiny-gqa"))}, "hardware": {"platform": "cpu"},
-        "cache": {"kv_cache_bytes": "1GiB", "block_size": 32},
-        "limits": {"max_model_len": 512, "max_num_seqs": 4}, "vllm": {"extra_args": ["--enforce-eager"]}})
+    prof = write_profile(
+        tmp_path,
+        {
+            "model": {"path": str(tiny_model("tiny-gqa"))},
+            "hardware": {"platform": "cpu"},
+            "cache": {"kv_cache_bytes": "1GiB", "block_size": 32},
+            "limits": {"max_model_len": 512, "max_num_seqs": 4},
+            "vllm": {"extra_args": ["--enforce-eager"]},
+        },
+    )
     v = Validate(["--launch-only", "--profile", str(prof), "--out", str(tmp_path / "run")])
     v.until("vLLM: loading", timeout=120)  # vLLM is loading: interrupt kvgate
     os.kill(v.p.pid, sig)
@@ -136,23 +165,39 @@ def test_interrupting_kvgate_stops_vllm(sig, code, tiny_model, tmp_path):
 
 def test_url_mode_checks_a_server_kvgate_did_not_start(tiny_model, tmp_path):
     model = tiny_model("tiny-gqa")
-    prof = write_profile(tmp_path, {
-        "model": {"path": str(model)}, "hardware": {"platform": "cpu"},
-        "cache": {"kv_cache_bytes": "1GiB", "block_size": 32},
-        "limits": {"max_model_len": 512, "max_num_seqs": 4, "max_num_batched_tokens": 2048}})
+    prof = write_profile(
+        tmp_path,
+        {
+            "model": {"path": str(model)},
+            "hardware": {"platform": "cpu"},
+            "cache": {"kv_cache_bytes": "1GiB", "block_size": 32},
+            "limits": {"max_model_len": 512, "max_num_seqs": 4, "max_num_batched_tokens": 2048},
+        },
+    )
     spec = _spec(model, "--max-num-batched-tokens", "2048")
     watch = ProcessWatch()
     with Server(spec, tmp_path / "server", progress=watch.feed) as server:
         server.wait_ready()
-        r = validate("--launch-only", "--json", "--profile", str(prof), "--url", server.url,
-                     "--out", str(tmp_path / "run"))
+        r = validate(
+            "--launch-only", "--json", "--profile", str(prof), "--url", server.url, "--out", str(tmp_path / "run")
+        )
         assert r.returncode == 0, r.stdout[-2000:] + r.stderr[-2000:]
         checks = {c["name"]: c for c in json.loads(r.stdout)["checks"]}
         assert checks["startup.num_gpu_blocks"]["observed"] == 32768 and checks["startup.num_gpu_blocks"]["passed"]
         assert checks["startup.max_model_len"]["passed"] is True
         # a plan that disagrees with the running server fails the check (exit 1)
-        r = validate("--launch-only", "--json", "--profile", str(prof), "--url", server.url,
-                     "--max-model-len", "1000", "--out", str(tmp_path / "run2"))
+        r = validate(
+            "--launch-only",
+            "--json",
+            "--profile",
+            str(prof),
+            "--url",
+            server.url,
+            "--max-model-len",
+            "1000",
+            "--out",
+            str(tmp_path / "run2"),
+        )
         assert r.returncode == 1
         failed = {c["name"] for c in json.loads(r.stdout)["checks"] if c["passed"] is False}
         assert failed == {"startup.max_model_len", "startup.kv_cache_tokens", "startup.max_concurrency"}
@@ -161,10 +206,16 @@ def test_url_mode_checks_a_server_kvgate_did_not_start(tiny_model, tmp_path):
 
 def test_api_key_is_used_and_never_written(tiny_model, tmp_path):
     key = "kvgate-test-secret-7f3a9c"
-    prof = write_profile(tmp_path, {
-        "model": {"path": str(tiny_model("tiny-gqa"))}, "hardware": {"platform": "cpu"},
-        "cache": {"kv_cache_bytes": "1GiB", "block_size": 32}, "limits": {"max_model_len": 512, "max_num_seqs": 4},
-        "vllm": {"extra_args": ["--enforce-eager"], "api_key_env": "KVGATE_TEST_KEY"}})
+    prof = write_profile(
+        tmp_path,
+        {
+            "model": {"path": str(tiny_model("tiny-gqa"))},
+            "hardware": {"platform": "cpu"},
+            "cache": {"kv_cache_bytes": "1GiB", "block_size": 32},
+            "limits": {"max_model_len": 512, "max_num_seqs": 4},
+            "vllm": {"extra_args": ["--enforce-eager"], "api_key_env": "KVGATE_TEST_KEY"},
+        },
+    )
     env = dict(os.environ, KVGATE_TEST_KEY=key)
     r = run_validate("--json", "--profile", str(prof), "--out", str(tmp_path / "run"), timeout=300, env=env)
     assert r.returncode in (0, 1), r.stderr[-2000:]  # the whole job: plan, launch, runs, report
@@ -180,8 +231,8 @@ def test_api_key_is_used_and_never_written(tiny_model, tmp_path):
             assert key not in f.read_text(errors="replace"), f
     # run files hold logs and profiles: this user's only (issue 21, finding 8)
     import stat
-    modes = {stat.S_IMODE(f.stat().st_mode) for f in (tmp_path / "run").rglob("*") if not f.is_symlink()
-             if f.is_file()}
+
+    modes = {stat.S_IMODE(f.stat().st_mode) for f in (tmp_path / "run").rglob("*") if not f.is_symlink() if f.is_file()}
     dirs = {stat.S_IMODE(d.stat().st_mode) for d in [tmp_path / "run", *(tmp_path / "run").rglob("*")] if d.is_dir()}
     assert modes == {0o600} and dirs == {0o700}, (modes, dirs)
 
@@ -191,16 +242,25 @@ def test_a_server_that_listens_elsewhere_than_asked_is_stopped(tiny_model, tmp_p
     that rewrites --host), kvgate reads the address vLLM bound and stops it when it is not the one
     asked for: dev mode's unguarded routes are never left on 0.0.0.0."""
     import sys
+
     wrapper = tmp_path / "vllm-on-every-interface"
-    wrapper.write_text(f"#!{sys.executable}\nimport os, sys\nargs = sys.argv[1:]\n"
-                       "args[args.index('--host') + 1] = '0.0.0.0'\n"
-                       "os.execv(sys.executable, [sys.executable, '-m', 'vllm.entrypoints.openai.api_server', "
-                       "'--model', *args])\n")
+    wrapper.write_text(
+        f"#!{sys.executable}\nimport os, sys\nargs = sys.argv[1:]\n"
+        "args[args.index('--host') + 1] = '0.0.0.0'\n"
+        "os.execv(sys.executable, [sys.executable, '-m', 'vllm.entrypoints.openai.api_server', "
+        "'--model', *args])\n"
+    )
     wrapper.chmod(0o755)
-    prof = write_profile(tmp_path, {
-        "model": {"path": str(tiny_model("tiny-gqa"))}, "hardware": {"platform": "cpu"},
-        "cache": {"kv_cache_bytes": "1GiB", "block_size": 32}, "limits": {"max_model_len": 512, "max_num_seqs": 4},
-        "vllm": {"extra_args": ["--enforce-eager"], "command": [str(wrapper)]}})
+    prof = write_profile(
+        tmp_path,
+        {
+            "model": {"path": str(tiny_model("tiny-gqa"))},
+            "hardware": {"platform": "cpu"},
+            "cache": {"kv_cache_bytes": "1GiB", "block_size": 32},
+            "limits": {"max_model_len": 512, "max_num_seqs": 4},
+            "vllm": {"extra_args": ["--enforce-eager"], "command": [str(wrapper)]},
+        },
+    )
     r = run_validate("--launch-only", "--profile", str(prof), "--out", str(tmp_path / "run"), timeout=300)
     assert r.returncode == 3, r.stderr[-2000:]
     assert "listens on 0.0.0.0" in r.stderr and "not on 127.0.0.1" in r.stderr

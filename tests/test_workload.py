@@ -34,7 +34,7 @@ def test_prompts_have_exact_lengths_and_the_run_salt():
     s = salt_ids("a").tolist()
     for spec in w.items:
         assert len(spec.prompt) == spec.prompt_tokens and spec.prompt[:4].tolist() == s
-        assert spec.prompt.dtype == np.int32   # 4 bytes a token, not a list of Python ints
+        assert spec.prompt.dtype == np.int32  # 4 bytes a token, not a list of Python ints
     again = synthetic(20, Lengths.parse("uniform:50:80", "p"), Lengths.parse(8, "o"), seed=1, salt="a")
     assert [x.prompt.tolist() for x in again.items] == [x.prompt.tolist() for x in w.items]  # seeded
     other = synthetic(20, Lengths.parse("uniform:50:80", "p"), Lengths.parse(8, "o"), seed=1, salt="b")
@@ -45,11 +45,12 @@ def test_requests_are_built_when_read_and_a_shard_reads_the_same_requests():
     """A million-request workload costs nothing until read; items[i::k] are the very requests the
     whole workload has at those places (each request is built from (seed, index) alone)."""
     import tracemalloc
+
     tracemalloc.start()
     w = synthetic(1_000_000, Lengths.parse(4096, "p"), Lengths.parse(8, "o"), seed=5, salt="s")
     size, _ = tracemalloc.get_traced_memory()
     tracemalloc.stop()
-    assert len(w.items) == 1_000_000 and size < 1_000_000   # 4 G token ids if built: under 1 MB held
+    assert len(w.items) == 1_000_000 and size < 1_000_000  # 4 G token ids if built: under 1 MB held
     shard = w.items[:10][1::3]
     assert [x.id for x in shard] == ["r1", "r4", "r7"]
     assert [x.prompt.tolist() for x in shard] == [w.items[i].prompt.tolist() for i in (1, 4, 7)]
@@ -57,8 +58,9 @@ def test_requests_are_built_when_read_and_a_shard_reads_the_same_requests():
 
 
 def test_shared_prefix_groups_share_exactly_the_prefix():
-    w = shared_prefix(6, groups=2, prefix_tokens=64, suffix=Lengths.parse(16, "s"), output=Lengths.parse(4, "o"),
-                      seed=2, salt="x")
+    w = shared_prefix(
+        6, groups=2, prefix_tokens=64, suffix=Lengths.parse(16, "s"), output=Lengths.parse(4, "o"), seed=2, salt="x"
+    )
     g0 = [x.prompt.tolist() for x in w.items if x.group == 0]
     assert all(p[:64] == g0[0][:64] and len(p) == 80 for p in g0)
     assert g0[0][64:] != g0[1][64:]
@@ -96,18 +98,23 @@ def test_open_loop_schedule_is_seeded_poisson_or_bursty():
     a = arrival_times(4000, rate=50.0, burstiness=1.0, ramp_up=0.0, seed=7)
     gaps = np.diff([0.0] + a)
     assert abs(gaps.mean() - 1 / 50) < 0.002
-    assert abs(gaps.std() / gaps.mean() - 1.0) < 0.1          # Poisson: coefficient of variation 1
+    assert abs(gaps.std() / gaps.mean() - 1.0) < 0.1  # Poisson: coefficient of variation 1
     bursty = np.diff([0.0] + arrival_times(4000, 50.0, 0.25, 0.0, 7))
-    assert bursty.std() / bursty.mean() > 1.6                  # gamma shape 1/4: cv 2
+    assert bursty.std() / bursty.mean() > 1.6  # gamma shape 1/4: cv 2
     assert arrival_times(10, 50.0, 1.0, 0.0, 7) == a[:10]
     ramp = arrival_times(200, 50.0, 1.0, ramp_up=2.0, seed=7)
     assert sum(1 for t in ramp if t < 1.0) < sum(1 for t in a[:200] if t < 1.0)
 
 
-@pytest.mark.parametrize("kwargs,message", [
-    ({}, "exactly one of"), ({"concurrency": 2}, "bound the run"), ({"rate": 0, "max_requests": 1}, "above 0"),
-    ({"concurrency": 1, "duration": -1}, "--duration"),
-])
+@pytest.mark.parametrize(
+    "kwargs,message",
+    [
+        ({}, "exactly one of"),
+        ({"concurrency": 2}, "bound the run"),
+        ({"rate": 0, "max_requests": 1}, "above 0"),
+        ({"concurrency": 1, "duration": -1}, "--duration"),
+    ],
+)
 def test_run_config_bounds(kwargs, message):
     with pytest.raises(ValueError, match=message):
         RunConfig(**kwargs).check()

@@ -24,6 +24,10 @@ def profile_for(model_path, space, block, mml, mns, mnbt, dtype, override) -> di
     cache = {"kv_cache_bytes": f"{space}GiB", "block_size": block, "kv_cache_dtype": dtype}
     if override:
         cache["num_gpu_blocks_override"] = override
-    return {"model": {"path": str(model_path)}, "hardware": {"platform": "cpu"}, "cache": cache,
-            "limits": {"max_model_len": mml, "max_num_seqs": mns, "max_num_batched_tokens": mnbt},
-            "vllm": {"extra_args": ["--enforce-eager"], "startup_timeout_s": 240}}
+    return {
+        "model": {"path": str(model_path)},
+        "hardware": {"platform": "cpu"},
+        "cache": cache,
+        "limits": {"max_model_len": mml, "max_num_seqs": mns, "max_num_batched_tokens": mnbt},
+        "vllm": {"extra_args": ["--enforce-eager"], "startup_timeout_s": 240},
+    }

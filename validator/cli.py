@@ -10,6 +10,7 @@ from __future__ import annotations
 import argparse
 import json
 import sys
+from typing import Any
 
 from loadgen import __version__
 from loadgen.safefile import restrict_umask
@@ -40,6 +41,7 @@ def _bytes(field: str):
             return parse_bytes(int(s) if s.isdigit() else s, field)
         except InputError as e:
             raise argparse.ArgumentTypeError(str(e)) from None
+
     return conv
 
 
@@ -48,8 +50,9 @@ def build_parser() -> argparse.ArgumentParser:
     ap.add_argument("--version", action="version", version=f"validate (kvgate) {__version__}")
     ap.add_argument("--profile", help=f"deployment profile (YAML); e.g. {DEFAULT_PROFILE}")
     ap.add_argument("--plan-only", action="store_true", help="print the plan and exit (0 fits, 1 does not)")
-    ap.add_argument("--launch-only", action="store_true",
-                    help="start vLLM with the plan, cross-check what it reports, stop it")
+    ap.add_argument(
+        "--launch-only", action="store_true", help="start vLLM with the plan, cross-check what it reports, stop it"
+    )
     ap.add_argument("--json", action="store_true", help="print one JSON object instead of tables")
     ap.add_argument("--out", help="run directory for logs and reports (default: runs/<profile>-<time>)")
     ap.add_argument("--url", help="validate a server kvgate did not start (facts from its /metrics)")
@@ -57,13 +60,17 @@ def build_parser() -> argparse.ArgumentParser:
     g = ap.add_argument_group("plan overrides (flags win over the profile)")
     for flag, (section, name) in PLAN_FLAGS.items():
         f = profiles.SCHEMA[section][name]
-        kind = {"bytes": _bytes(flag), "int": int, "float": float}.get(f.kind)
+        kind: Any = {"bytes": _bytes(flag), "int": int, "float": float}.get(f.kind)
         listed = f" One of: {', '.join(f.choices)}." if f.choices and flag != "--platform" else ""
         names = [flag, *ALIASES.get(flag, ())]
         # the profile validates values (its errors name the field); argparse only for --platform, as before
-        g.add_argument(*names, dest=flag[2:].replace("-", "_"), type=kind,
-                       choices=f.choices if flag == "--platform" else None,
-                       help=f"{f.doc}{listed} (profile: {section}.{name})")
+        g.add_argument(
+            *names,
+            dest=flag[2:].replace("-", "_"),
+            type=kind,
+            choices=f.choices if flag == "--platform" else None,
+            help=f"{f.doc}{listed} (profile: {section}.{name})",
+        )
     return ap
 
 
@@ -72,17 +79,24 @@ ALIASES = {"--kv-cache-memory-bytes": ("--kv-cache-bytes",)}
 
 # each plan flag sets one profile field: declared once here, typed and documented by the schema
 PLAN_FLAGS = {
-    "--model": ("model", "path"), "--platform": ("hardware", "platform"),
-    "--kv-cache-memory-bytes": ("cache", "kv_cache_bytes"), "--gpu-memory-bytes": ("hardware", "gpu_memory"),
+    "--model": ("model", "path"),
+    "--platform": ("hardware", "platform"),
+    "--kv-cache-memory-bytes": ("cache", "kv_cache_bytes"),
+    "--gpu-memory-bytes": ("hardware", "gpu_memory"),
     "--gpu-memory-utilization": ("hardware", "gpu_memory_utilization"),
-    "--weights-bytes": ("model", "weights_bytes"), "--workspace-bytes": ("cache", "workspace"),
-    "--block-size": ("cache", "block_size"), "--kv-cache-dtype": ("cache", "kv_cache_dtype"),
-    "--max-model-len": ("limits", "max_model_len"), "--max-num-seqs": ("limits", "max_num_seqs"),
+    "--weights-bytes": ("model", "weights_bytes"),
+    "--workspace-bytes": ("cache", "workspace"),
+    "--block-size": ("cache", "block_size"),
+    "--kv-cache-dtype": ("cache", "kv_cache_dtype"),
+    "--max-model-len": ("limits", "max_model_len"),
+    "--max-num-seqs": ("limits", "max_num_seqs"),
     "--max-num-batched-tokens": ("limits", "max_num_batched_tokens"),
     "--tensor-parallel-size": ("hardware", "tensor_parallel_size"),
-    "--pipeline-parallel-size": ("hardware", "pipeline_parallel_size"), "--vllm-version": ("vllm", "version"),
+    "--pipeline-parallel-size": ("hardware", "pipeline_parallel_size"),
+    "--vllm-version": ("vllm", "version"),
     "--num-gpu-blocks-override": ("cache", "num_gpu_blocks_override"),
-    "--prompt-tokens": ("workload", "prompt_tokens"), "--output-tokens": ("workload", "output_tokens"),
+    "--prompt-tokens": ("workload", "prompt_tokens"),
+    "--output-tokens": ("workload", "output_tokens"),
 }
 
 
@@ -101,6 +115,7 @@ def run(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     if args.report:
         from validator.judging import rejudge
+
         return rejudge(args.report, args.json)
     from validator.inputs import plan_input_from_profile
     from validator.plan.limits import make_plan
@@ -114,17 +129,23 @@ def run(argv: list[str] | None = None) -> int:
         print(json.dumps(record, indent=2) if args.json else plan_text(record))
         return EXIT_OK if plan.fits else EXIT_FAIL
     from validator.session import RunOptions, run_session  # launch / load / judge
-    opts = RunOptions(argv=tuple(argv if argv is not None else sys.argv[1:]), url=args.url, out=args.out,
-                      as_json=args.json, launch_only=args.launch_only)
+
+    opts = RunOptions(
+        argv=tuple(argv if argv is not None else sys.argv[1:]),
+        url=args.url,
+        out=args.out,
+        as_json=args.json,
+        launch_only=args.launch_only,
+    )
     return run_session(opts, prof, plan)
 
 
 def main(argv: list[str] | None = None) -> int:
-    restrict_umask()   # run files hold logs and profiles: 0600 and 0700
+    restrict_umask()  # run files hold logs and profiles: 0600 and 0700
     try:
         code = run(argv)
     except KvgateError as e:
-        print(f"validate: error: {redact(one_line(e))}", file=sys.stderr)
+        print(f"validate: error: {redact(one_line(str(e)))}", file=sys.stderr)
         code = e.exit_code
     except Terminated as e:  # before KeyboardInterrupt, of which it is a kind
         print(f"validate: terminated ({e}); vLLM stopped, partial results kept", file=sys.stderr)

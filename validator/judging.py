@@ -14,13 +14,13 @@ from validator.errors import EXIT_FAIL, EXIT_INFRA, EXIT_OK
 from validator.judge.check import Check
 from validator.judge.compare import judge
 from validator.judge.startup import cross_check
-from validator.plan.record import PlanRecord
-from validator.report.summary import build
 from validator.judge.verdict import counts_line
+from validator.plan.record import PlanRecord
 from validator.profile import from_dict
 from validator.redact import redact
 from validator.report.console import checks_lines
 from validator.report.markdown import DEV_MODE_NOTE, dev_mode_of
+from validator.report.summary import build
 from validator.report.write import write_all, write_bench_results
 from validator.rundir.files import keep_original_report
 from validator.rundir.rundata import load_runs
@@ -34,8 +34,13 @@ def show(text: str) -> None:
 
 
 def meta_of(argv, saved_profile: dict, startup: dict, record: PlanRecord) -> dict:
-    return provenance.meta(argv=list(argv), profile_saved=saved_profile, startup=startup,
-                           vllm_version=startup.get("vllm_version"), platform_kind=record.platform.value)
+    return provenance.meta(
+        argv=list(argv),
+        profile_saved=saved_profile,
+        startup=startup,
+        vllm_version=startup.get("vllm_version"),
+        platform_kind=record.platform.value,
+    )
 
 
 def startup_checks(saved: Saved) -> list[Check]:
@@ -43,8 +48,11 @@ def startup_checks(saved: Saved) -> list[Check]:
     missing), every check is there, `not measured`, saying so."""
     facts = saved.startup.get("facts")
     started_here = saved.schedule.server_started if saved.schedule else "argv" in saved.startup
-    checks = cross_check(saved.record, StartupFacts.from_json(facts) if isinstance(facts, dict) else StartupFacts(),
-                         started_here=started_here)
+    checks = cross_check(
+        saved.record,
+        StartupFacts.from_json(facts) if isinstance(facts, dict) else StartupFacts(),
+        started_here=started_here,
+    )
     why = saved.startup_missing or (None if isinstance(facts, dict) else "startup.json holds no start-up facts")
     return [replace(c, explanation=f"{why}: {c.explanation}") if why and c.passed is None else c for c in checks]
 
@@ -55,19 +63,22 @@ def judge_run_dir(run_dir: Path, meta: dict | None = None, rejudged: dict | None
     directory's."""
     saved = read_saved(run_dir)
     # re-validated, so a run saved by an older kvgate gets today's defaults for new fields
-    profile = from_dict({**saved.profile_values.get("", {}),
-                         **{k: v for k, v in saved.profile_values.items() if k}})
-    runs = load_runs(run_dir, saved.schedule)
+    profile = from_dict({**saved.profile_values.get("", {}), **{k: v for k, v in saved.profile_values.items() if k}})
+    runs = load_runs(run_dir, saved.schedule, profile.observe.freezes)
     facts = saved.startup.get("facts")
     blocks = facts.get("num_gpu_blocks") if isinstance(facts, dict) else None
-    checks, figures = judge(saved.record, runs, profile.slo, profile.tolerances,
-                            blocks if isinstance(blocks, int) else None) if runs else ([], {})
+    checks, figures = (
+        judge(saved.record, runs, profile.slo, profile.tolerances, blocks if isinstance(blocks, int) else None)
+        if runs
+        else ([], {})
+    )
     all_checks = startup_checks(saved) + checks
     error = saved.startup_error
     if not error and not runs:
         error = "no run was recorded"
-    rep = build(saved.record, saved.startup or None, runs, figures, all_checks, error, saved.profile_name,
-                rejudged, saved.notes)
+    rep = build(
+        saved.record, saved.startup or None, runs, figures, all_checks, error, saved.profile_name, rejudged, saved.notes
+    )
     rep["meta"] = meta
     latency = {r.name: {"ttft": figures[r.name].ttft_ms, "itl": figures[r.name].itl_ms} for r in runs}
     write_all(run_dir, rep, latency)
@@ -81,13 +92,18 @@ def finish(rep: dict, run_dir: Path, as_json: bool) -> int:
     else:
         lines = checks_lines(rep["checks"]) if rep["checks"] else []
         lines += [f"note: {note}" for note in rep.get("notes") or []]
-        lines.append(f"verdict: {rep['verdict']}" + (f" ({rep['error']})" if rep.get("error") else "")
-                     + f"; {counts_line(rep['counts'])}; report {run_dir / 'report.html'}")
+        lines.append(
+            f"verdict: {rep['verdict']}"
+            + (f" ({rep['error']})" if rep.get("error") else "")
+            + f"; {counts_line(rep['counts'])}; report {run_dir / 'report.html'}"
+        )
         if dev_mode_of(rep):
             lines.append(f"note: {DEV_MODE_NOTE}")
         if rep.get("rejudged"):
-            lines.append(f"(judged again; the live run said {rep['rejudged']['original_verdict']}, kept in "
-                         f"{rep['rejudged']['original_report']})")
+            lines.append(
+                f"(judged again; the live run said {rep['rejudged']['original_verdict']}, kept in "
+                f"{rep['rejudged']['original_report']})"
+            )
         show("\n".join(lines))
     return {"pass": EXIT_OK, "fail": EXIT_FAIL, "inconclusive": EXIT_FAIL}.get(rep["verdict"], EXIT_INFRA)
 
@@ -97,13 +113,17 @@ def rejudge(run_dir: str, as_json: bool) -> int:
     report is kept next to the new one, never overwritten (the first report written in this
     directory is the original, however often it is judged again)."""
     d = Path(run_dir)
-    saved = read_saved(d)   # the basics first: a directory that is not a run is refused before anything moves
+    saved = read_saved(d)  # the basics first: a directory that is not a run is refused before anything moves
     first = keep_original_report(d)
     rejudged = None
     if first is not None:
-        rejudged = {"original_verdict": first.get("verdict"), "original_report": "report.original.json",
-                    "at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())}
+        rejudged = {
+            "original_verdict": first.get("verdict"),
+            "original_report": "report.original.json",
+            "at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
+        }
     prof = {"name": saved.profile_name, "values": saved.profile_values}
-    rep = judge_run_dir(d, meta_of(["--report", run_dir, *(["--json"] if as_json else [])], prof, saved.startup,
-                                 saved.record), rejudged)
+    rep = judge_run_dir(
+        d, meta_of(["--report", run_dir, *(["--json"] if as_json else [])], prof, saved.startup, saved.record), rejudged
+    )
     return finish(rep, d, as_json)

@@ -54,8 +54,9 @@ def device_name(startup: dict | None, platform_kind: str) -> str | None:
     return cpu_name() if platform_kind == "cpu" else None
 
 
-def meta(*, argv: list[str], profile_saved: dict, startup: dict | None, vllm_version: str | None,
-         platform_kind: str) -> dict:
+def meta(
+    *, argv: list[str], profile_saved: dict, startup: dict | None, vllm_version: str | None, platform_kind: str
+) -> dict:
     blob = json.dumps(profile_saved, sort_keys=True, default=str).encode()
     return {
         "kvgate_version": __version__,

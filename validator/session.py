@@ -23,26 +23,28 @@ from validator.judge.startup import cross_check
 from validator.judge.verdict import counts_line, counts_of, verdict_of
 from validator.judging import finish, judge_run_dir, meta_of, show
 from validator.observe.schedule import plan_runs, schedule_of
-from validator.plan.limits import Plan, make_plan
+from validator.plan.limits import make_plan
+from validator.plan.record import PlanRecord
+from validator.plan.result import Plan
 from validator.profile import Profile
 from validator.redact import redact
 from validator.report.console import checks_lines
 from validator.report.text import plan_text
-from validator.plan.record import PlanRecord
 from validator.rundir.files import redacted, run_dir_for, write_json, write_plan
 from validator.rundir.startup import StartupFacts
-from validator.serve.argv import api_key_of, launch_spec, plan_record, validate_command, validate_extra_args
+from validator.serve.argv import api_key_of, launch_spec, plan_record
 from validator.serve.facts import server_facts, server_version
 from validator.serve.launch import Server, ServerFailed, install_signal_handlers, run_loop
+from validator.serve.owned import validate_command, validate_extra_args
 
 
 @dataclass(frozen=True, kw_only=True)
 class RunOptions:
     """What the command line asks of a session (the CLI builds it; nothing below reads argparse)."""
 
-    argv: tuple[str, ...] = ()      # the command line, for the report's provenance (redacted there)
-    url: str | None = None          # a server kvgate did not start
-    out: str | None = None          # the run directory (new or empty)
+    argv: tuple[str, ...] = ()  # the command line, for the report's provenance (redacted there)
+    url: str | None = None  # a server kvgate did not start
+    out: str | None = None  # the run directory (new or empty)
     as_json: bool = False
     launch_only: bool = False
 
@@ -60,13 +62,11 @@ def say(msg: str) -> None:
     print(redact(f"[kvgate {time.strftime('%H:%M:%S')}] {msg}"), file=sys.stderr, flush=True)
 
 
-
-
 def run_session(opts: RunOptions, profile: Profile, plan: Plan) -> int:
     url = opts.url.rstrip("/") if opts.url else None
     pin = None
     if url:
-        pin = _pin(url)   # resolved once: everything connects to what was checked
+        pin = _pin(url)  # resolved once: everything connects to what was checked
         plan = _plan_for_server_version(url, profile, plan, pin)
     record = plan_record(plan)
     if not plan.fits:
@@ -75,7 +75,7 @@ def run_session(opts: RunOptions, profile: Profile, plan: Plan) -> int:
         return EXIT_FAIL
     # bad input is refused before anything is written: the launch, and the runs the session will make
     spec = None if url else launch_spec(profile, plan)
-    if url:   # not used with --url, but a profile that would be refused elsewhere is refused here too
+    if url:  # not used with --url, but a profile that would be refused elsewhere is refused here too
         validate_extra_args(profile.vllm.extra_args or [])
         validate_command(profile.vllm.command or [])
     specs = [] if opts.launch_only else plan_runs(record, profile.workload)
@@ -83,7 +83,7 @@ def run_session(opts: RunOptions, profile: Profile, plan: Plan) -> int:
     run_dir = run_dir_for(opts.out, profile.name)
     make_dirs(run_dir)
     saved_profile = {"name": profile.name, "values": redacted(profile.values)}
-    write_plan(run_dir, record, schedule)   # before the first run: what the directory must hold
+    write_plan(run_dir, record, schedule)  # before the first run: what the directory must hold
     write_json(run_dir / "profile.json", saved_profile)
     install_signal_handlers()
     outcome = Outcome()
@@ -92,14 +92,20 @@ def run_session(opts: RunOptions, profile: Profile, plan: Plan) -> int:
     try:
         if url:
             outcome.startup = {"url": net.redact_url(url)}
+            assert pin is not None
             code = _with_server(opts, profile, record, specs, run_dir, outcome, None, url, pin)
         else:
+            assert spec is not None  # no --url: the launch was planned above
             device = _check_device(plan) if plan.inp.platform == "gpu" else None
             server = Server(spec, run_dir, progress=say)
             try:
                 server.start()
-                outcome.startup = {"argv": server.saved_argv, "url": server.url, "device": device,
-                                   "dev_mode": spec.env.get("VLLM_SERVER_DEV_MODE") == "1"}
+                outcome.startup = {
+                    "argv": server.saved_argv,
+                    "url": server.url,
+                    "device": device,
+                    "dev_mode": spec.env.get("VLLM_SERVER_DEV_MODE") == "1",
+                }
                 _save_startup(run_dir, outcome)  # now, so a launch that hangs or is stopped keeps its argv
                 try:
                     server.wait_ready()
@@ -108,8 +114,9 @@ def run_session(opts: RunOptions, profile: Profile, plan: Plan) -> int:
                     outcome.startup["facts"] = facts.to_json()
                     outcome.startup["refusal"] = _refusal(plan, facts)
                     raise
-                code = _with_server(opts, profile, record, specs, run_dir, outcome, server, server.url,
-                                    _pin(server.url))
+                code = _with_server(
+                    opts, profile, record, specs, run_dir, outcome, server, server.url, _pin(server.url)
+                )
             finally:
                 server.stop()
                 say(f"vLLM stopped (pids {server.pids})")
@@ -120,7 +127,7 @@ def run_session(opts: RunOptions, profile: Profile, plan: Plan) -> int:
     except KeyboardInterrupt as e:  # Ctrl-C, or Terminated (SIGTERM/SIGHUP)
         outcome.error = f"interrupted ({type(e).__name__})"
         raise
-    except InputError as e:   # found at the server (a name it does not serve, ...): one line, no run, no report
+    except InputError as e:  # found at the server (a name it does not serve, ...): one line, no run, no report
         outcome.error = f"input: {e}"
         judged = False
         raise
@@ -137,31 +144,58 @@ def run_session(opts: RunOptions, profile: Profile, plan: Plan) -> int:
 
 
 def _save_startup(run_dir: Path, outcome: Outcome) -> None:
-    write_json(run_dir / "startup.json", {**outcome.startup, "checks": outcome.startup_checks,
-                                          "error": outcome.error})
+    write_json(run_dir / "startup.json", {**outcome.startup, "checks": outcome.startup_checks, "error": outcome.error})
 
 
-def _with_server(opts: RunOptions, profile: Profile, record: PlanRecord, specs: list, run_dir: Path, outcome: Outcome,
-                 server: Server | None, url: str, pin: net.Pin) -> int:
+def _with_server(
+    opts: RunOptions,
+    profile: Profile,
+    record: PlanRecord,
+    specs: list,
+    run_dir: Path,
+    outcome: Outcome,
+    server: Server | None,
+    url: str,
+    pin: net.Pin,
+) -> int:
     from validator.observe.runs import execute
     from validator.serve.startup_log import parse_log
+
     api_key = api_key_of(profile)
-    facts = server_facts(url, api_key, parse_log(server.log_text()) if server else StartupFacts(),
-                         want=profile.model.served_name, pin=pin)
+    facts = server_facts(
+        url,
+        api_key,
+        parse_log(server.log_text()) if server else StartupFacts(),
+        want=profile.model.served_name,
+        pin=pin,
+    )
     outcome.startup["facts"] = facts.to_json()
-    model = _model_name(profile, facts, url)   # before any load: a name the server does not serve is bad input
+    model = _model_name(profile, facts, url)  # before any load: a name the server does not serve is bad input
     outcome.startup["vllm_version"] = server_version(url, pin)
     checks = cross_check(record, facts, started_here=server is not None)
     outcome.startup_checks = [c.to_json() for c in checks]
     if opts.launch_only:
         verdict = verdict_of(checks, None)
         if opts.as_json:
-            show(json.dumps({"verdict": verdict, "counts": counts_of(checks), "plan": record.to_json(),
-                             "startup": outcome.startup, "checks": outcome.startup_checks, "run_dir": str(run_dir)},
-                            indent=2, default=str))
+            show(
+                json.dumps(
+                    {
+                        "verdict": verdict,
+                        "counts": counts_of(checks),
+                        "plan": record.to_json(),
+                        "startup": outcome.startup,
+                        "checks": outcome.startup_checks,
+                        "run_dir": str(run_dir),
+                    },
+                    indent=2,
+                    default=str,
+                )
+            )
         else:
-            show("\n".join(checks_lines(outcome.startup_checks)) + f"\nverdict: {verdict} "
-                 f"({counts_line(counts_of(checks))}); run dir {run_dir}")
+            show(
+                "\n".join(checks_lines(outcome.startup_checks)) + f"\nverdict: {verdict} "
+                f"({counts_line(counts_of(checks))}); run dir {run_dir}"
+            )
         return EXIT_OK if verdict == "pass" else EXIT_FAIL
     alive = server.alive if server else None
     run_loop(execute(specs, url, model, run_dir, profile, say, api_key=api_key, alive=alive, pin=pin))
@@ -172,14 +206,18 @@ def _model_name(profile: Profile, facts: StartupFacts, url: str) -> str:
     """The name the runs send: the profile's, which the server must serve (else exit 2 naming both),
     or the one model the server serves."""
     want, served = profile.model.served_name, facts.served_models
-    if served is None:   # /v1/models could not be read (said in startup.max_model_len)
-        return want or profile.model.path
+    if served is None:  # /v1/models could not be read (said in startup.max_model_len)
+        return want or profile.model.path or "model"
     if want is not None and want not in served:
-        raise InputError(f"model.served_name: the server at {url} serves {', '.join(map(repr, served)) or 'no model'}, "
-                         f"not {want!r}; set model.served_name to the name it serves")
+        raise InputError(
+            f"model.served_name: the server at {url} serves {', '.join(map(repr, served)) or 'no model'}, "
+            f"not {want!r}; set model.served_name to the name it serves"
+        )
     if want is None and len(served) != 1:
-        raise InputError(f"model.served_name: the server at {url} serves {', '.join(map(repr, served)) or 'no model'}; "
-                         "name the one to validate in model.served_name")
+        raise InputError(
+            f"model.served_name: the server at {url} serves {', '.join(map(repr, served)) or 'no model'}; "
+            "name the one to validate in model.served_name"
+        )
     return want or served[0]
 
 
@@ -204,6 +242,7 @@ def _check_device(plan: Plan) -> dict | None:
     cannot give vLLM what it will request."""
     from validator.serve.gpu_device import check_free
     from validator.serve.launch import read_gpus
+
     seen = read_gpus()
     if seen is None:
         say("nvidia-smi not found: the GPUs are not checked before launch")
@@ -216,7 +255,7 @@ def _check_device(plan: Plan) -> dict | None:
 
 def _pin(url: str) -> net.Pin:
     try:
-        return net.pin(url)   # one rule for both tools
+        return net.pin(url)  # one rule for both tools
     except net.NotLoopback as e:
         raise InputError(str(e)) from None
 
@@ -226,7 +265,13 @@ def _refusal(plan: Plan, facts: StartupFacts) -> dict:
     said = facts.fatal_error or "no error line"
     say(f"vLLM said: {said}")
     if facts.refused_estimated_max_model_len is not None:
-        say(f"vLLM's estimated maximum model length {facts.refused_estimated_max_model_len}; "
-            f"the plan: max_model_len {plan.max_model_len}, fits={plan.fits}")
-    return {"vllm_said": said, "vllm_estimated_max_model_len": facts.refused_estimated_max_model_len,
-            "plan_fits": plan.fits, "plan_reasons": plan.reasons}
+        say(
+            f"vLLM's estimated maximum model length {facts.refused_estimated_max_model_len}; "
+            f"the plan: max_model_len {plan.max_model_len}, fits={plan.fits}"
+        )
+    return {
+        "vllm_said": said,
+        "vllm_estimated_max_model_len": facts.refused_estimated_max_model_len,
+        "plan_fits": plan.fits,
+        "plan_reasons": plan.reasons,
+    }

@@ -15,6 +15,7 @@ import os
 import shutil
 import tempfile
 from pathlib import Path
+from typing import Any
 
 from validator.errors import InputError
 
@@ -22,36 +23,74 @@ VOCAB = 512
 BUILDER_VERSION = "1"
 
 # name -> (transformers config class, config kwargs, keys removed from config.json)
-_COMMON = dict(vocab_size=VOCAB, intermediate_size=256, max_position_embeddings=4096,
-               rms_norm_eps=1e-6, tie_word_embeddings=True, bos_token_id=1, eos_token_id=2)
-ARCHITECTURES = {
+_COMMON = dict(
+    vocab_size=VOCAB,
+    intermediate_size=256,
+    max_position_embeddings=4096,
+    rms_norm_eps=1e-6,
+    tie_word_embeddings=True,
+    bos_token_id=1,
+    eos_token_id=2,
+)
+ARCHITECTURES: dict[str, tuple[str, dict[str, Any], tuple[str, ...]]] = {
     # GQA, explicit head_dim
-    "tiny-gqa": ("Qwen3Config", dict(hidden_size=128, num_hidden_layers=2, num_attention_heads=4,
-                                     num_key_value_heads=2, head_dim=64), ()),
+    "tiny-gqa": (
+        "Qwen3Config",
+        dict(hidden_size=128, num_hidden_layers=2, num_attention_heads=4, num_key_value_heads=2, head_dim=64),
+        (),
+    ),
     # MHA: as many KV heads as query heads
-    "tiny-mha": ("Qwen3Config", dict(hidden_size=128, num_hidden_layers=3, num_attention_heads=4,
-                                     num_key_value_heads=4, head_dim=64), ()),
+    "tiny-mha": (
+        "Qwen3Config",
+        dict(hidden_size=128, num_hidden_layers=3, num_attention_heads=4, num_key_value_heads=4, head_dim=64),
+        (),
+    ),
     # no head_dim in config.json: hidden_size / num_attention_heads = 64
-    "tiny-nohd": ("LlamaConfig", dict(hidden_size=256, num_hidden_layers=3, num_attention_heads=4,
-                                      num_key_value_heads=2), ("head_dim",)),
+    "tiny-nohd": (
+        "LlamaConfig",
+        dict(hidden_size=256, num_hidden_layers=3, num_attention_heads=4, num_key_value_heads=2),
+        ("head_dim",),
+    ),
     # a sliding window on every layer (Mistral convention: no layer_types)
-    "tiny-sliding": ("MistralConfig", dict(hidden_size=256, num_hidden_layers=2, num_attention_heads=4,
-                                           num_key_value_heads=2, head_dim=64, sliding_window=128),
-                     ("layer_types",)),
+    "tiny-sliding": (
+        "MistralConfig",
+        dict(
+            hidden_size=256,
+            num_hidden_layers=2,
+            num_attention_heads=4,
+            num_key_value_heads=2,
+            head_dim=64,
+            sliding_window=128,
+        ),
+        ("layer_types",),
+    ),
     # 3 sliding : 1 full, as listed in layer_types
-    "tiny-mixed": ("LlamaConfig", dict(hidden_size=256, num_hidden_layers=4, num_attention_heads=4,
-                                       num_key_value_heads=2, sliding_window=128,
-                                       layer_types=["sliding_attention"] * 3 + ["full_attention"]), ()),
+    "tiny-mixed": (
+        "LlamaConfig",
+        dict(
+            hidden_size=256,
+            num_hidden_layers=4,
+            num_attention_heads=4,
+            num_key_value_heads=2,
+            sliding_window=128,
+            layer_types=["sliding_attention"] * 3 + ["full_attention"],
+        ),
+        (),
+    ),
 }
 
-_CHAT_TEMPLATE = ("{% for m in messages %}<|{{ m['role'] }}|>{{ m['content'] }}\n{% endfor %}"
-                  "{% if add_generation_prompt %}<|assistant|>{% endif %}")
+_CHAT_TEMPLATE = (
+    "{% for m in messages %}<|{{ m['role'] }}|>{{ m['content'] }}\n{% endfor %}"
+    "{% if add_generation_prompt %}<|assistant|>{% endif %}"
+)
 
 
 def _corpus() -> list[str]:
-    words = ("the model serves requests with a paged key value cache of fixed blocks while the scheduler "
-             "admits sequences until memory runs out then queues or preempts them latency throughput "
-             "prefix cache hit miss token prompt output decode prefill stream chunk").split()
+    words = (
+        "the model serves requests with a paged key value cache of fixed blocks while the scheduler "
+        "admits sequences until memory runs out then queues or preempts them latency throughput "
+        "prefix cache hit miss token prompt output decode prefill stream chunk"
+    ).split()
     lines = []
     for i in range(400):
         lines.append(" ".join(words[(i * 7 + j * 3) % len(words)] for j in range(12)) + f" {i}")
@@ -65,8 +104,12 @@ def build_tokenizer(out: Path) -> None:
     tok = Tokenizer(models.BPE(unk_token=None))
     tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
     tok.decoder = decoders.ByteLevel()
-    trainer = trainers.BpeTrainer(vocab_size=VOCAB, special_tokens=["<pad>", "<s>", "</s>"],
-                                  initial_alphabet=pre_tokenizers.ByteLevel.alphabet(), show_progress=False)
+    trainer = trainers.BpeTrainer(
+        vocab_size=VOCAB,
+        special_tokens=["<pad>", "<s>", "</s>"],
+        initial_alphabet=pre_tokenizers.ByteLevel.alphabet(),
+        show_progress=False,
+    )
     tok.train_from_iterator(_corpus(), trainer=trainer)
     fast = PreTrainedTokenizerFast(tokenizer_object=tok, bos_token="<s>", eos_token="</s>", pad_token="<pad>")
     fast.chat_template = _CHAT_TEMPLATE

@@ -11,10 +11,20 @@ MiB = 1024**2
 GiB = 1024**3
 
 _UNITS = {
-    "": 1, "b": 1,
-    "k": 1000, "kb": 1000, "m": 1000**2, "mb": 1000**2,
-    "g": 1000**3, "gb": 1000**3, "t": 1000**4, "tb": 1000**4,
-    "kib": KiB, "mib": MiB, "gib": GiB, "tib": 1024**4,
+    "": 1,
+    "b": 1,
+    "k": 1000,
+    "kb": 1000,
+    "m": 1000**2,
+    "mb": 1000**2,
+    "g": 1000**3,
+    "gb": 1000**3,
+    "t": 1000**4,
+    "tb": 1000**4,
+    "kib": KiB,
+    "mib": MiB,
+    "gib": GiB,
+    "tib": 1024**4,
 }
 _SIZE_RE = re.compile(r"^\s*([0-9]+(?:\.[0-9]+)?)\s*([a-zA-Z]*)\s*$")
 
@@ -32,7 +42,8 @@ def parse_bytes(value: object, field: str) -> int:
         unit = m.group(2).lower() if m else None
         if m is None or unit not in _UNITS:
             raise InputError(
-                f"{field}: cannot read size {value!r}; write an integer byte count or e.g. 22GiB, 80GB, 512MiB")
+                f"{field}: cannot read size {value!r}; write an integer byte count or e.g. 22GiB, 80GB, 512MiB"
+            )
         n = int(float(m.group(1)) * _UNITS[unit])
     else:
         raise InputError(f"{field}: expected a size like 22GiB or an integer byte count, got {value!r}")

@@ -17,8 +17,8 @@ from pathlib import Path
 
 import numpy as np
 
-from loadgen.safefile import make_dirs, write_atomic
 from loadgen.results.records import RequestRecord
+from loadgen.safefile import make_dirs, write_atomic
 
 METRICS = ("ttft", "tpot", "itl", "e2el")
 
@@ -54,8 +54,10 @@ def parse_goodput(pairs: list[str] | None) -> dict[str, float]:
         except ValueError:
             ms = -1.0
         if name not in ("ttft", "tpot", "e2el") or not (math.isfinite(ms) and ms >= 0):
-            raise BenchArgError(f"--goodput: {pair!r}; give KEY:VALUE pairs, KEY one of ttft, tpot, e2el, VALUE "
-                                "in milliseconds (e.g. ttft:200 tpot:50)")
+            raise BenchArgError(
+                f"--goodput: {pair!r}; give KEY:VALUE pairs, KEY one of ttft, tpot, e2el, VALUE "
+                "in milliseconds (e.g. ttft:200 tpot:50)"
+            )
         out[name] = ms
     return out
 
@@ -70,42 +72,74 @@ def parse_metadata(items: list[str] | None) -> dict[str, str]:
     return out
 
 
-def result(records: list[RequestRecord], duration: float, *, backend: str, model_id: str, num_prompts: int,
-           request_rate: float | None, burstiness: float, max_concurrency: int | None,
-           percentile_metrics: tuple[str, ...] = ("ttft", "tpot", "itl"), percentiles: tuple[float, ...] = (99.0,),
-           goodput: dict[str, float] | None = None, detailed: bool = False, metadata: dict | None = None,
-           date: str | None = None) -> dict:
+def result(
+    records: list[RequestRecord],
+    duration: float,
+    *,
+    backend: str,
+    model_id: str,
+    num_prompts: int,
+    request_rate: float | None,
+    burstiness: float,
+    max_concurrency: int | None,
+    percentile_metrics: tuple[str, ...] = ("ttft", "tpot", "itl"),
+    percentiles: tuple[float, ...] = (99.0,),
+    goodput: dict[str, float] | None = None,
+    detailed: bool = False,
+    metadata: dict | None = None,
+    date: str | None = None,
+) -> dict:
     """vllm bench serve's result JSON for these records (key names and units as vLLM writes them)."""
     measured = [r for r in records if not r.warmup]
     ok = [r for r in measured if r.ok]
     out_lens = [(r.output_tokens or 0) if r.ok else 0 for r in measured]
     total_in = sum(r.prompt_tokens or 0 for r in ok)
     total_out = sum(out_lens)
-    values = {"ttft": [r.ttft for r in ok], "tpot": [r.tpot for r in ok if r.tpot is not None],
-              "itl": [g for r in ok for g in r.itl], "e2el": [r.e2e for r in ok]}
+    values = {
+        "ttft": [r.ttft for r in ok],
+        "tpot": [r.tpot for r in ok if r.tpot is not None],
+        "itl": [g for r in ok for g in r.itl],
+        "e2el": [r.e2e for r in ok],
+    }
     good = None
     if goodput:
         all_tpots = [r.tpot or 0.0 for r in ok]  # 0 for one-token requests, as vLLM counts them
-        per = {"ttft": [r.ttft for r in ok], "tpot": all_tpots, "e2el": [r.e2e for r in ok]}
+        per: dict[str, list[float]] = {
+            "ttft": [r.ttft or 0.0 for r in ok],
+            "tpot": all_tpots,
+            "e2el": [r.e2e or 0.0 for r in ok],
+        }
         good = sum(all(per[k][i] <= v / 1e3 for k, v in goodput.items()) for i in range(len(ok)))
     res: dict = {
-        "date": date or time.strftime("%Y%m%d-%H%M%S"), "endpoint_type": backend, "backend": backend, "label": None,
-        "model_id": model_id, "tokenizer_id": model_id, "num_prompts": num_prompts,
+        "date": date or time.strftime("%Y%m%d-%H%M%S"),
+        "endpoint_type": backend,
+        "backend": backend,
+        "label": None,
+        "model_id": model_id,
+        "tokenizer_id": model_id,
+        "num_prompts": num_prompts,
         **(metadata or {}),
         "request_rate": "inf" if request_rate is None or math.isinf(request_rate) else request_rate,
-        "burstiness": burstiness, "max_concurrency": max_concurrency,
-        "duration": duration, "completed": len(ok), "failed": len(measured) - len(ok),
-        "total_input_tokens": total_in, "total_output_tokens": total_out,
+        "burstiness": burstiness,
+        "max_concurrency": max_concurrency,
+        "duration": duration,
+        "completed": len(ok),
+        "failed": len(measured) - len(ok),
+        "total_input_tokens": total_in,
+        "total_output_tokens": total_out,
         "request_throughput": len(ok) / duration if duration > 0 else None,
         "request_goodput": (good / duration if duration > 0 else None) if good is not None else None,
         "output_throughput": total_out / duration if duration > 0 else None,
         "total_token_throughput": (total_in + total_out) / duration if duration > 0 else None,
     }
     if detailed:
-        res.update(input_lens=[r.prompt_tokens or r.asked_prompt_tokens or 0 for r in measured], output_lens=out_lens,
-                   ttfts=[r.ttft if r.ok else 0.0 for r in measured],
-                   itls=[r.itl if r.ok else [] for r in measured],
-                   errors=[r.error or "" for r in measured])
+        res.update(
+            input_lens=[r.prompt_tokens or r.asked_prompt_tokens or 0 for r in measured],
+            output_lens=out_lens,
+            ttfts=[r.ttft if r.ok else 0.0 for r in measured],
+            itls=[r.itl if r.ok else [] for r in measured],
+            errors=[r.error or "" for r in measured],
+        )
     for m in percentile_metrics:
         v = np.asarray(values[m] or [0.0], dtype=float) * 1e3  # vLLM reports 0 for an empty metric
         res[f"mean_{m}_ms"] = float(v.mean())
@@ -117,8 +151,15 @@ def result(records: list[RequestRecord], duration: float, *, backend: str, model
     return res
 
 
-def file_name(*, backend: str, model_id: str, request_rate: float | None, max_concurrency: int | None,
-              date: str, result_filename: str | None = None) -> str:
+def file_name(
+    *,
+    backend: str,
+    model_id: str,
+    request_rate: float | None,
+    max_concurrency: int | None,
+    date: str,
+    result_filename: str | None = None,
+) -> str:
     """vLLM's default name: {backend}-{rate}qps[-concurrency{N}]-{model}-{date}.json."""
     if result_filename:
         return result_filename

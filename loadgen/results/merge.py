@@ -13,8 +13,9 @@ from pathlib import Path
 from loadgen.results.records import RequestRecord, read_records
 
 
-def merge(dirs: list[Path], offsets: list[float] | None = None
-          ) -> tuple[list[RequestRecord], float, float, float, dict]:
+def merge(
+    dirs: list[Path], offsets: list[float] | None = None
+) -> tuple[list[RequestRecord], float, float, float, dict]:
     """Every worker's records on one clock: (records, started_at, ended_at, origin, clocks).
 
     Without offsets the workers share this machine's monotonic clock. With offsets (Ray: worker i's
@@ -24,12 +25,12 @@ def merge(dirs: list[Path], offsets: list[float] | None = None
         starts = [s["clock_origin_perf_counter"] for s in summaries]
         origin = min(starts)
     else:
-        starts = [s["window"][0] - off for s, off in zip(summaries, offsets)]   # driver's wall clock
-        origin = min(starts) - (time.time() - time.perf_counter())             # as the driver's perf_counter
+        starts = [s["window"][0] - off for s, off in zip(summaries, offsets)]  # driver's wall clock
+        origin = min(starts) - (time.time() - time.perf_counter())  # as the driver's perf_counter
     first = min(starts)
     records: list[RequestRecord] = []
     problems: list[str] = []
-    for i, (d, s) in enumerate(zip(dirs, summaries)):
+    for i, d in enumerate(dirs):
         shift = starts[i] - first
         for r in read_records(d / "records.jsonl", problems):
             r.worker = i
@@ -39,7 +40,7 @@ def merge(dirs: list[Path], offsets: list[float] | None = None
                 r.scheduled += shift
             records.append(r)
     records.sort(key=lambda r: (r.sent is None, r.sent or 0.0))
-    wall_off = [0.0] * len(dirs) if offsets is None else offsets   # the window on the driver's wall clock
+    wall_off = [0.0] * len(dirs) if offsets is None else offsets  # the window on the driver's wall clock
     started = min(s["window"][0] - off for s, off in zip(summaries, wall_off))
     ended = max(s["window"][1] - off for s, off in zip(summaries, wall_off))
     clocks: dict = {"workers": len(dirs), "unreadable_lines": problems}  # an unreadable line is said, not dropped

@@ -24,32 +24,32 @@ import numpy as np
 from loadgen.safefile import make_dirs, open_append
 
 
-@dataclass(slots=True)   # a million records in memory: no __dict__ each
+@dataclass(slots=True)  # a million records in memory: no __dict__ each
 class RequestRecord:
     id: str
     run: str = ""
     scheduled: float | None = None
     sent: float | None = None
-    chunk_times: Sequence[float] = field(default_factory=list)   # array("d") while recorded, list when read
+    chunk_times: Sequence[float] = field(default_factory=list)  # array("d") while recorded, list when read
     # completion tokens delivered so far at each chunk (servers that send continuous usage stats);
     # empty when not asked. A chunk can carry several tokens when the server merges them.
     chunk_tokens: list[int | None] = field(default_factory=list)
-    done: float | None = None                  # offset from sent: stream closed
+    done: float | None = None  # offset from sent: stream closed
     asked_prompt_tokens: int | None = None
     asked_output_tokens: int | None = None
-    prompt_tokens: int | None = None           # from usage
-    output_tokens: int | None = None           # from usage
-    cached_tokens: int | None = None           # usage.prompt_tokens_details.cached_tokens, when sent
+    prompt_tokens: int | None = None  # from usage
+    output_tokens: int | None = None  # from usage
+    cached_tokens: int | None = None  # usage.prompt_tokens_details.cached_tokens, when sent
     finish_reason: str | None = None
     status: int | None = None
     error: str | None = None
     warmup: bool = False
-    group: int | None = None                   # shared-prefix group or conversation
+    group: int | None = None  # shared-prefix group or conversation
     turn: int | None = None
     text_chunks: int | None = None
-    token_mismatch: str | None = None          # asked vs served, when they differ
-    worker: int | None = None                  # which --workers process sent it
-    prompt_digest: str | None = None           # prompt_digest() of the prompt sent: ties the record to it
+    token_mismatch: str | None = None  # asked vs served, when they differ
+    worker: int | None = None  # which --workers process sent it
+    prompt_digest: str | None = None  # prompt_digest() of the prompt sent: ties the record to it
 
     @property
     def ok(self) -> bool:
@@ -90,7 +90,7 @@ class RequestRecord:
         return d
 
     @classmethod
-    def from_json(cls, d: dict) -> "RequestRecord":
+    def from_json(cls, d: dict) -> RequestRecord:
         known = {f for f in cls.__dataclass_fields__}
         return cls(**{k: v for k, v in d.items() if k in known})
 
@@ -120,7 +120,7 @@ class RecordWriter:
     def close(self) -> None:
         self._f.close()
 
-    def __enter__(self) -> "RecordWriter":
+    def __enter__(self) -> RecordWriter:
         return self
 
     def __exit__(self, *exc) -> None:

@@ -33,8 +33,10 @@ def summarize(records: list[RequestRecord], elapsed_s: float | None = None) -> d
         key = (r.error or f"HTTP {r.status}").split(":")[0]
         errors[key] = errors.get(key, 0) + 1
     s = {
-        "requests": len(measured), "warmup_requests": len(records) - len(measured),
-        "ok": len(ok), "failed": len(failed),
+        "requests": len(measured),
+        "warmup_requests": len(records) - len(measured),
+        "ok": len(ok),
+        "failed": len(failed),
         "error_rate": (len(failed) / len(measured)) if measured else None,
         "errors": errors,
         "token_mismatches": sum(1 for r in measured if r.token_mismatch),
@@ -54,22 +56,27 @@ def summarize(records: list[RequestRecord], elapsed_s: float | None = None) -> d
 
 
 def format_summary(s: dict) -> str:
-    lines = [f"requests {s['requests']} (ok {s['ok']}, failed {s['failed']}, warm-up {s['warmup_requests']})"
-             + (f", error rate {s['error_rate']:.2%}" if s["error_rate"] is not None else "")]
+    lines = [
+        f"requests {s['requests']} (ok {s['ok']}, failed {s['failed']}, warm-up {s['warmup_requests']})"
+        + (f", error rate {s['error_rate']:.2%}" if s["error_rate"] is not None else "")
+    ]
     if s["errors"]:
         lines.append("errors: " + ", ".join(f"{k} x{v}" for k, v in s["errors"].items()))
     if s["token_mismatches"]:
         lines.append(f"token count mismatches (asked vs served): {s['token_mismatches']}")
     if s.get("request_throughput") is not None:
-        lines.append(f"throughput {s['request_throughput']:.2f} req/s, "
-                     + (f"{s['output_token_throughput']:.1f} output tok/s, " if s.get("output_token_throughput")
-                        else "") + f"elapsed {s['elapsed_s']:.2f} s")
+        lines.append(
+            f"throughput {s['request_throughput']:.2f} req/s, "
+            + (f"{s['output_token_throughput']:.1f} output tok/s, " if s.get("output_token_throughput") else "")
+            + f"elapsed {s['elapsed_s']:.2f} s"
+        )
     lines.append(f"{'ms':<6}{'mean':>10}{'p50':>10}{'p90':>10}{'p95':>10}{'p99':>10}{'max':>10}")
     for name in ("ttft", "itl", "tpot", "e2e"):
         d = s[f"{name}_ms"]
         if d is None:
             lines.append(f"{name.upper():<6}{'not measured':>20}")
             continue
-        lines.append(f"{name.upper():<6}" + "".join(f"{d[k]:>10.2f}" for k in ("mean", "p50", "p90", "p95", "p99",
-                                                                              "max")))
+        lines.append(
+            f"{name.upper():<6}" + "".join(f"{d[k]:>10.2f}" for k in ("mean", "p50", "p90", "p95", "p99", "max"))
+        )
     return "\n".join(lines)

@@ -29,8 +29,17 @@ def shard_args(argv: list[str], i: int, k: int, salt: str) -> list[str]:
 
 
 def worker_argv(argv: list[str], i: int, k: int, salt: str, out: Path, start: float) -> list[str]:
-    return [sys.executable, "-m", "loadgen", *shard_args(argv, i, k, salt), "--worker-start", repr(start),
-            "--out", str(out), "--lifeline"]
+    return [
+        sys.executable,
+        "-m",
+        "loadgen",
+        *shard_args(argv, i, k, salt),
+        "--worker-start",
+        repr(start),
+        "--out",
+        str(out),
+        "--lifeline",
+    ]
 
 
 def run_processes(argv: list[str], k: int, salt: str, out: Path, timeout: float) -> list[int]:
@@ -40,12 +49,18 @@ def run_processes(argv: list[str], k: int, salt: str, out: Path, timeout: float)
     procs = []
     for i in range(k):
         make_dirs(out / f"worker-{i}")
-        with open_append(out / f"worker-{i}" / "stderr.txt") as err:   # a file: a pipe nobody reads can fill
+        with open_append(out / f"worker-{i}" / "stderr.txt") as err:  # a file: a pipe nobody reads can fill
             # each worker dies with this process, however it dies: the kernel's parent-death signal
             # (Linux) and a lifeline on its stdin (read by the worker; any POSIX system)
-            procs.append(subprocess.Popen(worker_argv(argv, i, k, salt, out / f"worker-{i}", start),
-                                          stdin=subprocess.PIPE, stdout=subprocess.DEVNULL, stderr=err,
-                                          preexec_fn=lifeline.die_with_parent_preexec()))
+            procs.append(
+                subprocess.Popen(
+                    worker_argv(argv, i, k, salt, out / f"worker-{i}", start),
+                    stdin=subprocess.PIPE,
+                    stdout=subprocess.DEVNULL,
+                    stderr=err,
+                    preexec_fn=lifeline.die_with_parent_preexec(),
+                )
+            )
     try:
         return [p.wait(timeout=timeout) for p in procs]
     except (KeyboardInterrupt, subprocess.TimeoutExpired):
@@ -59,7 +74,8 @@ def run_processes(argv: list[str], k: int, salt: str, out: Path, timeout: float)
         raise KeyboardInterrupt from None
     finally:
         for p in procs:
-            p.stdin.close()
+            if p.stdin is not None:
+                p.stdin.close()
 
 
 def last_error(out: Path, i: int) -> str:

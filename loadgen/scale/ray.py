@@ -25,14 +25,15 @@ import threading
 import time
 from dataclasses import replace
 from pathlib import Path
+from typing import Any
 
 from loadgen.loadrun import UsageError
 from loadgen.results.outputs import exit_code
 from loadgen.safefile import make_dirs, write_atomic
 from loadgen.scale import START_AFTER_S
 
-CLOCK_PINGS = 5          # round trips per worker; the shortest gives the offset
-STOP_GRACE_S = 30.0      # after a stop: time for the shards to write what they recorded
+CLOCK_PINGS = 5  # round trips per worker; the shortest gives the offset
+STOP_GRACE_S = 30.0  # after a stop: time for the shards to write what they recorded
 
 
 class RayError(Exception):
@@ -62,6 +63,7 @@ class LoadWorker:
     def run(self, args: list[str], start_wall: float) -> dict:
         """One shard; start_wall is the start instant on this worker's wall clock."""
         from loadgen import cli, shard
+
         err = io.StringIO()
         with tempfile.TemporaryDirectory(prefix="kvgate-ray-") as d:
             with contextlib.redirect_stderr(err), contextlib.redirect_stdout(io.StringIO()):
@@ -74,8 +76,7 @@ class LoadWorker:
                     return {"code": e.code if isinstance(e.code, int) else 2, "stderr": err.getvalue(), "files": {}}
                 run = replace(run, worker_start=start_wall - time.time() + time.perf_counter())
                 code = self._serve(shard, run, workload, cfg, Path(d))
-            files = {n: (Path(d) / n).read_text() for n in ("records.jsonl", "summary.json")
-                     if (Path(d) / n).exists()}
+            files = {n: (Path(d) / n).read_text() for n in ("records.jsonl", "summary.json") if (Path(d) / n).exists()}
         return {"code": code, "stderr": err.getvalue()[-4000:], "files": files, "host": self.where()}
 
     def _serve(self, shard, run, workload, cfg, out: Path) -> int:
@@ -84,6 +85,7 @@ class LoadWorker:
             if self._stopped.is_set():
                 raise asyncio.CancelledError
             return await shard.run_shard(run, workload, cfg, out)
+
         try:
             summary = asyncio.run(one())
         except asyncio.CancelledError:  # stopped before its first request: nothing recorded
@@ -99,18 +101,21 @@ def _probe(address: str) -> None:
     try:
         if address == "auto":
             from ray._private.services import canonicalize_bootstrap_address
-            where = canonicalize_bootstrap_address("auto")
+
+            where = canonicalize_bootstrap_address("auto") or address
         host, _, port = where.rpartition(":")
         socket.create_connection((host.strip("[]"), int(port)), timeout=5).close()
     except ImportError:
         return  # Ray moved its helper: let ray.init find the cluster itself
     except (OSError, ValueError) as e:  # ConnectionError (no cluster running) is an OSError
-        raise RayError(f"--ray: no Ray cluster answers at {address!r} ({str(e).splitlines()[0]}); start one "
-                       "with `ray start --head`, or give HOST:PORT of its head") from None
+        raise RayError(
+            f"--ray: no Ray cluster answers at {address!r} ({str(e).splitlines()[0]}); start one "
+            "with `ray start --head`, or give HOST:PORT of its head"
+        ) from None
 
 
 def _connect(address: str):
-    os.environ.setdefault("RAY_USAGE_STATS_ENABLED", "0")   # no call home from a load test
+    os.environ.setdefault("RAY_USAGE_STATS_ENABLED", "0")  # no call home from a load test
     # a cluster started with `ray start` wants the token it wrote for this machine's user; Ray's
     # join by explicit address does not send it unless told (read when Ray is imported)
     token = Path(os.environ.get("RAY_AUTH_TOKEN_PATH", "~/.ray/auth_token")).expanduser()
@@ -122,25 +127,28 @@ def _connect(address: str):
     except ImportError:
         raise RayError("--ray: Ray is not installed here; install the extra: pip install 'kvgate[ray]'") from None
     import loadgen
+
     # ships this loadgen to every node (its dependencies, aiohttp and numpy, must be there)
     env = {"py_modules": [str(Path(loadgen.__file__).parent)]}
     try:
         ray.init(address=address, log_to_driver=False, runtime_env=env, logging_level=logging.ERROR)
     except Exception as e:  # Ray raises ConnectionError, RuntimeError, ValueError... for a bad address
-        raise RayError(f"--ray: cannot join the Ray cluster at {address!r}: {type(e).__name__}: "
-                       f"{str(e).splitlines()[0] if str(e) else ''}; start one with `ray start --head` "
-                       "or give its address (HOST:PORT of the head, or auto)") from None
+        raise RayError(
+            f"--ray: cannot join the Ray cluster at {address!r}: {type(e).__name__}: "
+            f"{str(e).splitlines()[0] if str(e) else ''}; start one with `ray start --head` "
+            "or give its address (HOST:PORT of the head, or auto)"
+        ) from None
     return ray
 
 
-def measure_offset(ray, actor) -> tuple[float, float]:
+def measure_offset(ray: Any, actor: Any) -> tuple[float, float]:
     """(worker wall clock - driver wall clock, half round trip) from the shortest of a few pings."""
-    best = None
+    best = (0.0, float("inf"))
     for _ in range(CLOCK_PINGS):
         t1 = time.time()
         w = ray.get(actor.clock.remote())
         t2 = time.time()
-        if best is None or t2 - t1 < best[1] * 2:
+        if t2 - t1 < best[1] * 2:
             best = (w - (t1 + t2) / 2, (t2 - t1) / 2)
     return best
 
@@ -163,8 +171,9 @@ def run_actors(address: str, shard_args: list[list[str]], out: Path, timeout: fl
             for x in actors:
                 x.stop.remote()
             ready, _ = ray.wait(refs, num_returns=len(refs), timeout=STOP_GRACE_S)
-            results = [ray.get(r) if r in ready else {"code": 130, "stderr": "no answer after stop", "files": {}}
-                       for r in refs]
+            results = [
+                ray.get(r) if r in ready else {"code": 130, "stderr": "no answer after stop", "files": {}} for r in refs
+            ]
         for i, res in enumerate(results):
             d = out / f"worker-{i}"
             make_dirs(d)
@@ -174,13 +183,15 @@ def run_actors(address: str, shard_args: list[list[str]], out: Path, timeout: fl
                 write_atomic(d / "stderr.txt", res["stderr"])
         if interrupted:
             raise KeyboardInterrupt
-        clocks = {"basis": "wall clock; each worker's offset from the driver measured by round trip",
-                  "offsets_s": [o for o, _ in offsets], "offset_uncertainty_s": [u for _, u in offsets],
-                  "hosts": [r.get("host") for r in results]}
+        clocks = {
+            "basis": "wall clock; each worker's offset from the driver measured by round trip",
+            "offsets_s": [o for o, _ in offsets],
+            "offset_uncertainty_s": [u for _, u in offsets],
+            "hosts": [r.get("host") for r in results],
+        }
         return [r["code"] for r in results], clocks
     finally:
         for x in actors:
             with contextlib.suppress(Exception):
                 ray.kill(x)
         ray.shutdown()
-

@@ -17,13 +17,13 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 
-TOKEN_BYTES = 4                 # an int32 token id
-JSON_BYTES_PER_TOKEN = 5        # "123," in a request body
-RECORD_BYTES = 420              # a finished RequestRecord, without its chunk times
-CHUNK_BYTES = 8                 # one arrival time (array of doubles)
-BODY_BYTES = 300                # a request body besides its prompt
-DEFAULT_BUDGET = 1 << 30        # --max-memory
-MAX_PROMPT_TOKENS = 1 << 24     # 16,777,216: longer than any model's context
+TOKEN_BYTES = 4  # an int32 token id
+JSON_BYTES_PER_TOKEN = 5  # "123," in a request body
+RECORD_BYTES = 420  # a finished RequestRecord, without its chunk times
+CHUNK_BYTES = 8  # one arrival time (array of doubles)
+BODY_BYTES = 300  # a request body besides its prompt
+DEFAULT_BUDGET = 1 << 30  # --max-memory
+MAX_PROMPT_TOKENS = 1 << 24  # 16,777,216: longer than any model's context
 
 
 class BudgetError(ValueError):
@@ -34,15 +34,15 @@ class BudgetError(ValueError):
 class Shape:
     """What decides a run's memory, from the flags."""
 
-    requests: int                 # at most (a --duration run without --requests: the cap)
-    prompt_max: int               # tokens of the longest prompt (a conversation's first turn)
+    requests: int  # at most (a --duration run without --requests: the cap)
+    prompt_max: int  # tokens of the longest prompt (a conversation's first turn)
     output_max: int
-    in_flight: int                # concurrency, or the open loop's ceiling
+    in_flight: int  # concurrency, or the open loop's ceiling
     prefix_groups: int = 0
     prefix_tokens: int = 0
-    turns: int = 0                # multi-turn: turns per conversation
-    user_max: int = 0             # multi-turn: new user tokens per turn
-    dataset_bytes: int = 0        # a dataset is read whole: its file size
+    turns: int = 0  # multi-turn: turns per conversation
+    user_max: int = 0  # multi-turn: new user tokens per turn
+    dataset_bytes: int = 0  # a dataset is read whole: its file size
 
     @property
     def conversation_max(self) -> int:
@@ -63,7 +63,7 @@ def terms(s: Shape, prepare_bytes: int) -> dict[str, int]:
     if s.prefix_groups:
         out["shared prefixes"] = s.prefix_groups * s.prefix_tokens * TOKEN_BYTES
     if s.dataset_bytes:
-        out["dataset"] = 10 * s.dataset_bytes   # JSON text read into Python objects
+        out["dataset"] = 10 * s.dataset_bytes  # JSON text read into Python objects
     return out
 
 
@@ -71,29 +71,41 @@ def check(s: Shape, budget: int, prepare_bytes: int) -> dict[str, int]:
     """The terms, or BudgetError naming the flag to change: a prompt longer than any context, more
     turns than requests, or a total over the budget."""
     if s.prompt_max > MAX_PROMPT_TOKENS:
-        raise BudgetError(f"--prompt-tokens: prompts of up to {s.prompt_max:,} tokens are longer than any model's "
-                           f"context (kvgate's bound: {MAX_PROMPT_TOKENS:,}); lower it")
+        raise BudgetError(
+            f"--prompt-tokens: prompts of up to {s.prompt_max:,} tokens are longer than any model's "
+            f"context (kvgate's bound: {MAX_PROMPT_TOKENS:,}); lower it"
+        )
     if s.turns > s.requests:
-        raise BudgetError(f"--turns: {s.turns:,} turns a conversation need at least as many requests (--requests "
-                           f"{s.requests:,}); lower --turns")
+        raise BudgetError(
+            f"--turns: {s.turns:,} turns a conversation need at least as many requests (--requests "
+            f"{s.requests:,}); lower --turns"
+        )
     if s.conversation_max > MAX_PROMPT_TOKENS:
-        raise BudgetError(f"--turns: after {s.turns:,} turns a conversation's prompt reaches "
-                           f"{s.conversation_max:,} tokens, longer than any model's context "
-                           f"({MAX_PROMPT_TOKENS:,}); lower --turns")
+        raise BudgetError(
+            f"--turns: after {s.turns:,} turns a conversation's prompt reaches "
+            f"{s.conversation_max:,} tokens, longer than any model's context "
+            f"({MAX_PROMPT_TOKENS:,}); lower --turns"
+        )
     t = terms(s, prepare_bytes)
     total = sum(t.values())
     if total > budget:
         ranked = sorted(t.items(), key=lambda kv: -kv[1])
         parts = ", ".join(f"{k} {human(v)}" for k, v in ranked if v)
-        raise BudgetError(f"--max-memory: this run would hold about {human(total)} ({parts}), over the "
-                          f"{human(budget)} budget; lower {LOWER[ranked[0][0]]}, or raise --max-memory")
+        raise BudgetError(
+            f"--max-memory: this run would hold about {human(total)} ({parts}), over the "
+            f"{human(budget)} budget; lower {LOWER[ranked[0][0]]}, or raise --max-memory"
+        )
     return t
 
 
 # the flags that shrink each term
-LOWER = {"records": "--requests or --output-tokens", "prompts in flight": "--concurrency, --prompt-tokens or --turns",
-         "bodies encoded before the run": "--prompt-tokens", "shared prefixes": "--prefix-groups or --prefix-tokens",
-         "dataset": "the dataset (--requests reads only its first lines)"}
+LOWER = {
+    "records": "--requests or --output-tokens",
+    "prompts in flight": "--concurrency, --prompt-tokens or --turns",
+    "bodies encoded before the run": "--prompt-tokens",
+    "shared prefixes": "--prefix-groups or --prefix-tokens",
+    "dataset": "the dataset (--requests reads only its first lines)",
+}
 
 
 def requests_within(budget: int, s: Shape, prepare_bytes: int) -> int:
@@ -104,8 +116,18 @@ def requests_within(budget: int, s: Shape, prepare_bytes: int) -> int:
 
 
 _SIZE = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*(|b|kib|mib|gib|tib|kb|mb|gb|tb)\s*$", re.I)
-_UNIT = {"": 1, "b": 1, "kib": 1 << 10, "mib": 1 << 20, "gib": 1 << 30, "tib": 1 << 40, "kb": 10**3, "mb": 10**6,
-         "gb": 10**9, "tb": 10**12}
+_UNIT = {
+    "": 1,
+    "b": 1,
+    "kib": 1 << 10,
+    "mib": 1 << 20,
+    "gib": 1 << 30,
+    "tib": 1 << 40,
+    "kb": 10**3,
+    "mb": 10**6,
+    "gb": 10**9,
+    "tb": 10**12,
+}
 
 
 def parse_size(text: str) -> int:

@@ -8,30 +8,32 @@ from __future__ import annotations
 
 import asyncio
 import time
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
-from typing import Callable
+from functools import partial
+from typing import Any
 
 import numpy as np
 
-from loadgen.schedule.arrivals import arrival_times
-from loadgen.transport.client import RequestSpec, Transport
 from loadgen.results.records import RecordWriter, RequestRecord, prompt_digest
+from loadgen.schedule.arrivals import arrival_times
 from loadgen.schedule.workload import Conversation, Workload
+from loadgen.transport.client import RequestSpec, Transport
 
 MAX_DURATION_S = 24 * 3600.0  # every loop is bounded in time, whatever the caller asks
 
 
 @dataclass
 class RunConfig:
-    concurrency: int | None = None      # closed loop: this many requests in flight
-    rate: float | None = None           # open loop: requests per second
-    burstiness: float = 1.0             # gamma shape of inter-arrival times; 1 = Poisson
+    concurrency: int | None = None  # closed loop: this many requests in flight
+    rate: float | None = None  # open loop: requests per second
+    burstiness: float = 1.0  # gamma shape of inter-arrival times; 1 = Poisson
     max_requests: int | None = None
-    duration: float | None = None       # seconds during which new requests start
-    ramp_up: float = 0.0                # seconds to reach full concurrency / rate
-    warmup: int = 0                     # first N requests are marked and left out of statistics
-    drain_timeout: float = 120.0        # after `duration`, how long in-flight requests may finish
-    max_in_flight: int = 4096           # open-loop ceiling
+    duration: float | None = None  # seconds during which new requests start
+    ramp_up: float = 0.0  # seconds to reach full concurrency / rate
+    warmup: int = 0  # first N requests are marked and left out of statistics
+    drain_timeout: float = 120.0  # after `duration`, how long in-flight requests may finish
+    max_in_flight: int = 4096  # open-loop ceiling
     seed: int = 0
     shard: tuple[int, int] | None = None  # (i, k): this process sends items i, i+k, ... of the whole schedule
 
@@ -54,7 +56,7 @@ class RunConfig:
 class RunResult:
     name: str
     records: list[RequestRecord]
-    started_at: float                   # wall clock (time.time) at the run's start
+    started_at: float  # wall clock (time.time) at the run's start
     ended_at: float
     interrupted: bool = False
     workload: dict = field(default_factory=dict)
@@ -65,9 +67,21 @@ class RunResult:
         return self.started_at, self.ended_at
 
 
+def _done(sem: asyncio.Semaphore, tasks: set[asyncio.Task[None]], task: asyncio.Task[None]) -> None:
+    """An open-loop request ended: its place in flight is free again."""
+    sem.release()
+    tasks.discard(task)
+
+
 class Runner:
-    def __init__(self, transport: Transport, writer: RecordWriter | None = None, name: str = "run",
-                 progress: Callable[[dict], None] | None = None, progress_every: float = 1.0):
+    def __init__(
+        self,
+        transport: Transport,
+        writer: RecordWriter | None = None,
+        name: str = "run",
+        progress: Callable[[dict], None] | None = None,
+        progress_every: float = 1.0,
+    ):
         self.transport = transport
         self.writer = writer
         self.name = name
@@ -76,9 +90,9 @@ class Runner:
         self.records: list[RequestRecord] = []
         self.issued = 0
         self.in_flight = 0
-        self.live: dict[str, RequestRecord] = {}   # requests in flight, filled as tokens arrive
+        self.live: dict[str, RequestRecord] = {}  # requests in flight, filled as tokens arrive
         self._stop_at = float("inf")
-        self._gate = asyncio.Event()               # closed: no new request is sent (an observer holds it)
+        self._gate = asyncio.Event()  # closed: no new request is sent (an observer holds it)
         self._gate.set()
 
     def hold(self) -> None:
@@ -93,14 +107,14 @@ class Runner:
         self.cfg = cfg
         limit = cfg.max_requests if cfg.max_requests is not None else 1 << 62
         mine, times = self._schedule(workload, cfg, limit)
-        self.transport.prepare(mine)   # before the clock starts
+        self.transport.prepare(mine)  # before the clock starts
         self.t0 = time.perf_counter()
         started = time.time()
         duration = min(cfg.duration or MAX_DURATION_S, MAX_DURATION_S)
         self._stop_at = self.t0 + duration
         self.limit = len(mine) if cfg.shard else limit
         ticker = asyncio.create_task(self._tick()) if self.progress else None
-        tasks: set[asyncio.Task] = set()
+        tasks: set[asyncio.Task[None]] = set()
         interrupted = False
         try:
             if cfg.concurrency is not None:
@@ -108,7 +122,7 @@ class Runner:
                 tasks |= {asyncio.create_task(self._worker(k, items)) for k in range(cfg.concurrency)}
                 await self._wait(tasks, duration + cfg.drain_timeout)
             else:
-                await self._open_loop(mine, times, cfg, tasks, duration)
+                await self._open_loop(mine, times or [], cfg, tasks, duration)
         except asyncio.CancelledError:
             interrupted = True
         finally:
@@ -120,10 +134,20 @@ class Runner:
                 ticker.cancel()
                 await asyncio.gather(ticker, return_exceptions=True)
                 self._report()
-        return RunResult(self.name, self.records, started, time.time(), interrupted,
-                         workload={"description": workload.description, "salt": workload.salt,
-                                   "seed": workload.seed, **workload.info},
-                         config={k: v for k, v in vars(cfg).items()})
+        return RunResult(
+            self.name,
+            self.records,
+            started,
+            time.time(),
+            interrupted,
+            workload={
+                "description": workload.description,
+                "salt": workload.salt,
+                "seed": workload.seed,
+                **workload.info,
+            },
+            config={k: v for k, v in vars(cfg).items()},
+        )
 
     async def _wait(self, tasks: set, timeout: float) -> None:
         done, pending = await asyncio.wait(tasks, timeout=timeout)
@@ -144,7 +168,7 @@ class Runner:
             await self._execute(item, None)
 
     @staticmethod
-    def _schedule(workload: Workload, cfg: RunConfig, limit: int) -> tuple[list, list[float] | None]:
+    def _schedule(workload: Workload, cfg: RunConfig, limit: int) -> tuple[Sequence[Any], list[float] | None]:
         """The items this runner sends and, open loop, when: with a shard (i, k), items i, i+k, ...
         of the whole schedule and their arrival times in it, so k processes together send exactly
         the arrival process one would."""
@@ -155,7 +179,9 @@ class Runner:
         i, k = cfg.shard
         return workload.items[:n][i::k], (times[i::k] if times is not None else None)
 
-    async def _open_loop(self, items: list, times: list[float], cfg: RunConfig, tasks: set, duration: float) -> None:
+    async def _open_loop(
+        self, items: Sequence[Any], times: list[float], cfg: RunConfig, tasks: set[asyncio.Task[None]], duration: float
+    ) -> None:
         sem = asyncio.Semaphore(cfg.max_in_flight)
         for item, at in zip(items, times):
             if at > duration or not self._can_issue():
@@ -166,7 +192,7 @@ class Runner:
             await sem.acquire()
             task = asyncio.create_task(self._execute(item, at))
             tasks.add(task)
-            task.add_done_callback(lambda t: (sem.release(), tasks.discard(t)))
+            task.add_done_callback(partial(_done, sem, tasks))
         if tasks:
             await self._wait(set(tasks), max(self._stop_at - time.perf_counter(), 0) + cfg.drain_timeout)
 
@@ -181,9 +207,16 @@ class Runner:
             await self._gate.wait()
         self.issued += 1
         warm = self.issued <= self.cfg.warmup
-        rec = RequestRecord(id=spec.id, run=self.name, asked_prompt_tokens=spec.prompt_tokens,
-                            asked_output_tokens=spec.output_tokens, warmup=warm or spec.warmup,
-                            group=spec.group, turn=spec.turn, prompt_digest=prompt_digest(spec.prompt))
+        rec = RequestRecord(
+            id=spec.id,
+            run=self.name,
+            asked_prompt_tokens=spec.prompt_tokens,
+            asked_output_tokens=spec.output_tokens,
+            warmup=warm or spec.warmup,
+            group=spec.group,
+            turn=spec.turn,
+            prompt_digest=prompt_digest(spec.prompt),
+        )
         rec.scheduled = scheduled if scheduled is not None else time.perf_counter() - self.t0
         self.in_flight += 1
         self.live[spec.id] = rec
@@ -203,9 +236,15 @@ class Runner:
         for t in range(turns):
             if not self._can_issue():
                 return
-            spec = RequestSpec(id=f"{conv.id}t{t}", prompt=prompt, prompt_tokens=len(prompt),
-                               output_tokens=conv.output_tokens, group=conv.group, turn=t,
-                               want_token_ids=t < turns - 1)
+            spec = RequestSpec(
+                id=f"{conv.id}t{t}",
+                prompt=prompt,
+                prompt_tokens=len(prompt),
+                output_tokens=conv.output_tokens,
+                group=conv.group,
+                turn=t,
+                want_token_ids=t < turns - 1,
+            )
             rec, ids = await self._one(spec, scheduled if t == 0 else None)
             if not rec.ok:
                 return
@@ -221,11 +260,21 @@ class Runner:
             self._report()
 
     def _report(self) -> None:
+        if self.progress is None:
+            return
         done = len(self.records)
         ok = sum(1 for r in self.records if r.ok)
-        self.progress({"run": self.name, "elapsed": time.perf_counter() - self.t0, "done": done, "ok": ok,
-                       "errors": done - ok, "in_flight": self.in_flight,
-                       "tokens": sum(len(r.chunk_times) for r in self.records)})
+        self.progress(
+            {
+                "run": self.name,
+                "elapsed": time.perf_counter() - self.t0,
+                "done": done,
+                "ok": ok,
+                "errors": done - ok,
+                "in_flight": self.in_flight,
+                "tokens": sum(len(r.chunk_times) for r in self.records),
+            }
+        )
 
 
 async def tokenize_lengths(session, base_url: str, model: str, specs, headers: dict | None = None) -> None:
@@ -235,13 +284,14 @@ async def tokenize_lengths(session, base_url: str, model: str, specs, headers: d
         return
     for s in specs:
         if isinstance(s.prompt, str) and s.prompt_tokens is None:
-            body = {"model": model}
+            body: dict[str, Any] = {"model": model}
             if s.chat:
                 body["messages"] = [{"role": "user", "content": s.prompt}]
             else:
                 body["prompt"] = s.prompt
-            async with session.post(base_url.rstrip("/") + "/tokenize", json=body, headers=headers or {},
-                                    allow_redirects=False) as r:
+            async with session.post(
+                base_url.rstrip("/") + "/tokenize", json=body, headers=headers or {}, allow_redirects=False
+            ) as r:
                 if r.status == 200:
                     d = await r.json()
                     s.prompt_tokens = d.get("count")

@@ -43,7 +43,7 @@ class Lengths:
     hi: int = 1 << 30
 
     @classmethod
-    def parse(cls, text: str | int, option: str) -> "Lengths":
+    def parse(cls, text: str | int, option: str) -> Lengths:
         if isinstance(text, int):
             text = str(text)
         parts = str(text).split(":")
@@ -62,8 +62,9 @@ class Lengths:
                     return cls("normal", nums[0], nums[1], lo=lo, hi=hi)
         except ValueError:
             pass
-        raise WorkloadError(f"{option}: cannot read {text!r}; write N, uniform:LO:HI or normal:MEAN:STD[:LO:HI] "
-                            "(positive token counts)")
+        raise WorkloadError(
+            f"{option}: cannot read {text!r}; write N, uniform:LO:HI or normal:MEAN:STD[:LO:HI] (positive token counts)"
+        )
 
     def sample(self, rng: np.random.Generator) -> int:
         if self.kind == "fixed":
@@ -78,7 +79,8 @@ class Lengths:
 
 
 def salt_ids(salt: str, n: int = SALT_TOKENS, id_range=DEFAULT_ID_RANGE) -> np.ndarray:
-    return np.random.default_rng(hash_str(salt)).integers(*id_range, size=n, dtype=np.int32)
+    lo, hi = id_range
+    return np.random.default_rng(hash_str(salt)).integers(lo, hi, size=n, dtype=np.int32)
 
 
 def hash_str(s: str) -> int:
@@ -111,7 +113,7 @@ class Items(Sequence):
 class Workload:
     """Request specs, or conversations (lists of turns sent one after another)."""
 
-    items: Sequence                  # RequestSpec | Conversation (Items: built when read)
+    items: Sequence  # RequestSpec | Conversation (Items: built when read)
     description: str
     salt: str
     seed: int
@@ -124,13 +126,14 @@ class Conversation:
 
     id: str
     first_prompt: np.ndarray
-    user_turns: list[np.ndarray]     # new user tokens appended before turns 2..T
+    user_turns: list[np.ndarray]  # new user tokens appended before turns 2..T
     output_tokens: int
     group: int
 
 
-def _ids(rng, n, id_range) -> np.ndarray:
-    return rng.integers(*id_range, size=n, dtype=np.int32)
+def _ids(rng: np.random.Generator, n: int, id_range: tuple[int, int]) -> np.ndarray:
+    lo, hi = id_range
+    return rng.integers(lo, hi, size=n, dtype=np.int32)
 
 
 def _rng(*key: int) -> np.random.Generator:
@@ -138,8 +141,15 @@ def _rng(*key: int) -> np.random.Generator:
     return np.random.default_rng([k & (2**63 - 1) for k in key])
 
 
-def synthetic(n: int, prompt: Lengths, output: Lengths, seed: int = 0, salt: str | None = None,
-              id_range=DEFAULT_ID_RANGE, prefix: str = "r") -> Workload:
+def synthetic(
+    n: int,
+    prompt: Lengths,
+    output: Lengths,
+    seed: int = 0,
+    salt: str | None = None,
+    id_range=DEFAULT_ID_RANGE,
+    prefix: str = "r",
+) -> Workload:
     """Independent random prompts of exact lengths."""
     salt = salt or new_salt()
     s = salt_ids(salt, id_range=id_range)
@@ -147,15 +157,34 @@ def synthetic(n: int, prompt: Lengths, output: Lengths, seed: int = 0, salt: str
     def make(i: int) -> RequestSpec:
         rng = _rng(seed, i)
         p = max(prompt.sample(rng), len(s) + 1)
-        return RequestSpec(id=f"{prefix}{i}", prompt=np.concatenate([s, _ids(rng, p - len(s), id_range)]),
-                           prompt_tokens=p, output_tokens=output.sample(rng))
-    return Workload(Items(n, make), f"{n} random prompts ({prompt.kind}), outputs ({output.kind})", salt, seed,
-                    {"salt_tokens": len(s)})
+        return RequestSpec(
+            id=f"{prefix}{i}",
+            prompt=np.concatenate([s, _ids(rng, p - len(s), id_range)]),
+            prompt_tokens=p,
+            output_tokens=output.sample(rng),
+        )
+
+    return Workload(
+        Items(n, make),
+        f"{n} random prompts ({prompt.kind}), outputs ({output.kind})",
+        salt,
+        seed,
+        {"salt_tokens": len(s)},
+    )
 
 
-def shared_prefix(n: int, groups: int, prefix_tokens: int, suffix: Lengths, output: Lengths, seed: int = 0,
-                  salt: str | None = None, id_range=DEFAULT_ID_RANGE, suffix_seed: int = 0,
-                  id_prefix: str = "p") -> Workload:
+def shared_prefix(
+    n: int,
+    groups: int,
+    prefix_tokens: int,
+    suffix: Lengths,
+    output: Lengths,
+    seed: int = 0,
+    salt: str | None = None,
+    id_range=DEFAULT_ID_RANGE,
+    suffix_seed: int = 0,
+    id_prefix: str = "p",
+) -> Workload:
     """Requests round-robin over `groups` prefixes of `prefix_tokens` (salt included), each
     with its own suffix. The prefixes depend on (salt, seed) only; `suffix_seed` draws other
     suffixes over the same prefixes (a primer and a measured run)."""
@@ -169,14 +198,33 @@ def shared_prefix(n: int, groups: int, prefix_tokens: int, suffix: Lengths, outp
     def make(i: int) -> RequestSpec:
         g, rng = i % groups, _rng(seed, suffix_seed, 1, i)
         suf = suffix.sample(rng)
-        return RequestSpec(id=f"{id_prefix}{i}", prompt=np.concatenate([prefixes[g], _ids(rng, suf, id_range)]),
-                           prompt_tokens=prefix_tokens + suf, output_tokens=output.sample(rng), group=g)
-    return Workload(Items(n, make), f"{n} requests over {groups} shared prefixes of {prefix_tokens} tokens", salt,
-                    seed, {"salt_tokens": len(s), "prefix_tokens": prefix_tokens, "groups": groups})
+        return RequestSpec(
+            id=f"{id_prefix}{i}",
+            prompt=np.concatenate([prefixes[g], _ids(rng, suf, id_range)]),
+            prompt_tokens=prefix_tokens + suf,
+            output_tokens=output.sample(rng),
+            group=g,
+        )
+
+    return Workload(
+        Items(n, make),
+        f"{n} requests over {groups} shared prefixes of {prefix_tokens} tokens",
+        salt,
+        seed,
+        {"salt_tokens": len(s), "prefix_tokens": prefix_tokens, "groups": groups},
+    )
 
 
-def multi_turn(conversations: int, turns: int, first_prompt: Lengths, user_tokens: Lengths, output: int,
-               seed: int = 0, salt: str | None = None, id_range=DEFAULT_ID_RANGE) -> Workload:
+def multi_turn(
+    conversations: int,
+    turns: int,
+    first_prompt: Lengths,
+    user_tokens: Lengths,
+    output: int,
+    seed: int = 0,
+    salt: str | None = None,
+    id_range=DEFAULT_ID_RANGE,
+) -> Workload:
     salt = salt or new_salt()
     s = salt_ids(salt, id_range=id_range)
 
@@ -185,21 +233,44 @@ def multi_turn(conversations: int, turns: int, first_prompt: Lengths, user_token
         first = np.concatenate([s, _ids(rng, max(first_prompt.sample(rng), len(s) + 1) - len(s), id_range)])
         users = [_ids(rng, user_tokens.sample(rng), id_range) for _ in range(turns - 1)]
         return Conversation(id=f"c{c}", first_prompt=first, user_turns=users, output_tokens=output, group=c)
-    return Workload(Items(conversations, make), f"{conversations} conversations x {turns} turns", salt, seed,
-                    {"salt_tokens": len(s)})
+
+    return Workload(
+        Items(conversations, make),
+        f"{conversations} conversations x {turns} turns",
+        salt,
+        seed,
+        {"salt_tokens": len(s)},
+    )
 
 
-def near_limit(max_model_len: int, max_num_seqs: int, output_tokens: int, margin: int = 0, requests: int | None = None,
-               seed: int = 0, salt: str | None = None, id_range=DEFAULT_ID_RANGE, id_prefix: str = "n") -> Workload:
+def near_limit(
+    max_model_len: int,
+    max_num_seqs: int,
+    output_tokens: int,
+    margin: int = 0,
+    requests: int | None = None,
+    seed: int = 0,
+    salt: str | None = None,
+    id_range=DEFAULT_ID_RANGE,
+    id_prefix: str = "n",
+) -> Workload:
     """max_num_seqs concurrent requests whose prompt + output = max_model_len - margin. With id_prefix
     "r", exactly what `loadgen --prompt-tokens P --output-tokens O --seed S --salt X` builds."""
     total = max_model_len - margin
     prompt = total - output_tokens
     if prompt < SALT_TOKENS + 1:
-        raise WorkloadError(f"near-limit: output {output_tokens} + margin {margin} leave no prompt in "
-                            f"max_model_len {max_model_len}")
-    w = synthetic(requests or max_num_seqs, Lengths.parse(prompt, "prompt"), Lengths.parse(output_tokens, "output"),
-                  seed=seed, salt=salt, id_range=id_range, prefix=id_prefix)
+        raise WorkloadError(
+            f"near-limit: output {output_tokens} + margin {margin} leave no prompt in max_model_len {max_model_len}"
+        )
+    w = synthetic(
+        requests or max_num_seqs,
+        Lengths.parse(prompt, "prompt"),
+        Lengths.parse(output_tokens, "output"),
+        seed=seed,
+        salt=salt,
+        id_range=id_range,
+        prefix=id_prefix,
+    )
     w.description = f"near-limit: {len(w.items)} x ({prompt} + {output_tokens}) tokens at concurrency {max_num_seqs}"
     w.info.update(concurrency=max_num_seqs, prompt_tokens=prompt, output_tokens=output_tokens)
     return w
@@ -210,7 +281,7 @@ def from_dataset(path: str | os.PathLike, default_output: int | None = None, lim
     p = Path(path)
     if not p.is_file():
         raise WorkloadError(f"--dataset: no such file {p}")
-    items = []
+    items: list[RequestSpec] = []
     with open(p, encoding="utf-8") as f:
         for n, line in enumerate(f, 1):
             if not line.strip():
@@ -219,16 +290,24 @@ def from_dataset(path: str | os.PathLike, default_output: int | None = None, lim
                 d = json.loads(line)
                 prompt = d["prompt"]
                 out = d.get("output_tokens", default_output)
-                if not (isinstance(prompt, str) or (isinstance(prompt, list) and prompt
-                                                    and all(isinstance(x, int) and x >= 0 for x in prompt))):
+                if not (
+                    isinstance(prompt, str)
+                    or (isinstance(prompt, list) and prompt and all(isinstance(x, int) and x >= 0 for x in prompt))
+                ):
                     raise ValueError("prompt must be text or a list of token ids")
                 if not isinstance(out, int) or out < 1:
                     raise ValueError("output_tokens must be a positive integer (or pass --output-tokens)")
             except (ValueError, KeyError, TypeError) as e:
                 raise WorkloadError(f"--dataset: {p} line {n}: {e}") from None
-            items.append(RequestSpec(id=f"d{len(items)}", prompt=prompt, output_tokens=out,
-                                     prompt_tokens=len(prompt) if isinstance(prompt, list) else d.get("prompt_tokens"),
-                                     chat=bool(d.get("chat", False))))
+            items.append(
+                RequestSpec(
+                    id=f"d{len(items)}",
+                    prompt=prompt,
+                    output_tokens=out,
+                    prompt_tokens=len(prompt) if isinstance(prompt, list) else d.get("prompt_tokens"),
+                    chat=bool(d.get("chat", False)),
+                )
+            )
             if limit and len(items) >= limit:
                 break
     if not items:

@@ -24,9 +24,9 @@ from loadgen.transport.sse import StreamParser
 @dataclass
 class RequestSpec:
     id: str
-    prompt: np.ndarray | list[int] | str   # token ids (int32 array or list) or text
+    prompt: np.ndarray | list[int] | str  # token ids (int32 array or list) or text
     output_tokens: int
-    prompt_tokens: int | None = None     # asked: exact for token ids, /tokenize'd for text
+    prompt_tokens: int | None = None  # asked: exact for token ids, /tokenize'd for text
     chat: bool = False
     group: int | None = None
     turn: int | None = None
@@ -65,9 +65,17 @@ class Transport(Protocol):
 class OpenAIStream:
     """Streaming /v1/completions (token ids or text) or /v1/chat/completions."""
 
-    def __init__(self, session: aiohttp.ClientSession, base_url: str, model: str, api_key: str | None = None,
-                 request_timeout: float = 300.0, read_timeout: float = 60.0, exact_output: bool = True,
-                 token_counts: bool = False):
+    def __init__(
+        self,
+        session: aiohttp.ClientSession,
+        base_url: str,
+        model: str,
+        api_key: str | None = None,
+        request_timeout: float = 300.0,
+        read_timeout: float = 60.0,
+        exact_output: bool = True,
+        token_counts: bool = False,
+    ):
         self.session = session
         self.base = base_url.rstrip("/")
         self.model = model
@@ -78,11 +86,16 @@ class OpenAIStream:
         self.exact_output = exact_output
         # ask for usage in every chunk: exact delivered-token counts while a stream is live
         self.token_counts = token_counts
-        self.prepared: dict[str, tuple[str, bytes]] = {}   # request id -> (url, body), see prepare()
+        self.prepared: dict[str, tuple[str, bytes]] = {}  # request id -> (url, body), see prepare()
 
     def payload(self, spec: RequestSpec) -> tuple[str, dict]:
-        body: dict = {"model": self.model, "max_tokens": spec.output_tokens, "stream": True,
-                      "stream_options": {"include_usage": True}, "temperature": 0.0}
+        body: dict = {
+            "model": self.model,
+            "max_tokens": spec.output_tokens,
+            "stream": True,
+            "stream_options": {"include_usage": True},
+            "temperature": 0.0,
+        }
         if self.token_counts:
             body["stream_options"]["continuous_usage_stats"] = True
         if self.exact_output:  # exactly output_tokens tokens, whatever the model would say
@@ -109,7 +122,7 @@ class OpenAIStream:
         self.prepared = {}
         used = 0
         for s in specs:
-            if used > PREPARE_BYTES or not isinstance(s, RequestSpec):   # conversations: built as they go
+            if used > PREPARE_BYTES or not isinstance(s, RequestSpec):  # conversations: built as they go
                 break
             try:
                 self.prepared[s.id] = enc = self.encode(s)
@@ -125,18 +138,24 @@ class OpenAIStream:
         sent = perf()
         rec.sent = sent - t0
         try:
-            url, data = self.prepared.pop(spec.id, None) or self.encode(spec)
+            prepared = self.prepared.pop(spec.id, None)
+            url, data = prepared or self.encode(spec)
             # never retried: a POST the server may have read cannot be told apart from one it did not,
             # and a second copy would double the load the run meant to apply. Stale pooled
             # connections are avoided at their cause instead (see connector()).
-            resp_cm = self.session.post(url, data=data, headers={**self._post_headers, ID_HEADER: spec.id},
-                                        timeout=self.timeout, allow_redirects=False)
+            resp_cm = self.session.post(
+                url,
+                data=data,
+                headers={**self._post_headers, ID_HEADER: spec.id},
+                timeout=self.timeout,
+                allow_redirects=False,
+            )
             async with resp_cm as resp:
                 rec.status = resp.status
                 if resp.status != 200:
                     text = (await resp.content.read(2000)).decode(errors="replace")
                     rec.error = f"HTTP {resp.status}: {' '.join(text.split())[:300]}"
-                    return
+                    return None
                 feed = parser.feed
                 async for data in resp.content.iter_any():
                     feed(data, perf() - sent)
@@ -147,7 +166,7 @@ class OpenAIStream:
             self._finish(rec, parser, spec)
             raise
         except asyncio.TimeoutError:
-            rec.error = (f"timeout: no data for {self.read_timeout:g} s or over {self.request_timeout:g} s in all")
+            rec.error = f"timeout: no data for {self.read_timeout:g} s or over {self.request_timeout:g} s in all"
         except aiohttp.ClientPayloadError as e:
             rec.error = f"stream cut: {e}"
         except (aiohttp.ClientError, OSError, ValueError) as e:

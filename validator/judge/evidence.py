@@ -34,22 +34,53 @@ def requests_completed(run: RunData) -> Check:
     observed = f"{len(run.records)} recorded, {ok} ok"
     name = f"{run.name}.requests_completed"
     if run.planned is None:
-        return Check(name=name, expected=None, observed=observed, passed=None, judged=False, tolerance="exact",
-                     explanation="not judged: plan.json has no schedule (a run directory from before kvgate saved "
-                                 "one), so the planned count is not known")
+        return Check(
+            name=name,
+            expected=None,
+            observed=observed,
+            passed=None,
+            judged=False,
+            tolerance="exact",
+            explanation="not judged: plan.json has no schedule (a run directory from before kvgate saved "
+            "one), so the planned count is not known",
+        )
     planned = run.planned.requests
     if run.missing:
-        return Check(name=name, expected=planned, observed=observed, passed=None, tolerance="exact",
-                     explanation="; ".join(run.missing.values()))
+        return Check(
+            name=name,
+            expected=planned,
+            observed=observed,
+            passed=None,
+            tolerance="exact",
+            explanation="; ".join(run.missing.values()),
+        )
     if len(run.records) == planned:
-        return Check(name=name, expected=planned, observed=observed, passed=True, tolerance="exact",
-                     explanation="every planned request has its record (failures are judged by error_rate)")
+        return Check(
+            name=name,
+            expected=planned,
+            observed=observed,
+            passed=True,
+            tolerance="exact",
+            explanation="every planned request has its record (failures are judged by error_rate)",
+        )
     if len(run.records) < planned and run.interrupted:
-        return Check(name=name, expected=planned, observed=observed, passed=None, tolerance="exact",
-                     explanation=f"the run was cut short: {len(run.records)} of {planned} requests recorded")
-    return Check(name=name, expected=planned, observed=observed, passed=False, tolerance="exact",
-                 explanation=f"plan.json planned {planned} requests, records.jsonl holds {len(run.records)}"
-                             + ("" if len(run.records) > planned else " and meta.json says the run ended"))
+        return Check(
+            name=name,
+            expected=planned,
+            observed=observed,
+            passed=None,
+            tolerance="exact",
+            explanation=f"the run was cut short: {len(run.records)} of {planned} requests recorded",
+        )
+    return Check(
+        name=name,
+        expected=planned,
+        observed=observed,
+        passed=False,
+        tolerance="exact",
+        explanation=f"plan.json planned {planned} requests, records.jsonl holds {len(run.records)}"
+        + ("" if len(run.records) > planned else " and meta.json says the run ended"),
+    )
 
 
 def records_match(run: RunData) -> Check:
@@ -58,8 +89,9 @@ def records_match(run: RunData) -> Check:
     name = f"{run.name}.records_match_workload"
     wl = run.missing.get("workload.jsonl") or run.missing.get("run")
     if wl:
-        return Check(name=name, expected="records = workload", observed=None, passed=None, tolerance="exact",
-                     explanation=wl)
+        return Check(
+            name=name, expected="records = workload", observed=None, passed=None, tolerance="exact", explanation=wl
+        )
     bad: list[str] = []
     seen: set[str] = set()
     for r in run.records:
@@ -78,10 +110,15 @@ def records_match(run: RunData) -> Check:
             bad.append(f"{r.id} was sent another prompt than workload.jsonl's (digest {r.prompt_digest})")
         if r.asked_output_tokens is not None and r.asked_output_tokens != run.outputs.get(r.id):
             bad.append(f"{r.id} asked {r.asked_output_tokens} output tokens, workload.jsonl {run.outputs.get(r.id)}")
-    return Check(name=name, expected="records = workload", observed="agree" if not bad else f"{len(bad)} differ",
-                 passed=not bad, tolerance="exact",
-                 explanation="records.jsonl against workload.jsonl: run, id once, prompt and output lengths"
-                             + (f": {_first(bad)}" if bad else ""))
+    return Check(
+        name=name,
+        expected="records = workload",
+        observed="agree" if not bad else f"{len(bad)} differ",
+        passed=not bad,
+        tolerance="exact",
+        explanation="records.jsonl against workload.jsonl: run, id once, prompt and output lengths"
+        + (f": {_first(bad)}" if bad else ""),
+    )
 
 
 def tokens_exact(run: RunData) -> Check:
@@ -91,12 +128,24 @@ def tokens_exact(run: RunData) -> Check:
     ok = [r for r in run.records if r.ok]
     gone = run.missing.get("workload.jsonl") or run.missing.get("run")
     if gone:
-        return Check(name=name, expected=0, observed=None, passed=None, tolerance="exact",
-                     explanation=f"served tokens against the asked ones: {gone}")
+        return Check(
+            name=name,
+            expected=0,
+            observed=None,
+            passed=None,
+            tolerance="exact",
+            explanation=f"served tokens against the asked ones: {gone}",
+        )
     if not ok:
-        return Check(name=name, expected=0, observed=None, passed=None, tolerance="exact",
-                     explanation="served prompt and output tokens equal what was asked (no request succeeded: "
-                                 "nothing to compare)")
+        return Check(
+            name=name,
+            expected=0,
+            observed=None,
+            passed=None,
+            tolerance="exact",
+            explanation="served prompt and output tokens equal what was asked (no request succeeded: "
+            "nothing to compare)",
+        )
     bad = []
     for r in ok:
         prompt, out = run.prompts.get(r.id), run.outputs.get(r.id)
@@ -107,9 +156,15 @@ def tokens_exact(run: RunData) -> Check:
             bad.append(f"{r.id}: prompt asked {want_p} served {r.prompt_tokens}")
         elif r.chunk_tokens and r.chunk_tokens[-1] is not None and r.chunk_tokens[-1] != r.output_tokens:
             bad.append(f"{r.id}: its chunks count {r.chunk_tokens[-1]} tokens, its usage {r.output_tokens}")
-    return Check(name=name, expected=0, observed=len(bad), passed=not bad, tolerance="exact",
-                 explanation="served prompt and output tokens (usage) equal what workload.jsonl asked"
-                             + (f": {_first(bad)}" if bad else ""))
+    return Check(
+        name=name,
+        expected=0,
+        observed=len(bad),
+        passed=not bad,
+        tolerance="exact",
+        explanation="served prompt and output tokens (usage) equal what workload.jsonl asked"
+        + (f": {_first(bad)}" if bad else ""),
+    )
 
 
 def notes_agree(run: RunData) -> Check | None:
@@ -117,12 +172,16 @@ def notes_agree(run: RunData) -> Check | None:
     if run.planned is None:
         return None
     gone = run.missing.get("meta.json") or run.missing.get("run")
-    return Check(name=f"{run.name}.notes_agree", expected="meta.json = plan.json",
-                 observed="agree" if not run.contradictions else f"{len(run.contradictions)} differ",
-                 passed=None if gone else not run.contradictions, tolerance="exact",
-                 explanation="what the run noted (measured, cache, freeze points, freezes on) against the plan"
-                             + (f": {_first(run.contradictions)}" if run.contradictions else "")
-                             + (f"; {gone}" if gone else ""))
+    return Check(
+        name=f"{run.name}.notes_agree",
+        expected="meta.json = plan.json",
+        observed="agree" if not run.contradictions else f"{len(run.contradictions)} differ",
+        passed=None if gone else not run.contradictions,
+        tolerance="exact",
+        explanation="what the run noted (measured, cache, freeze points, freezes on) against the plan"
+        + (f": {_first(run.contradictions)}" if run.contradictions else "")
+        + (f"; {gone}" if gone else ""),
+    )
 
 
 def counters_agree(run: RunData) -> Check:
@@ -131,11 +190,23 @@ def counters_agree(run: RunData) -> Check:
     name = f"{run.name}.counters_agree"
     if run.before is None or run.after is None:
         why = run.missing.get("run") or run.missing.get("meta.json") or "meta.json has no before or after snapshot"
-        return Check(name=name, expected="meta.json = metrics.jsonl", observed=None, passed=None, tolerance="exact",
-                     explanation=why)
+        return Check(
+            name=name,
+            expected="meta.json = metrics.jsonl",
+            observed=None,
+            passed=None,
+            tolerance="exact",
+            explanation=why,
+        )
     if "metrics.jsonl" in run.missing:
-        return Check(name=name, expected="meta.json = metrics.jsonl", observed=None, passed=None, tolerance="exact",
-                     explanation="metrics.jsonl is missing: the snapshots in meta.json have no second source")
+        return Check(
+            name=name,
+            expected="meta.json = metrics.jsonl",
+            observed=None,
+            passed=None,
+            tolerance="exact",
+            explanation="metrics.jsonl is missing: the snapshots in meta.json have no second source",
+        )
     bad: list[str] = []
     for label, snap in (("before", run.before), ("after", run.after)):
         twin = [s for s in run.snapshots if s.t == snap.t]
@@ -148,15 +219,21 @@ def counters_agree(run: RunData) -> Check:
         lo, hi = run.before.values.get(k), run.after.values.get(k)
         if lo is None or hi is None:
             continue
-        seq = [s.values.get(k) for s in sorted([*run.snapshots, *run.samples], key=lambda s: s.t)]
-        seq = [v for v in seq if v is not None]
+        read = [s.values.get(k) for s in sorted([*run.snapshots, *run.samples], key=lambda s: s.t)]
+        seq = [v for v in read if v is not None]
         if any(v < lo or v > hi for v in seq) or any(b < a for a, b in zip(seq, seq[1:])):
-            bad.append(f"{k} in metrics.jsonl leaves [{lo:g}, {hi:g}] (meta.json's before and after) or falls "
-                       "during the run")
-    return Check(name=name, expected="meta.json = metrics.jsonl", observed="agree" if not bad else f"{len(bad)} differ",
-                 passed=not bad, tolerance="exact",
-                 explanation="every counter's before and after (meta.json) against the scrapes in metrics.jsonl"
-                             + (f": {_first(bad)}" if bad else ""))
+            bad.append(
+                f"{k} in metrics.jsonl leaves [{lo:g}, {hi:g}] (meta.json's before and after) or falls during the run"
+            )
+    return Check(
+        name=name,
+        expected="meta.json = metrics.jsonl",
+        observed="agree" if not bad else f"{len(bad)} differ",
+        passed=not bad,
+        tolerance="exact",
+        explanation="every counter's before and after (meta.json) against the scrapes in metrics.jsonl"
+        + (f": {_first(bad)}" if bad else ""),
+    )
 
 
 def not_measured_without(checks: list[Check], reason: str) -> list[Check]:
@@ -164,8 +241,12 @@ def not_measured_without(checks: list[Check], reason: str) -> list[Check]:
     A failure stays a failure (what was seen contradicts the prediction already)."""
     out = []
     for c in checks:
-        if c.passed is not False and c.judged and not c.name.endswith((".requests_completed", ".files")) \
-                and not c.explanation.startswith(reason):
+        if (
+            c.passed is not False
+            and c.judged
+            and not c.name.endswith((".requests_completed", ".files"))
+            and not c.explanation.startswith(reason)
+        ):
             c = replace(c, passed=None, explanation=f"{reason}: {c.explanation}")
         out.append(c)
     return out

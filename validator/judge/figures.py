@@ -5,9 +5,11 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
 
+from loadgen.results.records import RequestRecord
 from validator.judge.freezecheck import expected_state, freeze_intervals, observed_state, unsettled
 from validator.judge.predict import (
     Held,
@@ -21,8 +23,8 @@ from validator.rundir.rundata import RunData
 from validator.rundir.samples import Histogram
 
 
-def _ordered(run: RunData):
-    return sorted((r for r in run.records if r.sent is not None), key=lambda r: r.sent)
+def _ordered(run: RunData) -> list[RequestRecord]:
+    return sorted((r for r in run.records if r.sent is not None), key=lambda r: r.sent or 0.0)
 
 
 def held_requests(run: RunData, block_size: int) -> list[Held]:
@@ -32,11 +34,12 @@ def held_requests(run: RunData, block_size: int) -> list[Held]:
             continue
         prompt = run.prompts.get(r.id)
         keys = tuple(block_keys(prompt, block_size)) if isinstance(prompt, list) else ()
-        out.append(Held(r.sent, [r.sent + c for c in r.chunk_times], r.prompt_tokens, keys))
+        sent = r.sent or 0.0
+        out.append(Held(sent, [sent + c for c in r.chunk_times], r.prompt_tokens, keys))
     return out
 
 
-def predict_prefix(runs: list[RunData], block_size: int, usable_blocks: int) -> dict[str, dict]:
+def predict_prefix(runs: list[RunData], block_size: int, usable_blocks: int) -> dict[str, dict[str, Any]]:
     """Predicted hit tokens per run, simulating the cache across runs in the order they ran."""
     model = PrefixCacheModel(block_size, usable_blocks)
     out = {}
@@ -44,7 +47,7 @@ def predict_prefix(runs: list[RunData], block_size: int, usable_blocks: int) -> 
         if run.isolation == "reset":
             model.reset()
         hits = 0
-        per_request = {}
+        per_request: dict[str, int] = {}
         for r in _ordered(run):
             prompt = run.prompts.get(r.id)
             if not isinstance(prompt, list) or r.status != 200:
@@ -58,7 +61,7 @@ def predict_prefix(runs: list[RunData], block_size: int, usable_blocks: int) -> 
     return out
 
 
-def first_error(records) -> str | None:
+def first_error(records: list[RequestRecord]) -> str | None:
     """The first failed request's error (by send time) and how many requests failed with it, for the
     check that counts the failures: the reason belongs beside the number."""
     failed = sorted((r for r in records if not r.ok), key=lambda r: (r.sent is None, r.sent or 0.0))
@@ -83,7 +86,7 @@ def hist_delta(run: RunData, key: str) -> Histogram | None:
     return run.after.histograms[key].minus(before)
 
 
-def bucket_of(h: Histogram, q: float) -> tuple[float, float] | None:
+def bucket_of(h: Histogram | None, q: float) -> tuple[float, float] | None:
     """The histogram bucket (lower, upper] holding quantile q (seconds)."""
     if h is None or h.count <= 0:
         return None
@@ -96,7 +99,7 @@ def bucket_of(h: Histogram, q: float) -> tuple[float, float] | None:
     return lower, math.inf
 
 
-def _pct(values, q) -> float | None:
+def _pct(values: list[float], q: float) -> float | None:
     return float(np.percentile(np.asarray(values, dtype=float), q)) if values else None
 
 
@@ -110,14 +113,17 @@ def latency_values(run: RunData) -> tuple[list[float], list[float], int, int]:
     how many of each spanned a freeze: only the paused interval itself is subtracted, so a sample
     that stays long without it still counts in full."""
     spans = freeze_intervals(run)
-    ttft, itl, held_t, held_i = [], [], 0, 0
+    ttft: list[float] = []
+    itl: list[float] = []
+    held_t = held_i = 0
     for r in run.records:
         if not r.ok:
             continue
-        t = [r.sent + c for c in r.chunk_times]
-        p = _paused(r.sent, t[0], spans) if spans else 0.0
+        sent = r.sent or 0.0
+        t = [sent + c for c in r.chunk_times]
+        p = _paused(sent, t[0], spans) if spans else 0.0
         held_t += p > 0
-        ttft.append((r.ttft - p) * 1e3)
+        ttft.append((t[0] - sent - p) * 1e3)
         for a, b in zip(t, t[1:]):
             p = _paused(a, b, spans) if spans else 0.0
             held_i += p > 0
@@ -133,12 +139,12 @@ class RunFigures:
     ok: int
     errors: int
     first_error: str | None
-    late_first_tokens: int                 # first tokens that came only after a request had finished
+    late_first_tokens: int  # first tokens that came only after a request had finished
     usable_blocks: int
-    kv_upper_bound: int | None             # blocks of the requests the client saw in flight, at full length
-    kv_observed_peak: float | None         # the largest sampled reading, in blocks
-    kv_timeline: list[dict]
-    freezes: list[dict]
+    kv_upper_bound: int | None  # blocks of the requests the client saw in flight, at full length
+    kv_observed_peak: float | None  # the largest sampled reading, in blocks
+    kv_timeline: list[dict[str, Any]]
+    freezes: list[dict[str, Any]]
     max_running: float | None
     max_waiting: float | None
     preemptions: float | None
@@ -146,14 +152,15 @@ class RunFigures:
     prefix_hits_observed: float | None
     prefix_hits_predicted: int | None
     prompt_tokens_sent: int
-    ttft_ms: list[float]                   # each less the time a freeze held the engine within it
+    ttft_ms: list[float]  # each less the time a freeze held the engine within it
     itl_ms: list[float]
-    paused_ttft_adjusted: int              # how many TTFTs spanned a freeze (the pause subtracted)
+    paused_ttft_adjusted: int  # how many TTFTs spanned a freeze (the pause subtracted)
     paused_itl_adjusted: int
 
 
-def run_figures(run: RunData, plan: PlanRecord, server_blocks: int | None = None,
-                prefix_hits_predicted: int | None = None) -> RunFigures:
+def run_figures(
+    run: RunData, plan: PlanRecord, server_blocks: int | None = None, prefix_hits_predicted: int | None = None
+) -> RunFigures:
     """Predicted and observed KV and timing figures of one run.
 
     The usage gauge is a fraction of the server's own pool: it is turned into blocks with the
@@ -166,32 +173,57 @@ def run_figures(run: RunData, plan: PlanRecord, server_blocks: int | None = None
     for s in run.samples:
         u = s.values.get("kv_cache_usage_perc")
         t_rel = (s.t_sent if s.t_sent is not None else s.t) - t0
-        timeline.append({"t": round(t_rel, 4), "observed": None if u is None else round(u * usable, 3),
-                         "predicted": kv_blocks_at(held, t_rel, bs),
-                         "running": s.values.get("num_requests_running"),
-                         "waiting": s.values.get("num_requests_waiting")})
+        timeline.append(
+            {
+                "t": round(t_rel, 4),
+                "observed": None if u is None else round(u * usable, 3),
+                "predicted": kv_blocks_at(held, t_rel, bs),
+                "running": s.values.get("num_requests_running"),
+                "waiting": s.values.get("num_requests_waiting"),
+            }
+        )
     obs = [p["observed"] for p in timeline if p["observed"] is not None]
     ok = [r for r in run.records if r.ok]
-    first_done = min((r.sent + r.e2e for r in ok), default=None)
-    late = sum(1 for r in ok if first_done is not None and r.sent + r.ttft >= first_done - 1e-3)
+    first_done = min(((r.sent or 0.0) + r.chunk_times[-1] for r in ok), default=None)
+    late = sum(1 for r in ok if first_done is not None and (r.sent or 0.0) + r.chunk_times[0] >= first_done - 1e-3)
     ttft, itl, held_t, held_i = latency_values(run)
     freezes = []
     for f in run.freezes:
         o = observed_state(f.reading, usable)
-        freezes.append({"name": f.name, "t": None if f.t_pause is None else round(f.t_pause, 4),
-                        "held_ms": None if f.t_resumed is None or f.t_pause is None
-                        else round((f.t_resumed - f.t_pause) * 1e3, 1),
-                        "settled": f.settled, "measured": unsettled(run, f) is None, "observed": o["kv_blocks"],
-                        "error": f.error, "expected": expected_state(f.requests, run.prompts, bs)["kv_blocks"]})
+        freezes.append(
+            {
+                "name": f.name,
+                "t": None if f.t_pause is None else round(f.t_pause, 4),
+                "held_ms": None
+                if f.t_resumed is None or f.t_pause is None
+                else round((f.t_resumed - f.t_pause) * 1e3, 1),
+                "settled": f.settled,
+                "measured": unsettled(run, f) is None,
+                "observed": o["kv_blocks"],
+                "error": f.error,
+                "expected": expected_state(f.requests, run.prompts, bs)["kv_blocks"],
+            }
+        )
     return RunFigures(
-        requests=len(run.records), ok=len(ok), errors=sum(1 for r in run.records if not r.ok),
-        first_error=first_error(run.records), late_first_tokens=late, usable_blocks=usable,
+        requests=len(run.records),
+        ok=len(ok),
+        errors=sum(1 for r in run.records if not r.ok),
+        first_error=first_error(run.records),
+        late_first_tokens=late,
+        usable_blocks=usable,
         kv_upper_bound=final_peak(held, bs, plan.max_num_seqs) if held else None,
-        kv_observed_peak=max(obs) if obs else None, kv_timeline=timeline, freezes=freezes,
+        kv_observed_peak=max(obs) if obs else None,
+        kv_timeline=timeline,
+        freezes=freezes,
         max_running=max((p["running"] for p in timeline if p["running"] is not None), default=None),
         max_waiting=max((p["waiting"] for p in timeline if p["waiting"] is not None), default=None),
         preemptions=counter_delta(run, "num_preemptions"),
         prefix_queries_observed=counter_delta(run, "prefix_cache_queries"),
-        prefix_hits_observed=counter_delta(run, "prefix_cache_hits"), prefix_hits_predicted=prefix_hits_predicted,
-        prompt_tokens_sent=sum(r.prompt_tokens or 0 for r in ok), ttft_ms=ttft, itl_ms=itl,
-        paused_ttft_adjusted=held_t, paused_itl_adjusted=held_i)
+        prefix_hits_observed=counter_delta(run, "prefix_cache_hits"),
+        prefix_hits_predicted=prefix_hits_predicted,
+        prompt_tokens_sent=sum(r.prompt_tokens or 0 for r in ok),
+        ttft_ms=ttft,
+        itl_ms=itl,
+        paused_ttft_adjusted=held_t,
+        paused_itl_adjusted=held_i,
+    )

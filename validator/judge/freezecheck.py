@@ -15,15 +15,22 @@ request's own blocks minus the hits it shares with requests already counted.
 
 from __future__ import annotations
 
+from typing import Any
+
+from loadgen.results.records import RequestRecord
 from validator.judge.check import Check
-from validator.rundir.freezes import SETTLE_KEYS
 from validator.judge.predict import block_keys
+from validator.rundir.freezes import SETTLE_KEYS, FreezeRecord
+from validator.rundir.rundata import RunData
+from validator.rundir.samples import Sample
 from validator.units import cdiv
 
+Prompts = dict[str, Any]  # request id -> the prompt as saved (token ids, or text)
 
-def expected_state(requests: list[dict], prompts: dict, block_size: int) -> dict:
+
+def expected_state(requests: list[dict[str, Any]], prompts: Prompts, block_size: int) -> dict[str, int]:
     """Blocks in use, running and waiting that the client's view implies."""
-    seen: set = set()
+    seen: set[int] = set()
     blocks = running = waiting = 0
     for r in requests:
         d, p, out = r["delivered"], r["prompt_tokens"], r.get("output_tokens")
@@ -42,7 +49,7 @@ def expected_state(requests: list[dict], prompts: dict, block_size: int) -> dict
     return {"kv_blocks": blocks, "running": running, "waiting": waiting}
 
 
-def _as_count(x: float | None, digits: int = 6):
+def _as_count(x: float | None, digits: int = 6) -> int | float | None:
     """A gauge turned into a count: an int when it is one (to 1e-6), else the float as read."""
     if x is None:
         return None
@@ -50,8 +57,8 @@ def _as_count(x: float | None, digits: int = 6):
     return int(round(r)) if abs(r - round(r)) < 1e-6 else r
 
 
-def observed_state(reading, usable_blocks: int) -> dict:
-    v = reading.values if reading is not None else {}
+def observed_state(reading: Sample | None, usable_blocks: int) -> dict[str, int | float | None]:
+    v: dict[str, float | None] = reading.values if reading is not None else {}
     u = v.get("kv_cache_usage_perc")
     return {
         "kv_blocks": None if u is None else _as_count(u * usable_blocks),
@@ -68,15 +75,15 @@ _WHAT = {
 }
 
 
-def _delivered_by(rec, t: float) -> int:
+def _delivered_by(rec: RequestRecord, t: float) -> int:
     """Tokens the client had received of this request by time t (the records' clock)."""
-    k = sum(1 for c in rec.chunk_times if rec.sent + c <= t + 1e-6)
-    if k and rec.chunk_tokens and len(rec.chunk_tokens) >= k and rec.chunk_tokens[k - 1] is not None:
-        return rec.chunk_tokens[k - 1]
-    return k
+    sent = rec.sent or 0.0
+    k = sum(1 for c in rec.chunk_times if sent + c <= t + 1e-6)
+    counted = rec.chunk_tokens[k - 1] if k and len(rec.chunk_tokens) >= k else None
+    return counted if counted is not None else k
 
 
-def unsettled(run, f) -> str | None:
+def unsettled(run: RunData, f: FreezeRecord) -> str | None:
     """Why a freeze's reading is no measurement (None: it is one): not settled, readings that
     disagree, or a server that counted other tokens than the client's records hold."""
     if not f.settled:
@@ -91,89 +98,141 @@ def unsettled(run, f) -> str | None:
     g1 = b.get("generation_tokens")
     if g0 is not None and g1 is not None:
         live = {r["id"] for r in f.requests}
-        finished = sum((x.output_tokens if x.output_tokens is not None else x.delivered) for x in run.records
-                       if x.id not in live and x.sent is not None and x.sent <= f.t_pause)
+        finished = sum(
+            (x.output_tokens if x.output_tokens is not None else x.delivered)
+            for x in run.records
+            if x.id not in live and x.sent is not None and f.t_pause is not None and x.sent <= f.t_pause
+        )
         client = finished + sum(r["delivered"] for r in f.requests)
         if g1 - g0 != client:
-            return (f"the server had generated {g1 - g0:g} tokens in this run, the client's records hold {client}: "
-                    "the reading and the client's view are not of the same moment")
+            return (
+                f"the server had generated {g1 - g0:g} tokens in this run, the client's records hold {client}: "
+                "the reading and the client's view are not of the same moment"
+            )
     return None
 
 
-def records_at(run, f) -> list[str]:
+def records_at(run: RunData, f: FreezeRecord) -> list[str]:
     """The freeze's list of live requests against the records: each is a record of this run with
     exactly the tokens the freeze says it had, and no other record was streaming across it."""
+    if f.t_pause is None:
+        return ["the freeze has no pause time"]
+    paused = f.t_pause
     by_id = {r.id: r for r in run.records}
     bad = []
-    t = f.t_resume if f.t_resume is not None else f.t_pause
+    t = f.t_resume if f.t_resume is not None else paused
     listed = set()
     for q in f.requests:
         listed.add(q["id"])
         rec = by_id.get(q["id"])
         if rec is None:
             bad.append(f"{q['id']} is in the freeze but not in records.jsonl")
-        elif rec.sent is None or rec.sent > f.t_pause:
+        elif rec.sent is None or rec.sent > paused:
             bad.append(f"{q['id']} was sent after the pause")
         elif _delivered_by(rec, t) != q["delivered"]:
             bad.append(f"{q['id']}: the freeze saw {q['delivered']} tokens, the record {_delivered_by(rec, t)}")
         elif q.get("prompt_tokens") != rec.asked_prompt_tokens:
-            bad.append(f"{q['id']}: the freeze says a {q.get('prompt_tokens')}-token prompt, the record "
-                       f"{rec.asked_prompt_tokens}")
+            bad.append(
+                f"{q['id']}: the freeze says a {q.get('prompt_tokens')}-token prompt, the record "
+                f"{rec.asked_prompt_tokens}"
+            )
     for rec in run.records:
-        if rec.id not in listed and rec.sent is not None and rec.sent <= f.t_pause \
-                and any(rec.sent + c > t + 1e-6 for c in rec.chunk_times):
+        if (
+            rec.id not in listed
+            and rec.sent is not None
+            and rec.sent <= paused
+            and any(rec.sent + c > t + 1e-6 for c in rec.chunk_times)
+        ):
             bad.append(f"{rec.id} was streaming across the freeze but is not in it")
     return bad
 
 
-def freeze_checks(run, usable_blocks: int, block_size: int) -> list[Check]:
+def freeze_checks(run: RunData, usable_blocks: int, block_size: int) -> list[Check]:
     """Per planned freeze of `run` (a RunData): the records tied to it, and three exact checks. A
     freeze not taken, not settled, or whose reading is no measurement is `not measured`; so is a
     run whose server could not be paused; freezes turned off in the profile are not judged."""
     out: list[Check] = []
     if run.freeze_status in ("off", "unavailable") and run.freeze_points:
         off = run.freeze_status == "off"
-        out.append(Check(name=f"{run.name}.freezes", expected="held and read", observed=None, passed=None,
-                         tolerance="exact", judged=not off,
-                         explanation=("freezes turned off (observe.freezes: false)" if off else
-                                      run.freeze_note or "the server has no usable /pause")))
+        out.append(
+            Check(
+                name=f"{run.name}.freezes",
+                expected="held and read",
+                observed=None,
+                passed=None,
+                tolerance="exact",
+                judged=not off,
+                explanation=(
+                    "freezes turned off (observe.freezes: false)"
+                    if off
+                    else run.freeze_note or "the server has no usable /pause"
+                ),
+            )
+        )
         return out
     taken = {f.name: f for f in run.freezes}
     for point in run.freeze_points:
         name = point["name"]
         rec = taken.get(name)
-        why = None
+        why: str | None = None
         if rec is None:
-            why = (f"not taken: the run never had exactly {point['running']} requests decoding with "
-                   f">= {point['min_tokens']} tokens" + (" and some waiting" if point["waiting"] else "")
-                   + (" (cut short)" if run.interrupted else ""))
+            why = (
+                f"not taken: the run never had exactly {point['running']} requests decoding with "
+                f">= {point['min_tokens']} tokens"
+                + (" and some waiting" if point["waiting"] else "")
+                + (" (cut short)" if run.interrupted else "")
+            )
         elif any(not r.get("exact_counts", True) for r in rec.requests):
             why = "the server did not send per-chunk usage: delivered tokens are not exact"
         else:
             why = unsettled(run, rec)
-        if why:
+        if why or rec is None:
             for what in ("records", "kv_blocks", "running", "waiting"):
-                out.append(Check(name=f"{run.name}.{name}.{what}", expected=None, observed=None, passed=None,
-                                 tolerance="exact", explanation=why))
+                out.append(
+                    Check(
+                        name=f"{run.name}.{name}.{what}",
+                        expected=None,
+                        observed=None,
+                        passed=None,
+                        tolerance="exact",
+                        explanation=why or "",
+                    )
+                )
             continue
         bad = records_at(run, rec)
-        out.append(Check(name=f"{run.name}.{name}.records", expected="the records' view", observed=
-                         "agrees" if not bad else f"{len(bad)} differ", passed=not bad, tolerance="exact",
-                         explanation="the freeze's live requests and their tokens against records.jsonl"
-                                     + (": " + "; ".join(bad[:3]) if bad else "")))
+        out.append(
+            Check(
+                name=f"{run.name}.{name}.records",
+                expected="the records' view",
+                observed="agrees" if not bad else f"{len(bad)} differ",
+                passed=not bad,
+                tolerance="exact",
+                explanation="the freeze's live requests and their tokens against records.jsonl"
+                + (": " + "; ".join(bad[:3]) if bad else ""),
+            )
+        )
         exp = expected_state(rec.requests, run.prompts, block_size)
         obs = observed_state(rec.reading, usable_blocks)
-        when = (f"{exp['running']} decoding ({', '.join(str(r['delivered']) for r in rec.requests if r['delivered'])}"
-                f" tokens), {exp['waiting']} waiting, held {1e3 * ((rec.t_resumed or 0) - (rec.t_pause or 0)):.0f} ms")
+        when = (
+            f"{exp['running']} decoding ({', '.join(str(r['delivered']) for r in rec.requests if r['delivered'])}"
+            f" tokens), {exp['waiting']} waiting, held {1e3 * ((rec.t_resumed or 0) - (rec.t_pause or 0)):.0f} ms"
+        )
         for what in ("kv_blocks", "running", "waiting"):
             o = obs[what]
-            out.append(Check(name=f"{run.name}.{name}.{what}", expected=exp[what], observed=o,
-                             passed=None if o is None else o == exp[what], tolerance="exact",
-                             explanation=f"{_WHAT[what]}; {when}"))
+            out.append(
+                Check(
+                    name=f"{run.name}.{name}.{what}",
+                    expected=exp[what],
+                    observed=o,
+                    passed=None if o is None else o == exp[what],
+                    tolerance="exact",
+                    explanation=f"{_WHAT[what]}; {when}",
+                )
+            )
     return out
 
 
-def freeze_intervals(run) -> list[tuple[float, float]]:
+def freeze_intervals(run: RunData) -> list[tuple[float, float]]:
     """The paused intervals of a run, in the records' clock (seconds from the run's start)."""
     out = []
     for f in run.freezes:
@@ -183,8 +242,8 @@ def freeze_intervals(run) -> list[tuple[float, float]]:
     return out
 
 
-def utilization(run, usable_blocks: int) -> float | None:
+def utilization(run: RunData, usable_blocks: int) -> float | None:
     """The largest KV reading at a settled freeze of the run, over the usable blocks."""
-    vals = [observed_state(f.reading, usable_blocks)["kv_blocks"] for f in run.freezes if unsettled(run, f) is None]
-    vals = [v for v in vals if v is not None]
+    read = [observed_state(f.reading, usable_blocks)["kv_blocks"] for f in run.freezes if unsettled(run, f) is None]
+    vals = [v for v in read if v is not None]
     return max(vals) / usable_blocks if vals and usable_blocks else None

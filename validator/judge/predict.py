@@ -24,7 +24,7 @@ def block_keys(tokens: list[int], block_size: int, n_blocks: int | None = None) 
     keys, h = [], 0
     full = len(tokens) // block_size if n_blocks is None else min(n_blocks, len(tokens) // block_size)
     for b in range(full):
-        h = hash((h, tuple(tokens[b * block_size:(b + 1) * block_size])))
+        h = hash((h, tuple(tokens[b * block_size : (b + 1) * block_size])))
         keys.append(h)
     return keys
 
@@ -65,9 +65,9 @@ class Held:
     """One request as the KV timeline needs it (times in seconds from the run's start)."""
 
     sent: float
-    chunk_times: list[float]          # absolute (from the run's start)
+    chunk_times: list[float]  # absolute (from the run's start)
     prompt_tokens: int
-    shared_keys: tuple = ()           # keys of its leading full blocks (shared when equal)
+    shared_keys: tuple[int, ...] = ()  # keys of its leading full blocks (shared when equal)
 
     def blocks_at(self, t: float, block_size: int) -> tuple[int, int]:
         """(own blocks, shared full blocks) held at time t; (0, 0) before the first token or
@@ -81,7 +81,7 @@ class Held:
 def kv_blocks_at(held: list[Held], t: float, block_size: int) -> int:
     """Blocks in use at t, identical leading full blocks counted once."""
     total = 0
-    seen: set = set()
+    seen: set[int] = set()
     for h in held:
         own, n_shared = h.blocks_at(t, block_size)
         if not own:
@@ -97,6 +97,7 @@ def final_peak(held: list[Held], block_size: int, max_running: int | None = None
     sees in flight, each at its full final length, shared blocks once, at most
     `max_running` of them (the server runs no more than max_num_seqs). The server may be
     ahead of what the client has seen, never past this."""
+
     def full(h: Held) -> int:
         return cdiv(h.prompt_tokens + len(h.chunk_times) - 1, block_size)
 
@@ -107,7 +108,7 @@ def final_peak(held: list[Held], block_size: int, max_running: int | None = None
         active.sort(key=full, reverse=True)
         if max_running:
             active = active[:max_running]
-        seen: set = set()
+        seen: set[int] = set()
         total = 0
         for g in active:
             new = [k for k in g.shared_keys if k not in seen]

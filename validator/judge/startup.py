@@ -3,8 +3,10 @@ max_model_len, and on a GPU its memory terms)."""
 
 from __future__ import annotations
 
+from typing import Any
+
 from validator.judge.check import Check
-from validator.plan.record import LedgerMode, Platform, PlanRecord
+from validator.plan.record import LedgerMode, PlanRecord, Platform
 from validator.rundir.startup import StartupFacts
 from validator.units import GiB
 
@@ -13,25 +15,50 @@ def cross_check(plan: PlanRecord, facts: StartupFacts, started_here: bool = True
     """Predicted vs reported, exact: blocks, block size, KV tokens, max concurrency, max_model_len.
     The log line is judged only for a server kvgate started (it has no log of any other)."""
 
-    def check(name: str, expected, observed, why: str, tol: str = "exact", judged: bool = True) -> Check:
+    def check(name: str, expected: Any, observed: Any, why: str, tol: str = "exact", judged: bool = True) -> Check:
         if observed is None:
-            return Check(name=name, expected=expected, observed=None, passed=None, tolerance=tol,
-                         explanation="not reported by the server: " + why, judged=judged)
+            return Check(
+                name=name,
+                expected=expected,
+                observed=None,
+                passed=None,
+                tolerance=tol,
+                explanation="not reported by the server: " + why,
+                judged=judged,
+            )
         ok = expected == observed if tol == "exact" else abs(expected - observed) <= 0.005
         return Check(name=name, expected=expected, observed=observed, passed=ok, tolerance=tol, explanation=why)
 
     tokens = facts.kv_cache_size_tokens if facts.kv_cache_size_tokens is not None else facts.kv_cache_tokens
     models = "from /v1/models" + (f" ({facts.models_error})" if facts.models_error else "")
     return gpu_memory_checks(plan, facts, started_here) + [
-        check("startup.num_gpu_blocks", plan.num_blocks, facts.num_gpu_blocks,
-              "floor(KV bytes / bytes per pool block), or the override"),
+        check(
+            "startup.num_gpu_blocks",
+            plan.num_blocks,
+            facts.num_gpu_blocks,
+            "floor(KV bytes / bytes per pool block), or the override",
+        ),
         check("startup.block_size", plan.block_size, facts.block_size, "tokens per block"),
-        check("startup.kv_cache_tokens", plan.kv_cache_tokens, tokens,
-              "int(max concurrency x max_model_len), as vLLM reports it"),
-        check("startup.max_concurrency", plan.max_concurrency, facts.kv_cache_max_concurrency,
-              "num_gpu_blocks / blocks per request at max_model_len"),
-        check("startup.max_concurrency_logged", round(plan.max_concurrency, 2), facts.max_concurrency_logged,
-              "the start-up log line (2 decimals)", tol="0.005", judged=started_here),
+        check(
+            "startup.kv_cache_tokens",
+            plan.kv_cache_tokens,
+            tokens,
+            "int(max concurrency x max_model_len), as vLLM reports it",
+        ),
+        check(
+            "startup.max_concurrency",
+            plan.max_concurrency,
+            facts.kv_cache_max_concurrency,
+            "num_gpu_blocks / blocks per request at max_model_len",
+        ),
+        check(
+            "startup.max_concurrency_logged",
+            round(plan.max_concurrency, 2),
+            facts.max_concurrency_logged,
+            "the start-up log line (2 decimals)",
+            tol="0.005",
+            judged=started_here,
+        ),
         check("startup.max_model_len", plan.max_model_len, facts.max_model_len, models),
     ]
 
@@ -51,40 +78,90 @@ def gpu_memory_checks(plan: PlanRecord, facts: StartupFacts, started_here: bool 
 
     def rel(name: str, exp: int | None, logged: float | None, what: str) -> Check:
         if exp is None:
-            return Check(name=name, expected=None, observed=logged, passed=None, tolerance="3 %",
-                         explanation=f"{what}: the plan has no such term (given directly)", judged=False)
+            return Check(
+                name=name,
+                expected=None,
+                observed=logged,
+                passed=None,
+                tolerance="3 %",
+                explanation=f"{what}: the plan has no such term (given directly)",
+                judged=False,
+            )
         exp_g = round(exp / GiB, 2)
         if logged is None:
-            return Check(name=name, expected=exp_g, observed=None, passed=None, tolerance="3 %",
-                         explanation=f"{what}: not in vLLM's log", judged=judged)
-        return Check(name=name, expected=exp_g, observed=logged,
-                     passed=abs(logged - exp_g) <= MEMORY_REL_TOL * max(exp_g, 0.01), tolerance="3 %",
-                     explanation=f"{what} (GiB): the ledger vs vLLM's start-up log")
+            return Check(
+                name=name,
+                expected=exp_g,
+                observed=None,
+                passed=None,
+                tolerance="3 %",
+                explanation=f"{what}: not in vLLM's log",
+                judged=judged,
+            )
+        return Check(
+            name=name,
+            expected=exp_g,
+            observed=logged,
+            passed=abs(logged - exp_g) <= MEMORY_REL_TOL * max(exp_g, 0.01),
+            tolerance="3 %",
+            explanation=f"{what} (GiB): the ledger vs vLLM's start-up log",
+        )
 
     out = [rel("startup.weights_gib", L.weights_bytes, facts.weights_gib, "Model loading took")]
     if L.kv_pinned or L.mode is LedgerMode.GIVEN:
         # vLLM took the budget as given and skipped its memory profile: it logs the reservation
         exp = round(L.kv_cache_bytes / GiB, 2) if L.kv_cache_bytes is not None else None
         got = facts.kv_reserved_gib
-        out += [Check(name="startup.kv_reserved_gib", expected=exp, observed=got,
-                      passed=None if got is None or exp is None else abs(got - exp) <= 0.01, tolerance="0.01 GiB",
-                      explanation="--kv-cache-memory-bytes as vLLM reserved it (its log rounds to 2 decimals)",
-                      judged=judged),
-                Check(name="startup.available_kv_gib", expected=exp, observed=None, passed=None, tolerance="3 %",
-                      explanation="not judged: the KV budget is pinned (--kv-cache-memory-bytes), so vLLM skips "
-                                  "the memory profile that would log it", judged=False)]
+        out += [
+            Check(
+                name="startup.kv_reserved_gib",
+                expected=exp,
+                observed=got,
+                passed=None if got is None or exp is None else abs(got - exp) <= 0.01,
+                tolerance="0.01 GiB",
+                explanation="--kv-cache-memory-bytes as vLLM reserved it (its log rounds to 2 decimals)",
+                judged=judged,
+            ),
+            Check(
+                name="startup.available_kv_gib",
+                expected=exp,
+                observed=None,
+                passed=None,
+                tolerance="3 %",
+                explanation="not judged: the KV budget is pinned (--kv-cache-memory-bytes), so vLLM skips "
+                "the memory profile that would log it",
+                judged=False,
+            ),
+        ]
     else:
-        out.append(rel("startup.available_kv_gib", L.kv_cache_bytes, facts.available_kv_gib,
-                       "Available KV cache memory"))
+        out.append(
+            rel("startup.available_kv_gib", L.kv_cache_bytes, facts.available_kv_gib, "Available KV cache memory")
+        )
     cg, logged = L.cudagraph_bytes, facts.cudagraph_estimated_gib
     exp = None if cg is None else round(cg / GiB, 2)
     tol = f"+/- {CUDAGRAPH_ABS_TOL_GIB} GiB"
     if exp is None or logged is None:
-        out.append(Check(name="startup.cudagraph_estimate_gib", expected=exp, observed=logged, passed=None,
-                         tolerance=tol, judged=False, explanation="Estimated CUDA graph memory: not logged "
-                         "(--enforce-eager, or a version that does not estimate it)"))
+        out.append(
+            Check(
+                name="startup.cudagraph_estimate_gib",
+                expected=exp,
+                observed=logged,
+                passed=None,
+                tolerance=tol,
+                judged=False,
+                explanation="Estimated CUDA graph memory: not logged "
+                "(--enforce-eager, or a version that does not estimate it)",
+            )
+        )
     else:
-        out.append(Check(name="startup.cudagraph_estimate_gib", expected=exp, observed=logged,
-                         passed=abs(logged - exp) <= CUDAGRAPH_ABS_TOL_GIB, tolerance=tol,
-                         explanation="the plan's CUDA-graph estimate vs vLLM's"))
+        out.append(
+            Check(
+                name="startup.cudagraph_estimate_gib",
+                expected=exp,
+                observed=logged,
+                passed=abs(logged - exp) <= CUDAGRAPH_ABS_TOL_GIB,
+                tolerance=tol,
+                explanation="the plan's CUDA-graph estimate vs vLLM's",
+            )
+        )
     return out

@@ -7,8 +7,12 @@ from validator.judge.check import Check, Status
 
 def counts_of(checks: list[Check]) -> dict[str, int]:
     out = {"passed": 0, "failed": 0, "not_measured": 0, "not_judged": 0}
-    key = {Status.PASS: "passed", Status.FAIL: "failed", Status.NOT_MEASURED: "not_measured",
-           Status.NOT_JUDGED: "not_judged"}
+    key = {
+        Status.PASS: "passed",
+        Status.FAIL: "failed",
+        Status.NOT_MEASURED: "not_measured",
+        Status.NOT_JUDGED: "not_judged",
+    }
     for c in checks:
         out[key[c.status]] += 1
     return out
@@ -28,8 +32,9 @@ def verdict_of(checks: list[Check], error: str | None) -> str:
 
 
 def counts_line(counts: dict[str, int]) -> str:
-    return (f"{counts['passed']} passed, {counts['failed']} failed, {counts['not_measured']} not measured"
-            + (f", {counts['not_judged']} not judged" if counts["not_judged"] else ""))
+    return f"{counts['passed']} passed, {counts['failed']} failed, {counts['not_measured']} not measured" + (
+        f", {counts['not_judged']} not judged" if counts["not_judged"] else ""
+    )
 
 
 # one word per status, the same in the console, summary.md, report.html and the docs

@@ -23,22 +23,22 @@ from pathlib import Path
 
 import aiohttp
 
+from loadgen import net
 from loadgen.safefile import open_append
+from validator.observe.scrape import scrape_once
 from validator.rundir.freezes import SETTLE_KEYS, FreezePoint, FreezeRecord
-from validator.rundir.samples import Sample, parse_metrics, wanted_lines
+from validator.rundir.samples import Sample
 
-FREEZE_BUDGET_S = 2.0      # a freeze holds the engine at most about this long, retries included
-
-
-POLL_S = 0.002             # how often the live requests are looked at
+FREEZE_BUDGET_S = 2.0  # a freeze holds the engine at most about this long, retries included
 
 
-INTAKE_RETRIES = 3         # re-freezes when the engine has not yet queued every request sent
+POLL_S = 0.002  # how often the live requests are looked at
 
 
-INTAKE_STEP_S = 0.03       # how long the engine runs between two such attempts
+INTAKE_RETRIES = 3  # re-freezes when the engine has not yet queued every request sent
 
 
+INTAKE_STEP_S = 0.03  # how long the engine runs between two such attempts
 
 
 def classify(live: dict) -> tuple[list, list]:
@@ -66,17 +66,28 @@ def matches(point: FreezePoint, live: dict, now: float | None = None, relaxed: b
     if relaxed and decoding and (len(pending) >= 1 if point.waiting else not pending):
         return True
     sent = [r.sent for r in pending if r.sent is not None]
-    return (now is not None and not decoding and len(pending) >= point.running + point.waiting
-            and len(sent) == len(pending) and now - max(sent) >= point.patience_s)
+    return (
+        now is not None
+        and not decoding
+        and len(pending) >= point.running + point.waiting
+        and len(sent) == len(pending)
+        and now - max(sent) >= point.patience_s
+    )
 
 
 def client_view(live: dict, records: list) -> tuple[list[dict], int]:
     """What the client holds now: each live request's asked lengths and delivered tokens, and the
     tokens of the run's finished requests."""
-    reqs = [{"id": r.id, "prompt_tokens": r.asked_prompt_tokens, "output_tokens": r.asked_output_tokens,
-             "delivered": r.delivered,
-             "exact_counts": not r.chunk_times or (bool(r.chunk_tokens) and r.chunk_tokens[-1] is not None)}
-            for r in list(live.values())]
+    reqs = [
+        {
+            "id": r.id,
+            "prompt_tokens": r.asked_prompt_tokens,
+            "output_tokens": r.asked_output_tokens,
+            "delivered": r.delivered,
+            "exact_counts": not r.chunk_times or (bool(r.chunk_tokens) and r.chunk_tokens[-1] is not None),
+        }
+        for r in list(live.values())
+    ]
     finished = sum(r.delivered for r in records)
     return reqs, finished
 
@@ -84,8 +95,17 @@ def client_view(live: dict, records: list) -> tuple[list[dict], int]:
 class Freezer:
     """Takes the planned freezes of one run, in order, while the runner runs."""
 
-    def __init__(self, session: aiohttp.ClientSession, base_url: str, runner, run: str,
-                 points: list[FreezePoint], path: Path, before: Sample | None, say=None):
+    def __init__(
+        self,
+        session: aiohttp.ClientSession,
+        base_url: str,
+        runner,
+        run: str,
+        points: list[FreezePoint],
+        path: Path,
+        before: Sample | None,
+        say=None,
+    ):
         self.session = session
         self.base = base_url.rstrip("/")
         self.runner = runner
@@ -104,8 +124,10 @@ class Freezer:
         """Wait for each point and freeze there; returns when all are taken or on cancellation."""
         for point in self.points:
             done_before = len(self.runner.records)
-            while not (hasattr(self.runner, "t0") and matches(
-                    point, self.runner.live, self._t(), len(self.runner.records) - done_before >= point.running)):
+            while not (
+                hasattr(self.runner, "t0")
+                and matches(point, self.runner.live, self._t(), len(self.runner.records) - done_before >= point.running)
+            ):
                 await asyncio.sleep(POLL_S)
             rec = await self.freeze(point)
             self.taken.append(rec)
@@ -139,8 +161,9 @@ class Freezer:
                 rec.retries = attempt + 1
             if rec.settled and not self._intake_complete(rec):
                 rec.settled = False
-                rec.error = ("the server's waiting queue never showed every request the client had sent "
-                             f"({rec.retries} retries)")
+                rec.error = (
+                    f"the server's waiting queue never showed every request the client had sent ({rec.retries} retries)"
+                )
         finally:
             if paused:  # never leave the engine held: shielded, so a cancelled run still resumes it
                 rec.t_resume = self._t()
@@ -183,8 +206,7 @@ class Freezer:
             if sample is not None:
                 rec.readings.append(sample.to_json())
                 rec.requests, rec.finished_tokens = reqs, finished
-                key = (tuple(sample.values.get(k) for k in SETTLE_KEYS),
-                       tuple(r["delivered"] for r in reqs), finished)
+                key = (tuple(sample.values.get(k) for k in SETTLE_KEYS), tuple(r["delivered"] for r in reqs), finished)
                 if key == prev and self._counts_agree(sample, reqs, finished):
                     rec.settled = True
                     return
@@ -204,26 +226,10 @@ class Freezer:
         return g1 - g0 == finished + sum(r["delivered"] for r in reqs)
 
     async def _scrape(self) -> Sample | None:
-        t_sent = time.time()
-        try:
-            async with self.session.get(self.base + "/metrics", timeout=aiohttp.ClientTimeout(total=5),
-                                        allow_redirects=False) as r:
-                if r.status != 200:
-                    return None
-                text = await r.text()
-        except (aiohttp.ClientError, asyncio.TimeoutError, OSError):
-            return None
-        s = parse_metrics(wanted_lines(text, False), t=time.time(), with_histograms=False)
-        s.t_sent = t_sent
-        return s
+        return (await scrape_once(self.session, self.base + "/metrics", False, 5.0))[0]
 
     async def _post(self, path: str) -> tuple[int | None, str]:
-        try:
-            async with self.session.post(self.base + path, timeout=aiohttp.ClientTimeout(total=10),
-                                         allow_redirects=False) as r:
-                return r.status, (await r.text())[:200]
-        except (aiohttp.ClientError, asyncio.TimeoutError, OSError) as e:
-            return None, f"{type(e).__name__}: {e}"
+        return await net.post(self.session, self.base + path, 10.0)
 
     def _write(self, rec: FreezeRecord) -> None:
         with open_append(self.path) as f:

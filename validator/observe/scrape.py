@@ -8,8 +8,24 @@ import time
 import warnings
 from pathlib import Path
 
+from loadgen import net
 from loadgen.safefile import open_append
 from validator.rundir.samples import Sample, missing, parse_metrics, wanted_lines
+
+
+async def scrape_once(session, url: str, with_histograms: bool, timeout: float) -> tuple[Sample | None, str | None]:
+    """One /metrics scrape (loadgen.net.get): the sample, stamped with when it was sent and when it
+    returned, or None and what went wrong."""
+    t_sent = time.time()
+    status, text = await net.get(session, url, timeout)
+    if status != 200:
+        return None, text if status is None else f"HTTP {status}"
+    try:
+        s = parse_metrics(wanted_lines(text, with_histograms), t=time.time(), with_histograms=with_histograms)
+    except (ValueError, KeyError, IndexError) as e:
+        return None, f"not Prometheus text: {type(e).__name__}"
+    s.t_sent = t_sent
+    return s, None
 
 
 class Sampler:
@@ -19,39 +35,26 @@ class Sampler:
     `snapshot()` calls, which the caller makes at run boundaries.
     """
 
-    def __init__(self, session, base_url: str, path: Path | None = None, interval: float = 0.25,
-                 timeout: float = 5.0):
+    def __init__(self, session, base_url: str, path: Path | None = None, interval: float = 0.25, timeout: float = 5.0):
         self.session = session
         self.url = base_url.rstrip("/") + "/metrics"
         self.interval = interval
         self.timeout = timeout
         self.samples: list[Sample] = []
-        self.errors: list[dict] = []   # failed scrapes: {t, error}
+        self.errors: list[dict] = []  # failed scrapes: {t, error}
         self._file = open_append(path) if path else None
         self._task: asyncio.Task | None = None
         self._warned: set[str] = set()
 
     async def scrape(self, with_histograms: bool = False) -> Sample | None:
-        import aiohttp
-        t_sent = time.time()
-        try:
-            async with self.session.get(self.url, timeout=aiohttp.ClientTimeout(total=self.timeout),
-                                        allow_redirects=False) as r:
-                text = await r.text()
-                if r.status != 200:
-                    raise aiohttp.ClientError(f"HTTP {r.status}")
-        except (asyncio.TimeoutError, OSError, Exception) as e:  # noqa: BLE001 - any failure is a missed sample
-            if isinstance(e, asyncio.CancelledError):
-                raise
-            err = {"t": time.time(), "error": f"{type(e).__name__}: {e}"[:300]}
+        s, error = await scrape_once(self.session, self.url, with_histograms, self.timeout)
+        if s is None:
+            err = {"t": time.time(), "error": (error or "")[:300]}
             self.errors.append(err)
             if self._file:  # saved next to the samples: the judge counts the gaps
                 self._file.write(json.dumps(err) + "\n")
                 self._file.flush()
             return None
-        t_done = time.time()
-        s = parse_metrics(wanted_lines(text, with_histograms), t=t_done, with_histograms=with_histograms)
-        s.t_sent = t_sent
         for m in missing(s):
             if m not in self._warned:
                 self._warned.add(m)

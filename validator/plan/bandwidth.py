@@ -8,17 +8,21 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
 
 from validator.plan.model_shape import ModelShape, embedding_bytes
+
+if TYPE_CHECKING:  # capacity imports nothing of this module; the layout is only annotated here
+    from validator.plan.capacity import KVLayout
 from validator.units import cdiv
 
 
 @dataclass(frozen=True)
 class DecodeReads:
-    token_reads: int      # sum over decode steps of cached positions read
+    token_reads: int  # sum over decode steps of cached positions read
     bytes_read: int
-    bytes_added: int      # KV written during decode
-    bytes_stored: int     # KV held at the end
+    bytes_added: int  # KV written during decode
+    bytes_stored: int  # KV held at the end
 
     @property
     def read_to_stored(self) -> float:
@@ -50,20 +54,39 @@ def step_floor_seconds(weight_reads: int, kv_reads: int, bandwidth_bytes_per_s: 
     return (weight_reads + kv_reads) / bandwidth_bytes_per_s
 
 
-def at_limits(shape: ModelShape, layout, max_model_len: int, max_num_seqs: int, weights: int | None,
-              tp: int, bandwidth_bytes_per_s: int | None, request: tuple[int, int] | None = None) -> dict:
+def at_limits(
+    shape: ModelShape,
+    layout: KVLayout,
+    max_model_len: int,
+    max_num_seqs: int,
+    weights: int | None,
+    tp: int,
+    bandwidth_bytes_per_s: int | None,
+    request: tuple[int, int] | None = None,
+) -> dict[str, Any]:
     """Per-rank figures at the planned limits (every sequence at full length), and for one
     (prompt, output) request when given."""
     kv_step = max_num_seqs * layout.payload_bytes(max_model_len)
-    out = {"kv_read_bytes_per_step": kv_step, "weight_read_bytes_per_step": None,
-           "crossover_batch": None, "decode_step_floor_ms": None,
-           "memory_bandwidth_bytes_per_s": bandwidth_bytes_per_s, "request": None}
+    out: dict[str, Any] = {
+        "kv_read_bytes_per_step": kv_step,
+        "weight_read_bytes_per_step": None,
+        "crossover_batch": None,
+        "decode_step_floor_ms": None,
+        "memory_bandwidth_bytes_per_s": bandwidth_bytes_per_s,
+        "request": None,
+    }
     if request is not None:
         r = decode_reads(layout.kv_bytes_per_token, prompt=request[0], output=request[1])
-        out["request"] = {"prompt_tokens": request[0], "output_tokens": request[1], "decode_steps": max(request[1] - 1, 0),
-                          "token_reads": r.token_reads, "kv_bytes_read": r.bytes_read,
-                          "kv_bytes_added_in_decode": r.bytes_added, "kv_bytes_stored": r.bytes_stored,
-                          "read_to_stored": round(r.read_to_stored, 1)}
+        out["request"] = {
+            "prompt_tokens": request[0],
+            "output_tokens": request[1],
+            "decode_steps": max(request[1] - 1, 0),
+            "token_reads": r.token_reads,
+            "kv_bytes_read": r.bytes_read,
+            "kv_bytes_added_in_decode": r.bytes_added,
+            "kv_bytes_stored": r.bytes_stored,
+            "read_to_stored": round(r.read_to_stored, 1),
+        }
     if weights is None:
         return out
     rw = cdiv(weight_read_bytes(weights, shape), tp)

@@ -24,24 +24,26 @@ def kv_dtype_bytes(kv_cache_dtype: str, model_dtype: str) -> int:
     if kv_cache_dtype == "auto":
         return DTYPE_BYTES[model_dtype]
     if kv_cache_dtype not in KV_CACHE_DTYPES:
-        raise NotModelled(f"kv_cache_dtype {kv_cache_dtype!r} (modelled: auto, "
-                          + ", ".join(sorted(KV_CACHE_DTYPES)) + ")")
+        raise NotModelled(
+            f"kv_cache_dtype {kv_cache_dtype!r} (modelled: auto, " + ", ".join(sorted(KV_CACHE_DTYPES)) + ")"
+        )
     return DTYPE_BYTES[kv_cache_dtype]
 
 
 def kv_heads_per_rank(shape: ModelShape, tp: int) -> int:
     """vLLM splits KV heads across ranks, and replicates them when TP > KV heads."""
     if shape.num_attention_heads % tp:
-        raise InputError(f"tensor_parallel_size: {tp} does not divide num_attention_heads "
-                         f"({shape.num_attention_heads}); pick a divisor")
+        raise InputError(
+            f"tensor_parallel_size: {tp} does not divide num_attention_heads "
+            f"({shape.num_attention_heads}); pick a divisor"
+        )
     h = shape.num_kv_heads
     if h % tp and tp % h:
         raise InputError(f"tensor_parallel_size: {tp} and num_key_value_heads ({h}) must divide one another")
     return max(1, h // tp)
 
 
-def layer_specs(shape: ModelShape, block_size: int, kv_cache_dtype: str = "auto",
-                tp: int = 1) -> list[KVSpec]:
+def layer_specs(shape: ModelShape, block_size: int, kv_cache_dtype: str = "auto", tp: int = 1) -> list[KVSpec]:
     """One spec per decoder layer that holds KV, as one rank sees it."""
     if shape.kv_shared_layers:
         raise NotModelled("cross-layer KV sharing (num_kv_shared_layers)")
@@ -49,8 +51,10 @@ def layer_specs(shape: ModelShape, block_size: int, kv_cache_dtype: str = "auto"
     specs: list[KVSpec] = []
     for kind in shape.layer_kinds:
         if kind not in (FULL, SLIDING):
-            raise NotModelled(f"{kind} layers ({shape.architecture}: per-request state "
-                              "or chunked local attention); read the capacity from vLLM's start-up log")
+            raise NotModelled(
+                f"{kind} layers ({shape.architecture}: per-request state "
+                "or chunked local attention); read the capacity from vLLM's start-up log"
+            )
         if shape.mla is not None:
             if kind == SLIDING:
                 raise NotModelled("sliding-window MLA layers")
@@ -58,11 +62,20 @@ def layer_specs(shape: ModelShape, block_size: int, kv_cache_dtype: str = "auto"
             continue
         h = kv_heads_per_rank(shape, tp)
         if kind == SLIDING:
-            specs.append(SlidingWindowSpec(block_size=block_size, num_kv_heads=h, head_size=shape.head_dim,
-                                           dtype_bytes=b, sliding_window=shape.sliding_window))
+            assert shape.sliding_window is not None  # model_shape refuses sliding layers without a window
+            specs.append(
+                SlidingWindowSpec(
+                    block_size=block_size,
+                    num_kv_heads=h,
+                    head_size=shape.head_dim,
+                    dtype_bytes=b,
+                    sliding_window=shape.sliding_window,
+                )
+            )
         else:
-            specs.append(FullAttentionSpec(block_size=block_size, num_kv_heads=h, head_size=shape.head_dim,
-                                           dtype_bytes=b))
+            specs.append(
+                FullAttentionSpec(block_size=block_size, num_kv_heads=h, head_size=shape.head_dim, dtype_bytes=b)
+            )
     return specs
 
 
@@ -102,7 +115,7 @@ class KVLayout:
     max_concurrent_batches: int = 1  # 2 with async scheduling (the GPU default), 1 on CPU
 
     @classmethod
-    def from_specs(cls, specs: list[KVSpec], max_concurrent_batches: int = 1) -> "KVLayout":
+    def from_specs(cls, specs: list[KVSpec], max_concurrent_batches: int = 1) -> KVLayout:
         if not specs:
             raise NotModelled("a model without attention layers")
         return cls(group_layers(specs), max_concurrent_batches)
@@ -138,14 +151,15 @@ class KVLayout:
         """vLLM's "KV cache size: N tokens" = int(max_concurrency * max_model_len)."""
         return int(self.max_concurrency(num_blocks, max_model_len, max_num_batched_tokens) * max_model_len)
 
-    def largest_model_len(self, usable_blocks: int, upper: int, max_num_batched_tokens: int,
-                          num_seqs: int = 1) -> int:
+    def largest_model_len(self, usable_blocks: int, upper: int, max_num_batched_tokens: int, num_seqs: int = 1) -> int:
         """Largest length in [1, upper] whose num_seqs requests fit in usable blocks (0 if none).
 
         With num_seqs=1 this is vLLM's "estimated maximum model length".
         """
+
         def fits(n: int) -> bool:
             return num_seqs * self.blocks_per_request(n, max_num_batched_tokens) <= usable_blocks
+
         if upper < 1 or not fits(1):
             return 0
         lo, hi, best = 1, upper, 1

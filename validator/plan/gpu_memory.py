@@ -30,10 +30,10 @@ SAMPLER_FACTOR_OLD = 9.73
 # about 5 MLP-wide activations (Llama-3.1-8B in float32: 2.19 GiB predicted, 2.21 logged; pipeline
 # stages without the LM head: 1.09 predicted, 1.10 logged)
 FORWARD_FACTOR = 5
-NON_TORCH_TP1 = 0.25 * GiB          # >= 0.18; 0.13 GiB before (Qwen3-14B 0.15-0.17)
+NON_TORCH_TP1 = 0.25 * GiB  # >= 0.18; 0.13 GiB before (Qwen3-14B 0.15-0.17)
 NON_TORCH_TP1_OLD = 0.13 * GiB
-NON_TORCH_TP = 2.1 * GiB            # TP >= 2: NCCL buffers (2.07-2.21 GiB logged)
-NON_TORCH_PP = 0.07 * GiB           # a pipeline stage at TP 1
+NON_TORCH_TP = 2.1 * GiB  # TP >= 2: NCCL buffers (2.07-2.21 GiB logged)
+NON_TORCH_PP = 0.07 * GiB  # a pipeline stage at TP 1
 # "Estimated CUDA graph memory" in the 0.19 logs: 0.49-1.82 GiB per rank, 0.84 for 7-8B at TP 1
 CUDAGRAPH_ESTIMATE = 0.84 * GiB
 CUDAGRAPH_SUBTRACTED_FROM = (0, 21)  # VLLM_MEMORY_PROFILER_ESTIMATE_CUDAGRAPHS, on by default
@@ -71,8 +71,14 @@ class StartupMemory:
         return kv - (self.cudagraph.bytes if self.cudagraph_subtracted else 0)
 
 
-def activation_peak(shape: ModelShape, max_num_seqs: int, max_num_batched_tokens: int, version: tuple,
-                    has_lm_head: bool = True, dtype: str | None = None) -> Term:
+def activation_peak(
+    shape: ModelShape,
+    max_num_seqs: int,
+    max_num_batched_tokens: int,
+    version: tuple[int, int, int],
+    has_lm_head: bool = True,
+    dtype: str | None = None,
+) -> Term:
     dt = DTYPE_BYTES[dtype or shape.dtype]
     inter = (shape.moe_intermediate_size or shape.intermediate_size) if shape.num_experts else shape.intermediate_size
     forward = FORWARD_FACTOR * max_num_batched_tokens * (inter or shape.hidden_size or 0) * dt
@@ -82,12 +88,15 @@ def activation_peak(shape: ModelShape, max_num_seqs: int, max_num_batched_tokens
     factor = SAMPLER_FACTOR_NEW if version >= (0, 17) else SAMPLER_FACTOR_OLD
     sampler = int(factor * max_num_seqs * (shape.vocab_size or 0) * 4)
     if sampler >= forward:
-        return Term(bytes=sampler, source=f"sampler warm-up: {factor} x max_num_seqs x vocab x 4 B "
-                                          f"(vLLM {'>=' if version >= (0, 17) else '<'} 0.17)")
+        return Term(
+            bytes=sampler,
+            source=f"sampler warm-up: {factor} x max_num_seqs x vocab x 4 B "
+            f"(vLLM {'>=' if version >= (0, 17) else '<'} 0.17)",
+        )
     return Term(bytes=forward, source=fwd_src)
 
 
-def non_torch(tp: int, pp: int, version: tuple) -> Term:
+def non_torch(tp: int, pp: int, version: tuple[int, int, int]) -> Term:
     if tp >= 2:
         return Term(bytes=int(NON_TORCH_TP), source="TP >= 2: NCCL buffers, 2.07-2.21 GiB per GPU in the logs")
     if pp >= 2:
@@ -97,26 +106,47 @@ def non_torch(tp: int, pp: int, version: tuple) -> Term:
     return Term(bytes=int(NON_TORCH_TP1_OLD), source="TP 1: 0.13 GiB in the logs (vLLM < 0.18)")
 
 
-def cudagraph(version: tuple, enforce_eager: bool) -> tuple[Term, bool]:
+def cudagraph(version: tuple[int, int, int], enforce_eager: bool) -> tuple[Term, bool]:
     if enforce_eager:
         return Term(bytes=0, source="--enforce-eager: no CUDA graphs"), False
     subtracted = version >= CUDAGRAPH_SUBTRACTED_FROM
-    return Term(bytes=int(CUDAGRAPH_ESTIMATE),
-                source="estimate: 0.84 GiB (7-8B at TP 1 in the 0.19 logs; 0.49-1.82 GiB seen) - "
-                       + ("subtracted from the KV budget (vLLM >= 0.21)" if subtracted
-                          else "not subtracted before vLLM 0.21: taken from the remainder after KV")), subtracted
+    return Term(
+        bytes=int(CUDAGRAPH_ESTIMATE),
+        source="estimate: 0.84 GiB (7-8B at TP 1 in the 0.19 logs; 0.49-1.82 GiB seen) - "
+        + (
+            "subtracted from the KV budget (vLLM >= 0.21)"
+            if subtracted
+            else "not subtracted before vLLM 0.21: taken from the remainder after KV"
+        ),
+    ), subtracted
 
 
-def startup_memory(*, shape: ModelShape, weights_rank: int, weights_source: str, gpu_memory_bytes: int,
-                   utilization: float, max_num_seqs: int, max_num_batched_tokens: int, tp: int = 1,
-                   pp: int = 1, version: str = DEFAULT_VLLM_VERSION, enforce_eager: bool = False,
-                   dtype: str | None = None) -> StartupMemory:
+def startup_memory(
+    *,
+    shape: ModelShape,
+    weights_rank: int,
+    weights_source: str,
+    gpu_memory_bytes: int,
+    utilization: float,
+    max_num_seqs: int,
+    max_num_batched_tokens: int,
+    tp: int = 1,
+    pp: int = 1,
+    version: str = DEFAULT_VLLM_VERSION,
+    enforce_eager: bool = False,
+    dtype: str | None = None,
+) -> StartupMemory:
     v = parse_version(version)
     act = activation_peak(shape, max_num_seqs, max_num_batched_tokens, v, has_lm_head=pp == 1, dtype=dtype)
     cg, subtracted = cudagraph(v, enforce_eager)
     return StartupMemory(
         version=".".join(map(str, v)),
-        requested=Term(bytes=int(gpu_memory_bytes * utilization),
-                       source=f"gpu_memory_utilization {utilization:g} x total memory"),
+        requested=Term(
+            bytes=int(gpu_memory_bytes * utilization), source=f"gpu_memory_utilization {utilization:g} x total memory"
+        ),
         weights=Term(bytes=weights_rank, source=weights_source),
-        activation_peak=act, non_torch=non_torch(tp, pp, v), cudagraph=cg, cudagraph_subtracted=subtracted)
+        activation_peak=act,
+        non_torch=non_torch(tp, pp, v),
+        cudagraph=cg,
+        cudagraph_subtracted=subtracted,
+    )

@@ -4,6 +4,7 @@ with its source (on a GPU: vLLM's start-up memory accounting)."""
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Any
 
 from validator.errors import InputError
 from validator.plan.gpu_memory import DEFAULT_VLLM_VERSION, startup_memory
@@ -26,10 +27,10 @@ class PlanInput:
     platform: str = "gpu"
     weights_bytes: int | None = None
     weights_source: str = "not given"
-    kv_cache_bytes: int | None = None          # given directly
+    kv_cache_bytes: int | None = None  # given directly
     gpu_memory_bytes: int | None = None
     gpu_memory_utilization: float = DEFAULT_GPU_MEMORY_UTILIZATION
-    workspace_bytes: int = 0                   # used only when workspace_given
+    workspace_bytes: int = 0  # used only when workspace_given
     block_size: int | None = None
     kv_cache_dtype: str = "auto"
     max_model_len: int | None = None
@@ -38,17 +39,17 @@ class PlanInput:
     tensor_parallel_size: int = 1
     num_gpu_blocks_override: int | None = None
     async_scheduling: bool | None = None
-    memory_bandwidth: int | None = None        # bytes/s
-    dtype: str = "auto"                        # vLLM --dtype
-    workload_len: int | None = None            # prompt + output of the profile's workload
+    memory_bandwidth: int | None = None  # bytes/s
+    dtype: str = "auto"  # vLLM --dtype
+    workload_len: int | None = None  # prompt + output of the profile's workload
     workload_concurrency: int | None = None
     workload_request: tuple[int, int] | None = None  # (prompt, output) for the bandwidth figures
-    vllm_version: str = DEFAULT_VLLM_VERSION   # whose start-up memory accounting to follow (GPU)
+    vllm_version: str = DEFAULT_VLLM_VERSION  # whose start-up memory accounting to follow (GPU)
     pipeline_parallel_size: int = 1
-    enforce_eager: bool = False                # no CUDA graphs
-    weights_rank_bytes: int | None = None      # rank 0's share, when the split is known (config count)
-    workspace_given: bool = False              # cache.workspace replaces the modelled non-weight terms
-    pin_kv_cache: bool = False                 # GPU: pass the planned budget as --kv-cache-memory-bytes
+    enforce_eager: bool = False  # no CUDA graphs
+    weights_rank_bytes: int | None = None  # rank 0's share, when the split is known (config count)
+    workspace_given: bool = False  # cache.workspace replaces the modelled non-weight terms
+    pin_kv_cache: bool = False  # GPU: pass the planned budget as --kv-cache-memory-bytes
 
 
 def _weights_rank(inp: PlanInput) -> int | None:
@@ -64,62 +65,102 @@ def default_max_num_seqs(gpu_memory_bytes: int | None) -> int:
     return 1024 if gpu_memory_bytes is not None and gpu_memory_bytes >= 70 * GiB else 256
 
 
-def kv_budget(inp: PlanInput, max_num_seqs: int | None = None,
-               max_num_batched_tokens: int | None = None) -> tuple[int | None, dict]:
+def kv_budget(
+    inp: PlanInput, max_num_seqs: int | None = None, max_num_batched_tokens: int | None = None
+) -> tuple[int, dict[str, Any]]:
     """KV bytes per rank and the ledger rows that produce it (on a GPU: vLLM's start-up memory of
     rank 0, term by term, each with its source)."""
     weights_rank = _weights_rank(inp)
-    ledger = {"mode": None, "gpu_memory_bytes": inp.gpu_memory_bytes,
-              "gpu_memory_utilization": None, "budget_bytes": None,
-              "weights_bytes": weights_rank, "weights_source": inp.weights_source,
-              "workspace_bytes": None, "kv_cache_bytes": None, "activation_peak_bytes": None,
-              "non_torch_bytes": None, "cudagraph_bytes": None, "cudagraph_subtracted": None,
-              "sources": {"weights_bytes": inp.weights_source}}
+    sources: dict[str, str] = {"weights_bytes": inp.weights_source}
+    ledger: dict[str, Any] = {
+        "mode": None,
+        "gpu_memory_bytes": inp.gpu_memory_bytes,
+        "gpu_memory_utilization": None,
+        "budget_bytes": None,
+        "weights_bytes": weights_rank,
+        "weights_source": inp.weights_source,
+        "workspace_bytes": None,
+        "kv_cache_bytes": None,
+        "activation_peak_bytes": None,
+        "non_torch_bytes": None,
+        "cudagraph_bytes": None,
+        "cudagraph_subtracted": None,
+        "sources": sources,
+    }
     memory = None
-    if inp.platform == "gpu" and inp.gpu_memory_bytes is not None and weights_rank is not None \
-            and not inp.workspace_given:
+    if (
+        inp.platform == "gpu"
+        and inp.gpu_memory_bytes is not None
+        and weights_rank is not None
+        and not inp.workspace_given
+    ):
         memory = startup_memory(
-            shape=inp.shape, weights_rank=weights_rank, weights_source=inp.weights_source,
-            gpu_memory_bytes=inp.gpu_memory_bytes, utilization=inp.gpu_memory_utilization,
+            shape=inp.shape,
+            weights_rank=weights_rank,
+            weights_source=inp.weights_source,
+            gpu_memory_bytes=inp.gpu_memory_bytes,
+            utilization=inp.gpu_memory_utilization,
             max_num_seqs=max_num_seqs or default_max_num_seqs(inp.gpu_memory_bytes),
             max_num_batched_tokens=max_num_batched_tokens or DEFAULT_MAX_NUM_BATCHED_TOKENS,
-            tp=inp.tensor_parallel_size, pp=inp.pipeline_parallel_size, version=inp.vllm_version,
-            enforce_eager=inp.enforce_eager, dtype=None if inp.dtype == "auto" else
-            {"half": "float16", "float": "float32"}.get(inp.dtype, inp.dtype))
-        ledger.update(activation_peak_bytes=memory.activation_peak.bytes, non_torch_bytes=memory.non_torch.bytes,
-                      cudagraph_bytes=memory.cudagraph.bytes, cudagraph_subtracted=memory.cudagraph_subtracted)
-        ledger["sources"].update(activation_peak_bytes=memory.activation_peak.source,
-                                 non_torch_bytes=memory.non_torch.source, cudagraph_bytes=memory.cudagraph.source)
+            tp=inp.tensor_parallel_size,
+            pp=inp.pipeline_parallel_size,
+            version=inp.vllm_version,
+            enforce_eager=inp.enforce_eager,
+            dtype=None if inp.dtype == "auto" else {"half": "float16", "float": "float32"}.get(inp.dtype, inp.dtype),
+        )
+        ledger.update(
+            activation_peak_bytes=memory.activation_peak.bytes,
+            non_torch_bytes=memory.non_torch.bytes,
+            cudagraph_bytes=memory.cudagraph.bytes,
+            cudagraph_subtracted=memory.cudagraph_subtracted,
+        )
+        sources.update(
+            activation_peak_bytes=memory.activation_peak.source,
+            non_torch_bytes=memory.non_torch.source,
+            cudagraph_bytes=memory.cudagraph.source,
+        )
         # what the three terms take together, for readers of the older single workspace figure
-        ledger["workspace_bytes"] = memory.activation_peak.bytes + memory.non_torch.bytes + (
-            memory.cudagraph.bytes if memory.cudagraph_subtracted else 0)
-        ledger["sources"]["workspace_bytes"] = "activation peak + non-torch + CUDA graphs where subtracted"
+        ledger["workspace_bytes"] = (
+            memory.activation_peak.bytes
+            + memory.non_torch.bytes
+            + (memory.cudagraph.bytes if memory.cudagraph_subtracted else 0)
+        )
+        sources["workspace_bytes"] = "activation peak + non-torch + CUDA graphs where subtracted"
     elif inp.workspace_given:
-        ledger["sources"]["workspace_bytes"] = "cache.workspace (given: replaces the modelled terms)"
+        sources["workspace_bytes"] = "cache.workspace (given: replaces the modelled terms)"
     if inp.kv_cache_bytes is not None:
         ledger.update(mode=LedgerMode.GIVEN.value, kv_cache_bytes=inp.kv_cache_bytes)
-        ledger["sources"]["kv_cache_bytes"] = "given (--kv-cache-memory-bytes on a GPU)"
+        sources["kv_cache_bytes"] = "given (--kv-cache-memory-bytes on a GPU)"
         if inp.gpu_memory_bytes is not None:
-            ledger.update(gpu_memory_utilization=inp.gpu_memory_utilization,
-                          budget_bytes=int(inp.gpu_memory_bytes * inp.gpu_memory_utilization))
+            ledger.update(
+                gpu_memory_utilization=inp.gpu_memory_utilization,
+                budget_bytes=int(inp.gpu_memory_bytes * inp.gpu_memory_utilization),
+            )
             if inp.workspace_given:
                 ledger["workspace_bytes"] = inp.workspace_bytes
         return inp.kv_cache_bytes, ledger
     if inp.gpu_memory_bytes is None:
-        raise InputError("cache.kv_cache_bytes: give the KV budget directly (--kv-cache-memory-bytes), "
-                         "or hardware.gpu_memory (--gpu-memory-bytes) to derive it")
+        raise InputError(
+            "cache.kv_cache_bytes: give the KV budget directly (--kv-cache-memory-bytes), "
+            "or hardware.gpu_memory (--gpu-memory-bytes) to derive it"
+        )
     if weights_rank is None:
         raise InputError("model.weights_bytes: unknown; point model.path at the checkpoint or pass --weights-bytes")
     budget = int(inp.gpu_memory_bytes * inp.gpu_memory_utilization)
     if memory is not None:
         kv = memory.kv_cache_bytes
-        ledger["sources"]["kv_cache_bytes"] = (f"vLLM {memory.version}'s available KV: utilization x total - "
-                                               "weights - activation peak - non-torch"
-                                               + (" - CUDA-graph estimate" if memory.cudagraph_subtracted else ""))
+        sources["kv_cache_bytes"] = (
+            f"vLLM {memory.version}'s available KV: utilization x total - "
+            "weights - activation peak - non-torch" + (" - CUDA-graph estimate" if memory.cudagraph_subtracted else "")
+        )
     else:
         kv = budget - weights_rank - inp.workspace_bytes
         ledger["workspace_bytes"] = inp.workspace_bytes
-        ledger["sources"]["kv_cache_bytes"] = "budget - weights - workspace"
-    ledger.update(mode=LedgerMode.DERIVED.value, gpu_memory_utilization=inp.gpu_memory_utilization,
-                  budget_bytes=budget, kv_cache_bytes=kv)
+        sources["kv_cache_bytes"] = "budget - weights - workspace"
+    ledger.update(
+        mode=LedgerMode.DERIVED.value,
+        gpu_memory_utilization=inp.gpu_memory_utilization,
+        budget_bytes=budget,
+        kv_cache_bytes=kv,
+    )
     return kv, ledger

@@ -7,13 +7,14 @@ data). No torch, no transformers, no vLLM.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Any
 
 from validator.errors import InputError
 
 FULL = "full"
 SLIDING = "sliding"
-LINEAR = "linear"      # Mamba / linear attention / short conv: per-request state
-CHUNKED = "chunked"    # chunked local attention (Llama 4)
+LINEAR = "linear"  # Mamba / linear attention / short conv: per-request state
+CHUNKED = "chunked"  # chunked local attention (Llama 4)
 
 # layer_types values used by transformers configs
 _LAYER_TYPE_KIND = {
@@ -30,10 +31,20 @@ _LAYER_TYPE_KIND = {
 }
 
 DTYPE_BYTES = {
-    "float32": 4, "float": 4, "fp32": 4,
-    "float16": 2, "half": 2, "fp16": 2,
-    "bfloat16": 2, "bf16": 2,
-    "fp8": 1, "fp8_e4m3": 1, "fp8_e5m2": 1, "fp8_inc": 1, "int8": 1, "uint8": 1,
+    "float32": 4,
+    "float": 4,
+    "fp32": 4,
+    "float16": 2,
+    "half": 2,
+    "fp16": 2,
+    "bfloat16": 2,
+    "bf16": 2,
+    "fp8": 1,
+    "fp8_e4m3": 1,
+    "fp8_e5m2": 1,
+    "fp8_inc": 1,
+    "int8": 1,
+    "uint8": 1,
 }
 
 
@@ -55,8 +66,8 @@ class ModelShape:
     num_attention_heads: int
     num_kv_heads: int
     head_dim: int
-    head_dim_source: str          # "head_dim" or "hidden_size / num_attention_heads"
-    dtype: str                    # the checkpoint's dtype name, e.g. "bfloat16"
+    head_dim_source: str  # "head_dim" or "hidden_size / num_attention_heads"
+    dtype: str  # the checkpoint's dtype name, e.g. "bfloat16"
     layer_kinds: tuple[str, ...]  # one per decoder layer
     sliding_window: int | None
     max_position_embeddings: int | None
@@ -67,19 +78,18 @@ class ModelShape:
     tie_word_embeddings: bool = False
     moe: bool = False
     kv_shared_layers: int = 0
-    num_experts: int = 0                   # routed experts per MoE layer (0: dense)
+    num_experts: int = 0  # routed experts per MoE layer (0: dense)
     moe_intermediate_size: int | None = None
     shared_expert_intermediate_size: int = 0
-    first_dense_layers: int = 0            # leading dense layers of an MoE model (DeepSeek's first_k_dense_replace)
-    quant_method: str | None = None        # config.json quantization_config.quant_method
-    quant_bits: int | None = None          # bits per quantized linear weight, when the config says
-
-    @property
-    def attention_layers(self) -> int:
-        return sum(1 for k in self.layer_kinds if k in (FULL, SLIDING))
+    first_dense_layers: int = 0  # leading dense layers of an MoE model (DeepSeek's first_k_dense_replace)
+    quant_method: str | None = None  # config.json quantization_config.quant_method
+    quant_bits: int | None = None  # bits per quantized linear weight, when the config says
 
 
-def _first(cfg: dict, *names, default=None):
+Config = dict[str, Any]  # a config.json as read
+
+
+def _first(cfg: Config, *names: str, default: Any = None) -> Any:
     for n in names:
         if cfg.get(n) is not None:
             return cfg[n]
@@ -90,20 +100,31 @@ MAX_LAYERS = 4096
 MAX_DIM = 1 << 24
 
 
-def _positive_int(cfg: dict, field: str, *names, required: bool = True, maximum: int = MAX_DIM) -> int | None:
+def _optional_int(cfg: Config, field: str, *names: str, maximum: int = MAX_DIM) -> int | None:
+    """A positive integer under one of `names` (the first set), or None when none is set."""
     v = _first(cfg, *names)
     if v is None:
-        if required:
-            raise InputError(f"config.json: missing {names[0]}; the planner needs it to size the KV cache")
         return None
     if isinstance(v, bool) or not isinstance(v, int) or v <= 0:
-        raise InputError(f"config.json: {field} must be a positive integer, got {v!r:.60}")
+        raise InputError(f"config.json: {field} must be a positive integer, got {brief_value(v)}")
     if v > maximum:
         raise InputError(f"config.json: {field} = {v} is beyond any real model (at most {maximum}); check the file")
     return v
 
 
-def shape_from_config(cfg: dict) -> ModelShape:
+def _required_int(cfg: Config, field: str, *names: str, maximum: int = MAX_DIM) -> int:
+    v = _optional_int(cfg, field, *names, maximum=maximum)
+    if v is None:
+        raise InputError(f"config.json: missing {names[0]}; the planner needs it to size the KV cache")
+    return v
+
+
+def brief_value(v: object) -> str:
+    text = repr(v) if not isinstance(v, (list, dict)) else f"a {type(v).__name__}"
+    return text[:60]
+
+
+def shape_from_config(cfg: Config) -> ModelShape:
     """Derive the KV-relevant shape; nested ``text_config`` wins for multimodal models."""
     text = cfg.get("text_config")
     if isinstance(text, dict):
@@ -114,27 +135,27 @@ def shape_from_config(cfg: dict) -> ModelShape:
     arch = archs[0] if isinstance(archs, list) and archs and isinstance(archs[0], str) else "unknown"
     model_type = str(cfg.get("model_type", "unknown"))
 
-    layers = _positive_int(cfg, "num_hidden_layers", "num_hidden_layers", "n_layer", "num_layers", "n_layers",
-                           maximum=MAX_LAYERS)
-    heads = _positive_int(cfg, "num_attention_heads", "num_attention_heads", "n_head", "num_heads")
-    hidden = _positive_int(cfg, "hidden_size", "hidden_size", "n_embd", "d_model", required=False)
+    layers = _required_int(
+        cfg, "num_hidden_layers", "num_hidden_layers", "n_layer", "num_layers", "n_layers", maximum=MAX_LAYERS
+    )
+    heads = _required_int(cfg, "num_attention_heads", "num_attention_heads", "n_head", "num_heads")
+    hidden = _optional_int(cfg, "hidden_size", "hidden_size", "n_embd", "d_model")
 
     if cfg.get("num_key_value_heads") is not None:
-        kv_heads = _positive_int(cfg, "num_key_value_heads", "num_key_value_heads")
+        kv_heads = _required_int(cfg, "num_key_value_heads", "num_key_value_heads")
     elif cfg.get("num_kv_heads") is not None:
-        kv_heads = _positive_int(cfg, "num_kv_heads", "num_kv_heads")
+        kv_heads = _required_int(cfg, "num_kv_heads", "num_kv_heads")
     elif cfg.get("multi_query_attention") and cfg.get("multi_query_group_num") is not None:
-        kv_heads = _positive_int(cfg, "multi_query_group_num", "multi_query_group_num")
+        kv_heads = _required_int(cfg, "multi_query_group_num", "multi_query_group_num")
     elif cfg.get("multi_query") is True:
         kv_heads = 1
     else:
         kv_heads = heads
     if kv_heads > heads or heads % kv_heads:  # noqa: SIM114
-        raise InputError(
-            f"config.json: num_key_value_heads ({kv_heads}) must divide num_attention_heads ({heads})")
+        raise InputError(f"config.json: num_key_value_heads ({kv_heads}) must divide num_attention_heads ({heads})")
 
     if cfg.get("head_dim") is not None:
-        head_dim = _positive_int(cfg, "head_dim", "head_dim")
+        head_dim = _required_int(cfg, "head_dim", "head_dim")
         head_dim_source = "head_dim"
     else:
         if hidden is None:
@@ -152,13 +173,14 @@ def shape_from_config(cfg: dict) -> ModelShape:
     mla = None
     if cfg.get("kv_lora_rank") is not None:
         mla = MLAShape(
-            kv_lora_rank=_positive_int(cfg, "kv_lora_rank", "kv_lora_rank"),
-            qk_rope_head_dim=_positive_int(cfg, "qk_rope_head_dim", "qk_rope_head_dim"),
+            kv_lora_rank=_required_int(cfg, "kv_lora_rank", "kv_lora_rank"),
+            qk_rope_head_dim=_required_int(cfg, "qk_rope_head_dim", "qk_rope_head_dim"),
         )
 
     sliding_window = cfg.get("sliding_window")
-    if sliding_window is not None and (isinstance(sliding_window, bool) or not isinstance(sliding_window, int)
-                                       or not 0 < sliding_window <= 1 << 40):
+    if sliding_window is not None and (
+        isinstance(sliding_window, bool) or not isinstance(sliding_window, int) or not 0 < sliding_window <= 1 << 40
+    ):
         raise InputError(f"config.json: sliding_window must be a positive integer or null, got {sliding_window!r}")
     kinds = _layer_kinds(cfg, layers, sliding_window)
     if SLIDING not in kinds:
@@ -166,41 +188,62 @@ def shape_from_config(cfg: dict) -> ModelShape:
     elif sliding_window is None:
         raise InputError("config.json: layer_types names sliding_attention layers but sliding_window is not set")
 
-    max_pos = _positive_int(cfg, "max_position_embeddings", "max_position_embeddings", "n_positions",
-                            "max_sequence_length", "seq_length", required=False, maximum=1 << 40)
+    max_pos = _optional_int(
+        cfg,
+        "max_position_embeddings",
+        "max_position_embeddings",
+        "n_positions",
+        "max_sequence_length",
+        "seq_length",
+        maximum=1 << 40,
+    )
     moe = any(cfg.get(k) for k in ("num_experts", "num_local_experts", "n_routed_experts", "moe_num_experts"))
     experts = _first(cfg, "num_experts", "num_local_experts", "n_routed_experts", "moe_num_experts", default=0)
     experts = experts if isinstance(experts, int) and not isinstance(experts, bool) and 0 < experts <= 1 << 16 else 0
-    moe_inter = _positive_int(cfg, "moe_intermediate_size", "moe_intermediate_size", required=False)
+    moe_inter = _optional_int(cfg, "moe_intermediate_size", "moe_intermediate_size")
     shared_inter = _first(cfg, "shared_expert_intermediate_size", default=0)
     n_shared = cfg.get("n_shared_experts")
     if not shared_inter and isinstance(n_shared, int) and n_shared > 0 and moe_inter:
         shared_inter = n_shared * moe_inter
     dense_first = cfg.get("first_k_dense_replace") or 0
-    quant = cfg.get("quantization_config") if isinstance(cfg.get("quantization_config"), dict) else {}
+    quant = cfg.get("quantization_config")
+    quant = quant if isinstance(quant, dict) else {}
     qmethod = quant.get("quant_method") if isinstance(quant.get("quant_method"), str) else None
-    qbits = quant.get("bits") if isinstance(quant.get("bits"), int) and 1 <= quant.get("bits") <= 16 else None
+    bits = quant.get("bits")
+    qbits = bits if isinstance(bits, int) and not isinstance(bits, bool) and 1 <= bits <= 16 else None
     shared = cfg.get("num_kv_shared_layers") or 0
     for key in ("intermediate_size", "vocab_size"):  # optional, but never of the wrong type
         if cfg.get(key) is not None:
-            _positive_int(cfg, key, key, maximum=1 << 32)
+            _required_int(cfg, key, key, maximum=1 << 32)
     return ModelShape(
-        model_type=model_type, architecture=arch, num_layers=layers, num_attention_heads=heads,
-        num_kv_heads=kv_heads, head_dim=head_dim, head_dim_source=head_dim_source, dtype=dtype,
-        layer_kinds=tuple(kinds), sliding_window=sliding_window, max_position_embeddings=max_pos, mla=mla,
+        model_type=model_type,
+        architecture=arch,
+        num_layers=layers,
+        num_attention_heads=heads,
+        num_kv_heads=kv_heads,
+        head_dim=head_dim,
+        head_dim_source=head_dim_source,
+        dtype=dtype,
+        layer_kinds=tuple(kinds),
+        sliding_window=sliding_window,
+        max_position_embeddings=max_pos,
+        mla=mla,
         hidden_size=hidden,
-        intermediate_size=_positive_int(cfg, "intermediate_size", "intermediate_size", required=False),
-        vocab_size=_positive_int(cfg, "vocab_size", "vocab_size", required=False),
+        intermediate_size=_optional_int(cfg, "intermediate_size", "intermediate_size"),
+        vocab_size=_optional_int(cfg, "vocab_size", "vocab_size"),
         tie_word_embeddings=bool(cfg.get("tie_word_embeddings", False)),
-        moe=bool(moe), kv_shared_layers=int(shared) if isinstance(shared, int) else 0,
-        num_experts=experts, moe_intermediate_size=moe_inter,
+        moe=bool(moe),
+        kv_shared_layers=int(shared) if isinstance(shared, int) else 0,
+        num_experts=experts,
+        moe_intermediate_size=moe_inter,
         shared_expert_intermediate_size=shared_inter if isinstance(shared_inter, int) and shared_inter > 0 else 0,
         first_dense_layers=dense_first if isinstance(dense_first, int) and 0 <= dense_first <= layers else 0,
-        quant_method=qmethod, quant_bits=qbits,
+        quant_method=qmethod,
+        quant_bits=qbits,
     )
 
 
-def _layer_kinds(cfg: dict, layers: int, sliding_window: int | None) -> list[str]:
+def _layer_kinds(cfg: Config, layers: int, sliding_window: int | None) -> list[str]:
     types = cfg.get("layer_types")
     if types is not None:
         if not isinstance(types, list) or len(types) != layers:

@@ -19,8 +19,8 @@ class Platform(str, Enum):
 class LedgerMode(str, Enum):
     """Where the KV budget came from."""
 
-    GIVEN = "kv_cache_bytes given"               # --kv-cache-memory-bytes (GPU) or VLLM_CPU_KVCACHE_SPACE
-    DERIVED = "derived from GPU memory"          # utilization x memory - weights - the other terms
+    GIVEN = "kv_cache_bytes given"  # --kv-cache-memory-bytes (GPU) or VLLM_CPU_KVCACHE_SPACE
+    DERIVED = "derived from GPU memory"  # utilization x memory - weights - the other terms
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -39,7 +39,7 @@ class Ledger:
     non_torch_bytes: int | None = None
     cudagraph_bytes: int | None = None
     cudagraph_subtracted: bool | None = None
-    kv_pinned: bool = False          # the planned budget passed as --kv-cache-memory-bytes
+    kv_pinned: bool = False  # the planned budget passed as --kv-cache-memory-bytes
     kv_bytes_at_limits: int | None = None
     kv_payload_bytes_at_limits: int | None = None
     null_block_bytes: int | None = None
@@ -50,35 +50,57 @@ class Ledger:
     def to_json(self) -> dict[str, Any]:
         d: dict[str, Any] = {f.name: getattr(self, f.name) for f in fields(self)}
         d["mode"] = self.mode.value
-        if not self.kv_pinned:   # written only when set, as plan.json always had it
+        if not self.kv_pinned:  # written only when set, as plan.json always had it
             del d["kv_pinned"]
         return d
 
     @classmethod
     def from_json(cls, d: dict[str, Any]) -> Ledger:
         known = {f.name for f in fields(cls)}
-        return cls(**{**{k: v for k, v in d.items() if k in known}, "mode": LedgerMode(d["mode"]),
-                      "kv_pinned": bool(d.get("kv_pinned", False))})
+        return cls(
+            **{
+                **{k: v for k, v in d.items() if k in known},
+                "mode": LedgerMode(d["mode"]),
+                "kv_pinned": bool(d.get("kv_pinned", False)),
+            }
+        )
 
 
 # plan.json's keys that PlanRecord types; every other key is kept in `shown` as it is
-_TYPED = ("platform", "block_size", "num_blocks", "usable_blocks", "blocks_per_seq", "max_model_len", "max_num_seqs",
-          "max_num_batched_tokens", "max_concurrency", "kv_cache_tokens", "kv_bytes_per_token", "bytes_per_block",
-          "fits", "ledger", "vllm_args", "vllm_env", "bandwidth", "schedule")
+_TYPED = (
+    "platform",
+    "block_size",
+    "num_blocks",
+    "usable_blocks",
+    "blocks_per_seq",
+    "max_model_len",
+    "max_num_seqs",
+    "max_num_batched_tokens",
+    "max_concurrency",
+    "kv_cache_tokens",
+    "kv_bytes_per_token",
+    "bytes_per_block",
+    "fits",
+    "ledger",
+    "vllm_args",
+    "vllm_env",
+    "bandwidth",
+    "schedule",
+)
 
 
 @dataclass(frozen=True, kw_only=True)
 class PlanRecord:
     platform: Platform
     block_size: int
-    num_blocks: int                  # vLLM's num_gpu_blocks (the null block included)
-    usable_blocks: int               # num_blocks - 1
-    blocks_per_seq: int              # blocks one request claims at max_model_len
+    num_blocks: int  # vLLM's num_gpu_blocks (the null block included)
+    usable_blocks: int  # num_blocks - 1
+    blocks_per_seq: int  # blocks one request claims at max_model_len
     max_model_len: int
     max_num_seqs: int
     max_num_batched_tokens: int
-    max_concurrency: float           # vLLM's figure: num_blocks / blocks_per_seq
-    kv_cache_tokens: int             # vLLM's "KV cache size: N tokens"
+    max_concurrency: float  # vLLM's figure: num_blocks / blocks_per_seq
+    kv_cache_tokens: int  # vLLM's "KV cache size: N tokens"
     kv_bytes_per_token: int
     bytes_per_block: int
     fits: bool
@@ -86,7 +108,7 @@ class PlanRecord:
     decode_step_floor_ms: float | None = None
     vllm_args: tuple[str, ...] = ()
     vllm_env: dict[str, str] = field(default_factory=dict)
-    shown: dict[str, Any] = field(default_factory=dict)   # for people: rendered by report/ as it is
+    shown: dict[str, Any] = field(default_factory=dict)  # for people: rendered by report/ as it is
     bandwidth: dict[str, Any] | None = None
 
     def with_flags(self, args: list[str], env: dict[str, str]) -> PlanRecord:
@@ -95,7 +117,7 @@ class PlanRecord:
     def to_json(self) -> dict[str, Any]:
         """plan.json: the planner's figures, the flags, the schedule."""
         d: dict[str, Any] = dict(self.shown)
-        for name in _TYPED[:-1]:   # the schedule is the run directory's (rundir/schedule.py)
+        for name in _TYPED[:-1]:  # the schedule is the run directory's (rundir/schedule.py)
             v = getattr(self, name)
             if name == "platform":
                 v = self.platform.value
@@ -119,13 +141,23 @@ class PlanRecord:
                 raise TypeError(f"{key} is not an integer")
         bw = d.get("bandwidth") if isinstance(d.get("bandwidth"), dict) else None
         return cls(
-            platform=Platform(d.get("platform", "gpu")), block_size=d["block_size"], num_blocks=d["num_blocks"],
-            usable_blocks=d["usable_blocks"], blocks_per_seq=int(d.get("blocks_per_seq") or 0),
-            max_model_len=d["max_model_len"], max_num_seqs=d["max_num_seqs"],
+            platform=Platform(d.get("platform", "gpu")),
+            block_size=d["block_size"],
+            num_blocks=d["num_blocks"],
+            usable_blocks=d["usable_blocks"],
+            blocks_per_seq=int(d.get("blocks_per_seq") or 0),
+            max_model_len=d["max_model_len"],
+            max_num_seqs=d["max_num_seqs"],
             max_num_batched_tokens=int(d.get("max_num_batched_tokens") or 0),
-            max_concurrency=float(d.get("max_concurrency") or 0.0), kv_cache_tokens=int(d.get("kv_cache_tokens") or 0),
-            kv_bytes_per_token=int(d.get("kv_bytes_per_token") or 0), bytes_per_block=int(d.get("bytes_per_block") or 0),
-            fits=bool(d.get("fits", True)), ledger=Ledger.from_json(d["ledger"]),
+            max_concurrency=float(d.get("max_concurrency") or 0.0),
+            kv_cache_tokens=int(d.get("kv_cache_tokens") or 0),
+            kv_bytes_per_token=int(d.get("kv_bytes_per_token") or 0),
+            bytes_per_block=int(d.get("bytes_per_block") or 0),
+            fits=bool(d.get("fits", True)),
+            ledger=Ledger.from_json(d["ledger"]),
             decode_step_floor_ms=(bw or {}).get("decode_step_floor_ms"),
-            vllm_args=tuple(d.get("vllm_args") or ()), vllm_env=dict(d.get("vllm_env") or {}),
-            shown={k: v for k, v in d.items() if k not in _TYPED}, bandwidth=bw)
+            vllm_args=tuple(d.get("vllm_args") or ()),
+            vllm_env=dict(d.get("vllm_env") or {}),
+            shown={k: v for k, v in d.items() if k not in _TYPED},
+            bandwidth=bw,
+        )

@@ -19,21 +19,30 @@ from validator.plan.model_shape import DTYPE_BYTES, LINEAR, ModelShape
 from validator.units import cdiv
 
 # bits per linear weight by quant_method when the config gives no `bits`
-_QUANT_BITS = {"fp8": 8, "fbgemm_fp8": 8, "compressed-tensors": 8, "awq": 4, "gptq": 4, "gptq_marlin": 4,
-               "awq_marlin": 4, "bitsandbytes": 4, "mxfp4": 4}
+_QUANT_BITS = {
+    "fp8": 8,
+    "fbgemm_fp8": 8,
+    "compressed-tensors": 8,
+    "awq": 4,
+    "gptq": 4,
+    "gptq_marlin": 4,
+    "awq_marlin": 4,
+    "bitsandbytes": 4,
+    "mxfp4": 4,
+}
 
 
 @dataclass(frozen=True, kw_only=True)
 class WeightCount:
     """Parameters by where they live (whole model)."""
 
-    embedding: int          # input embedding table
-    lm_head: int            # 0 when tied to the embeddings
-    per_layer_linear: tuple[int, ...]   # quantizable matrices, one entry per decoder layer
-    per_layer_other: int    # norms and biases per layer (checkpoint dtype)
+    embedding: int  # input embedding table
+    lm_head: int  # 0 when tied to the embeddings
+    per_layer_linear: tuple[int, ...]  # quantizable matrices, one entry per decoder layer
+    per_layer_other: int  # norms and biases per layer (checkpoint dtype)
     final_norm: int
-    linear_bits: int        # bits per linear weight
-    dtype_bytes: int        # checkpoint dtype bytes
+    linear_bits: int  # bits per linear weight
+    dtype_bytes: int  # checkpoint dtype bytes
 
     def rank_bytes(self, tp: int = 1, pp: int = 1, stage: int = 0) -> int:
         """Bytes held by one GPU: tensor rank of pipeline stage `stage`."""
@@ -57,9 +66,9 @@ class WeightCount:
 def count_weights(shape: ModelShape, dtype: str | None = None) -> WeightCount | None:
     """The parameter count of a Llama/Qwen/Mistral-style decoder, dense or MoE; None for shapes it does
     not describe (MLA, linear-attention hybrids, missing sizes)."""
-    if shape.mla or LINEAR in shape.layer_kinds or None in (shape.hidden_size, shape.vocab_size):
-        return None
     h, v = shape.hidden_size, shape.vocab_size
+    if shape.mla or LINEAR in shape.layer_kinds or h is None or v is None:
+        return None
     q = shape.num_attention_heads * shape.head_dim
     kv = shape.num_kv_heads * shape.head_dim
     attn = h * q + 2 * h * kv + q * h
@@ -70,7 +79,7 @@ def count_weights(shape: ModelShape, dtype: str | None = None) -> WeightCount | 
             inter = shape.moe_intermediate_size or shape.intermediate_size
             if inter is None:
                 return None
-            mlp = shape.num_experts * 3 * h * inter + h * shape.num_experts   # experts + router
+            mlp = shape.num_experts * 3 * h * inter + h * shape.num_experts  # experts + router
             mlp += 3 * h * shape.shared_expert_intermediate_size
         else:
             if shape.intermediate_size is None:
@@ -79,6 +88,12 @@ def count_weights(shape: ModelShape, dtype: str | None = None) -> WeightCount | 
         per_layer.append(attn + mlp)
     dt = DTYPE_BYTES[dtype or shape.dtype]
     bits = shape.quant_bits or _QUANT_BITS.get(shape.quant_method or "", dt * 8)
-    return WeightCount(embedding=v * h, lm_head=0 if shape.tie_word_embeddings else v * h,
-                       per_layer_linear=tuple(per_layer), per_layer_other=other, final_norm=h,
-                       linear_bits=bits, dtype_bytes=dt)
+    return WeightCount(
+        embedding=v * h,
+        lm_head=0 if shape.tie_word_embeddings else v * h,
+        per_layer_linear=tuple(per_layer),
+        per_layer_other=other,
+        final_norm=h,
+        linear_bits=bits,
+        dtype_bytes=dt,
+    )

@@ -18,6 +18,21 @@ from validator.profile.sections import (
     WorkloadSection,
 )
 
-__all__ = ["SCHEMA", "SECTIONS", "CacheSection", "Field", "HardwareSection", "LimitsSection", "ModelSection",
-           "ObserveSection", "Profile", "SloSection", "TolerancesSection", "VllmSection", "WorkloadSection",
-           "from_dict", "load", "override"]
+__all__ = [
+    "SCHEMA",
+    "SECTIONS",
+    "CacheSection",
+    "Field",
+    "HardwareSection",
+    "LimitsSection",
+    "ModelSection",
+    "ObserveSection",
+    "Profile",
+    "SloSection",
+    "TolerancesSection",
+    "VllmSection",
+    "WorkloadSection",
+    "from_dict",
+    "load",
+    "override",
+]

@@ -88,7 +88,7 @@ def _check(path: str, rule: Field, value: Any, base: Path | None) -> Any:
     elif k == "dict[str,str]":
         if not isinstance(value, dict):
             raise InputError(f"{path}: expected a mapping of NAME: value, got a {type(value).__name__}")
-        for a, b in value.items():   # the values may be secrets: a bad one is named by its key only
+        for a, b in value.items():  # the values may be secrets: a bad one is named by its key only
             if not (isinstance(a, str) and a and "=" not in a and "\x00" not in a and len(a) <= 256):
                 raise InputError(f"{path}: {brief(a)} is not an environment variable name")
             if not isinstance(b, (str, int, float)) or isinstance(b, bool) or isinstance(b, str) and "\x00" in b:
@@ -132,8 +132,11 @@ def from_dict(raw: Any, source: Path | None = None) -> Profile:
         for key, rule in rules.items():
             path = f"{section}.{key}" if section else key
             v = given.get(key)
-            out[key] = _check(path, rule, v, base) if v is not None else (
-                _check(path, rule, rule.default, None) if rule.default is not None else None)
+            out[key] = (
+                _check(path, rule, v, base)
+                if v is not None
+                else (_check(path, rule, rule.default, None) if rule.default is not None else None)
+            )
         values[section] = out
     return Profile(values, source)
 
@@ -149,7 +152,9 @@ def load(path: str | os.PathLike) -> Profile:
         if not p.is_file():
             raise InputError(f"--profile: {p} is not a regular file; give a YAML file")
         if p.stat().st_size > MAX_PROFILE_BYTES:
-            raise InputError(f"--profile: {p} is larger than {MAX_PROFILE_BYTES >> 10} KiB; a profile is a short YAML file")
+            raise InputError(
+                f"--profile: {p} is larger than {MAX_PROFILE_BYTES >> 10} KiB; a profile is a short YAML file"
+            )
         text = p.read_text(encoding="utf-8")
     except (OSError, UnicodeDecodeError) as e:
         raise InputError(f"--profile: cannot read {p}: {type(e).__name__}") from None
@@ -161,7 +166,7 @@ def load(path: str | os.PathLike) -> Profile:
         raise InputError(f"--profile: {p} is not valid YAML{where}: {getattr(e, 'problem', e)}") from None
     except RecursionError:
         raise InputError(f"--profile: {p} is nested too deeply to be a profile") from None
-    except ValueError as e:   # e.g. an integer of more digits than Python converts
+    except ValueError as e:  # e.g. an integer of more digits than Python converts
         raise InputError(f"--profile: {p}: {str(e)[:120]}") from None
     return from_dict(raw, p.resolve())
 

@@ -6,19 +6,7 @@ import re
 
 from validator.errors import one_line
 from validator.judge.verdict import STATUS_WORD, counts_line
-
-
-def fmt(v) -> str:
-    if v is None:
-        return "—"
-    if isinstance(v, float):
-        if v.is_integer() and abs(v) < 1e15:   # counters come as floats: 11520.0 reads as 11520
-            return str(int(v))
-        return f"{v:.4g}"
-    if isinstance(v, dict):
-        return ", ".join(f"{k} {fmt(x)}" for k, x in v.items())
-    return str(v)
-
+from validator.report.numbers import fmt
 
 _MD_SPECIAL = re.compile(r"([\\`*_\[\]{}()#+!|<>~-])")
 
@@ -38,9 +26,11 @@ def checks_table(checks: list[dict]) -> str:
     return "\n".join(rows)
 
 
-DEV_MODE_NOTE = ("vLLM ran in dev mode (VLLM_SERVER_DEV_MODE=1, for freeze-frames and the cache reset): its "
-                 "/pause, /sleep and /collective_rpc routes are not guarded by the API key; kvgate allows it only "
-                 "on a loopback address")
+DEV_MODE_NOTE = (
+    "vLLM ran in dev mode (VLLM_SERVER_DEV_MODE=1, for freeze-frames and the cache reset): its "
+    "/pause, /sleep and /collective_rpc routes are not guarded by the API key; kvgate allows it only "
+    "on a loopback address"
+)
 
 
 def dev_mode_of(rep: dict) -> bool:
@@ -56,19 +46,26 @@ def summary_md(rep: dict) -> str:
     if dev_mode_of(rep):
         lines += [f"note: {DEV_MODE_NOTE}", ""]
     lines += [f"note: {md(n)}" for n in rep.get("notes") or []]
-    lines += [f"plan: {p['max_num_seqs']} sequences x {p['max_model_len']:,} tokens, {p['num_blocks']:,} blocks of "
-              f"{p['block_size']} ({p['usable_blocks']:,} usable), {p['kv_bytes_per_token']:,} B/token", ""]
+    lines += [
+        f"plan: {p['max_num_seqs']} sequences x {p['max_model_len']:,} tokens, {p['num_blocks']:,} blocks of "
+        f"{p['block_size']} ({p['usable_blocks']:,} usable), {p['kv_bytes_per_token']:,} B/token",
+        "",
+    ]
     for r in rep["runs"]:
         c = r["client"]
         ttft = c["ttft_ms"]["p99"] if c.get("ttft_ms") else None
         itl = c["itl_ms"]["p50"] if c.get("itl_ms") else None
         floor = r.get("decode_step_floor_ms")
-        lines.append(f"- **{md(r['name'])}** ({md(r['cache'])}, cache {md(r['isolation'] or 'as left')}): "
-                     f"{c['ok']}/{c['requests']} ok, {md(freeze_summary(r))}, sampled KV peak {fmt(r['kv']['kv_observed_peak'])} (bound "
-                     f"{fmt(r['kv']['kv_upper_bound'])}) blocks, prefix hits {fmt(r['prefix']['observed_hit_tokens'])} observed / "
-                     f"{fmt(r['prefix']['predicted_hit_tokens'])} predicted, TTFT p99 {fmt(ttft)} ms, ITL p50 "
-                     f"{fmt(itl)} ms" + (f" (decode-step floor {floor:.2f} ms)" if floor is not None else "")
-                     + (" — cut short" if r["interrupted"] else ""))
+        lines.append(
+            f"- **{md(r['name'])}** ({md(r['cache'])}, cache {md(r['isolation'] or 'as left')}): "
+            f"{c['ok']}/{c['requests']} ok, {md(freeze_summary(r))}, sampled KV peak "
+            f"{fmt(r['kv']['kv_observed_peak'])} (bound {fmt(r['kv']['kv_upper_bound'])}) blocks, prefix hits "
+            f"{fmt(r['prefix']['observed_hit_tokens'])} observed / "
+            f"{fmt(r['prefix']['predicted_hit_tokens'])} predicted, TTFT p99 {fmt(ttft)} ms, ITL p50 "
+            f"{fmt(itl)} ms"
+            + (f" (decode-step floor {floor:.2f} ms)" if floor is not None else "")
+            + (" — cut short" if r["interrupted"] else "")
+        )
     missing = [c for c in rep["checks"] if c["status"] == "not_measured"]
     lines += ["", checks_table(rep["checks"]), ""]
     if failed:
@@ -85,5 +82,8 @@ def freeze_summary(r: dict) -> str:
         return f"no freezes ({r['freeze_note']})"
     if not fz:
         return "no freezes"
-    return f"{sum(1 for f in fz if f['settled'])} freeze(s) at " + ", ".join(
-        f"{fmt(f['observed'])}" for f in fz) + " blocks"
+    return (
+        f"{sum(1 for f in fz if f['settled'])} freeze(s) at "
+        + ", ".join(f"{fmt(f['observed'])}" for f in fz)
+        + " blocks"
+    )

@@ -19,40 +19,55 @@ def _nice_max(v: float) -> float:
     return 10 * e
 
 
-def _frame(title: str, x_label: str, y_label: str, x_max: float, y_max: float, body: str, legend: list,
-           kind: str) -> str:
+def _frame(
+    title: str, x_label: str, y_label: str, x_max: float, y_max: float, body: str, legend: list, kind: str
+) -> str:
     pw, ph = W - PAD_L - PAD_R, H - PAD_T - PAD_B
     ticks = []
     for i in range(5):
         y = PAD_T + ph - ph * i / 4
-        ticks.append(f'<line x1="{PAD_L}" y1="{y:.1f}" x2="{W - PAD_R}" y2="{y:.1f}" stroke="#eee"/>'
-                     f'<text x="{PAD_L - 6}" y="{y + 4:.1f}" text-anchor="end" font-size="11">'
-                     f'{y_max * i / 4:g}</text>')
+        ticks.append(
+            f'<line x1="{PAD_L}" y1="{y:.1f}" x2="{W - PAD_R}" y2="{y:.1f}" stroke="#eee"/>'
+            f'<text x="{PAD_L - 6}" y="{y + 4:.1f}" text-anchor="end" font-size="11">'
+            f"{y_max * i / 4:g}</text>"
+        )
         x = PAD_L + pw * i / 4
-        ticks.append(f'<text x="{x:.1f}" y="{H - PAD_B + 16}" text-anchor="middle" font-size="11">'
-                     f'{x_max * i / 4:.3g}</text>')
+        ticks.append(
+            f'<text x="{x:.1f}" y="{H - PAD_B + 16}" text-anchor="middle" font-size="11">{x_max * i / 4:.3g}</text>'
+        )
     leg, x, row = [], PAD_L + 10, 0
     for n, c in legend:  # entries as wide as their text (about 6 px a character), wrapping to a new row
         w = 24 + 6 * len(n)
         if x + w > W - PAD_R and x > PAD_L + 10:
             x, row = PAD_L + 10, row + 1
-        leg.append(f'<rect x="{x}" y="{6 + 14 * row}" width="10" height="10" fill="{c}"/>'
-                   f'<text x="{x + 14}" y="{15 + 14 * row}" font-size="11">{html.escape(n)}</text>')
+        leg.append(
+            f'<rect x="{x}" y="{6 + 14 * row}" width="10" height="10" fill="{c}"/>'
+            f'<text x="{x + 14}" y="{15 + 14 * row}" font-size="11">{html.escape(n)}</text>'
+        )
         x += w
-    leg = "".join(leg)
-    return (f'<svg class="chart" data-kind="{kind}" xmlns="http://www.w3.org/2000/svg" width="{W}" height="{H}" '
-            f'viewBox="0 0 {W} {H}" role="img" aria-label="{html.escape(title)}">'
-            f'<title>{html.escape(title)}</title>{"".join(ticks)}'
-            f'<line x1="{PAD_L}" y1="{PAD_T + ph}" x2="{W - PAD_R}" y2="{PAD_T + ph}" stroke="#333"/>'
-            f'<line x1="{PAD_L}" y1="{PAD_T}" x2="{PAD_L}" y2="{PAD_T + ph}" stroke="#333"/>{body}{leg}'
-            f'<text x="{PAD_L + pw / 2}" y="{H - 4}" text-anchor="middle" font-size="12">{html.escape(x_label)}</text>'
-            f'<text x="14" y="{PAD_T + ph / 2}" text-anchor="middle" font-size="12" '
-            f'transform="rotate(-90 14 {PAD_T + ph / 2})">{html.escape(y_label)}</text></svg>')
+    legend_svg = "".join(leg)
+    return (
+        f'<svg class="chart" data-kind="{kind}" xmlns="http://www.w3.org/2000/svg" width="{W}" height="{H}" '
+        f'viewBox="0 0 {W} {H}" role="img" aria-label="{html.escape(title)}">'
+        f"<title>{html.escape(title)}</title>{''.join(ticks)}"
+        f'<line x1="{PAD_L}" y1="{PAD_T + ph}" x2="{W - PAD_R}" y2="{PAD_T + ph}" stroke="#333"/>'
+        f'<line x1="{PAD_L}" y1="{PAD_T}" x2="{PAD_L}" y2="{PAD_T + ph}" stroke="#333"/>{body}{legend_svg}'
+        f'<text x="{PAD_L + pw / 2}" y="{H - 4}" text-anchor="middle" font-size="12">{html.escape(x_label)}</text>'
+        f'<text x="14" y="{PAD_T + ph / 2}" text-anchor="middle" font-size="12" '
+        f'transform="rotate(-90 14 {PAD_T + ph / 2})">{html.escape(y_label)}</text></svg>'
+    )
 
 
-def lines(title: str, series: list[tuple[str, list[tuple[float, float]]]], x_label: str, y_label: str,
-          y_max: float | None = None, hline: tuple[str, float] | None = None, step: bool = False,
-          markers: tuple[str, ...] = ()) -> str:
+def lines(
+    title: str,
+    series: list[tuple[str, list[tuple[float, float]]]],
+    x_label: str,
+    y_label: str,
+    y_max: float | None = None,
+    hline: tuple[str, float] | None = None,
+    step: bool = False,
+    markers: tuple[str, ...] = (),
+) -> str:
     """Line series; those named in `markers` are drawn as large dots only (exact readings)."""
     pts = [p for _, s in series for p in s]
     x_max = _nice_max(max((x for x, _ in pts), default=1.0))
@@ -61,7 +76,8 @@ def lines(title: str, series: list[tuple[str, list[tuple[float, float]]]], x_lab
 
     def xy(x, y):
         return PAD_L + pw * x / x_max, PAD_T + ph - ph * y / y_top
-    body = []
+
+    body: list[str] = []
     legend = []
     for i, (name, s) in enumerate(series):
         c = COLORS[i % len(COLORS)]
@@ -70,11 +86,14 @@ def lines(title: str, series: list[tuple[str, list[tuple[float, float]]]], x_lab
             continue
         if name in markers:  # the first marker series as rings, the next as dots inside them: both show
             ring = markers.index(name) == 0
-            style = (f'r="6" fill="none" stroke="{c}" stroke-width="2.5"' if ring else f'r="2.8" fill="{c}"')
-            body.extend(f'<circle class="marker" data-name="{html.escape(name)}" cx="{xy(x, y)[0]:.1f}" '
-                        f'cy="{xy(x, y)[1]:.1f}" {style}/>' for x, y in s)
+            style = f'r="6" fill="none" stroke="{c}" stroke-width="2.5"' if ring else f'r="2.8" fill="{c}"'
+            body.extend(
+                f'<circle class="marker" data-name="{html.escape(name)}" cx="{xy(x, y)[0]:.1f}" '
+                f'cy="{xy(x, y)[1]:.1f}" {style}/>'
+                for x, y in s
+            )
             continue
-        path = []
+        path: list[str] = []
         prev = None
         for x, y in s:
             px, py = xy(x, y)
@@ -84,17 +103,24 @@ def lines(title: str, series: list[tuple[str, list[tuple[float, float]]]], x_lab
             prev = py
         # the first of several series (the prediction) as a wide translucent band, the others thin on
         # top of it: where they agree both stay visible
-        dash = (' stroke-width="8" stroke-opacity="0.3" stroke-linejoin="round"' if i == 0 and len(series) > 1
-                else ' stroke-width="1.8"')
-        body.append(f'<path class="series" data-name="{html.escape(name)}" d="{" ".join(path)}" fill="none" '
-                    f'stroke="{c}"{dash}/>')
+        dash = (
+            ' stroke-width="8" stroke-opacity="0.3" stroke-linejoin="round"'
+            if i == 0 and len(series) > 1
+            else ' stroke-width="1.8"'
+        )
+        body.append(
+            f'<path class="series" data-name="{html.escape(name)}" d="{" ".join(path)}" fill="none" '
+            f'stroke="{c}"{dash}/>'
+        )
         if len(s) < 80 and not (i == 0 and len(series) > 1):
             body.extend(f'<circle cx="{xy(x, y)[0]:.1f}" cy="{xy(x, y)[1]:.1f}" r="2.2" fill="{c}"/>' for x, y in s)
     if hline:
         _, y = xy(0, hline[1])
-        body.append(f'<line x1="{PAD_L}" y1="{y:.1f}" x2="{W - PAD_R}" y2="{y:.1f}" stroke="#888" '
-                    f'stroke-dasharray="4 3"/><text x="{W - PAD_R - 4}" y="{y - 4:.1f}" text-anchor="end" '
-                    f'font-size="11" fill="#555">{html.escape(hline[0])}</text>')
+        body.append(
+            f'<line x1="{PAD_L}" y1="{y:.1f}" x2="{W - PAD_R}" y2="{y:.1f}" stroke="#888" '
+            f'stroke-dasharray="4 3"/><text x="{W - PAD_R - 4}" y="{y - 4:.1f}" text-anchor="end" '
+            f'font-size="11" fill="#555">{html.escape(hline[0])}</text>'
+        )
     return _frame(title, x_label, y_label, x_max, y_top, "".join(body), legend, "lines")
 
 
@@ -105,27 +131,34 @@ def cdf(title: str, series: list[tuple[str, list[float]]], x_label: str) -> str:
         n = len(v)
         step = max(n // 400, 1)  # at most ~400 points a series
         pts.append((name, [(x, (i + 1) / n) for i, x in enumerate(v) if i % step == 0 or i == n - 1]))
-    return lines(title, pts, x_label, "fraction of values <=", y_max=1.0).replace('data-kind="lines"',
-                                                                                  'data-kind="cdf"')
+    return lines(title, pts, x_label, "fraction of values <=", y_max=1.0).replace(
+        'data-kind="lines"', 'data-kind="cdf"'
+    )
 
 
 def stacked_bar(title: str, parts: list[tuple[str, float]], total: float | None, unit: str = "GiB") -> str:
     pw = W - PAD_L - PAD_R
     top = max(sum(v for _, v in parts), total or 0, 1e-9)
-    x = PAD_L
-    body = []
+    x: float = PAD_L
+    body: list[str] = []
     for i, (name, v) in enumerate(parts):
         w = pw * v / top
         c = COLORS[i % len(COLORS)]
-        body.append(f'<rect class="bar" data-name="{html.escape(name)}" x="{x:.1f}" y="50" width="{max(w, 0):.1f}" '
-                    f'height="40" fill="{c}"/><rect x="{PAD_L + 160 * i}" y="104" width="10" height="10" '
-                    f'fill="{c}"/><text x="{PAD_L + 14 + 160 * i}" y="113" font-size="11">'
-                    f'{html.escape(name)} {v:.4g} {unit}</text>')
+        body.append(
+            f'<rect class="bar" data-name="{html.escape(name)}" x="{x:.1f}" y="50" width="{max(w, 0):.1f}" '
+            f'height="40" fill="{c}"/><rect x="{PAD_L + 160 * i}" y="104" width="10" height="10" '
+            f'fill="{c}"/><text x="{PAD_L + 14 + 160 * i}" y="113" font-size="11">'
+            f"{html.escape(name)} {v:.4g} {unit}</text>"
+        )
         x += w
     if total:
         tx = PAD_L + pw * total / top
-        body.append(f'<line x1="{tx:.1f}" y1="40" x2="{tx:.1f}" y2="100" stroke="#000" stroke-width="2"/>'
-                    f'<text x="{tx:.1f}" y="34" text-anchor="middle" font-size="11">budget {total:.3g} {unit}</text>')
-    return (f'<svg class="chart" data-kind="bar" xmlns="http://www.w3.org/2000/svg" width="{W}" height="130" '
-            f'viewBox="0 0 {W} 130" role="img" aria-label="{html.escape(title)}"><title>{html.escape(title)}</title>'
-            f'{"".join(body)}</svg>')
+        body.append(
+            f'<line x1="{tx:.1f}" y1="40" x2="{tx:.1f}" y2="100" stroke="#000" stroke-width="2"/>'
+            f'<text x="{tx:.1f}" y="34" text-anchor="middle" font-size="11">budget {total:.3g} {unit}</text>'
+        )
+    return (
+        f'<svg class="chart" data-kind="bar" xmlns="http://www.w3.org/2000/svg" width="{W}" height="130" '
+        f'viewBox="0 0 {W} 130" role="img" aria-label="{html.escape(title)}"><title>{html.escape(title)}</title>'
+        f"{''.join(body)}</svg>"
+    )

@@ -18,21 +18,30 @@ def plan_text(plan_json: dict) -> str:
     def row(label: str, value: str, note: str = "") -> None:
         rows.append((label, value, note))
 
-    out = [f"model      {m['architecture']} ({m['model_type']}): {m['num_layers']} layers [{m['layer_kinds']}], "
-           f"{m['num_attention_heads']} query heads, {m['num_kv_heads']} KV heads, head_dim {m['head_dim']} "
-           f"({m['head_dim_source']}), {m['dtype']}"]
+    out = [
+        f"model      {m['architecture']} ({m['model_type']}): {m['num_layers']} layers [{m['layer_kinds']}], "
+        f"{m['num_attention_heads']} query heads, {m['num_kv_heads']} KV heads, head_dim {m['head_dim']} "
+        f"({m['head_dim_source']}), {m['dtype']}"
+    ]
     if m["sliding_window"]:
         out.append(f"           sliding window {m['sliding_window']} tokens")
-    out.append(f"platform   {p['platform']}, tensor parallel {p['tensor_parallel_size']}, "
-               f"KV dtype {p['kv_cache_dtype']}")
+    out.append(
+        f"platform   {p['platform']}, tensor parallel {p['tensor_parallel_size']}, KV dtype {p['kv_cache_dtype']}"
+    )
     out.append("")
     out.append("KV cache per rank")
     out.append(f"  per token            {p['kv_bytes_per_token']:>14,} B  ({human(p['kv_bytes_per_token'])})")
-    out.append(f"  block                {p['block_size']:>14,} tokens, {p['bytes_per_block']:,} B per pool block "
-               f"({len(p['kv_groups'])} group{'s' if len(p['kv_groups']) > 1 else ''})")
-    out.append(f"  blocks               {p['num_blocks']:>14,} (usable {p['usable_blocks']:,}: one is vLLM's null block)")
+    out.append(
+        f"  block                {p['block_size']:>14,} tokens, {p['bytes_per_block']:,} B per pool block "
+        f"({len(p['kv_groups'])} group{'s' if len(p['kv_groups']) > 1 else ''})"
+    )
+    out.append(
+        f"  blocks               {p['num_blocks']:>14,} (usable {p['usable_blocks']:,}: one is vLLM's null block)"
+    )
     out.append(f"  KV tokens (vLLM)     {p['kv_cache_tokens']:>14,}")
-    out.append(f"  max concurrency      {p['max_concurrency']:>14.2f}x at {p['max_model_len']:,} tokens (vLLM's figure)")
+    out.append(
+        f"  max concurrency      {p['max_concurrency']:>14.2f}x at {p['max_model_len']:,} tokens (vLLM's figure)"
+    )
     out.append("")
     out.append("Limits")
     src = p.get("limits_source", {})
@@ -51,13 +60,19 @@ def plan_text(plan_json: dict) -> str:
     if L.get("activation_peak_bytes") is not None:  # vLLM's start-up memory, term by term
         row("- activation peak", _g(L["activation_peak_bytes"]), src.get("activation_peak_bytes", ""))
         row("- non-torch", _g(L["non_torch_bytes"]), src.get("non_torch_bytes", ""))
-        row("- CUDA graphs" if L.get("cudagraph_subtracted") else "  (CUDA graphs)", _g(L["cudagraph_bytes"]),
-            src.get("cudagraph_bytes", ""))
+        row(
+            "- CUDA graphs" if L.get("cudagraph_subtracted") else "  (CUDA graphs)",
+            _g(L["cudagraph_bytes"]),
+            src.get("cudagraph_bytes", ""),
+        )
     elif L["workspace_bytes"] is not None:
         row("- workspace", _g(L["workspace_bytes"]), src.get("workspace_bytes", "activations, CUDA graphs, non-torch"))
     row("= KV cache", _g(L["kv_cache_bytes"]), src.get("kv_cache_bytes", ""))
-    row("KV at limits", _g(L["kv_bytes_at_limits"]),
-        f"allocated, block-rounded ({p['max_num_seqs']} x {p['max_model_len']:,} tokens)")
+    row(
+        "KV at limits",
+        _g(L["kv_bytes_at_limits"]),
+        f"allocated, block-rounded ({p['max_num_seqs']} x {p['max_model_len']:,} tokens)",
+    )
     row("  payload", _g(L["kv_payload_bytes_at_limits"]), "unrounded")
     row("  null block", _g(L["null_block_bytes"]))
     row("headroom", _g(L["kv_headroom_bytes"]), "KV cache - null block - KV at limits")
@@ -74,16 +89,21 @@ def plan_text(plan_json: dict) -> str:
         out.append("Decode bandwidth at the limits (per rank, every sequence at full length)")
         out.append(f"  each decode step reads the weights once: {_g(bw['weight_read_bytes_per_step'])}")
         out.append(f"  and every cached position of every sequence: {_g(bw['kv_read_bytes_per_step'])}")
-        out.append(f"  from {bw['crossover_batch']} sequences on, reading the KV cache costs more than reading the "
-                   "weights")
+        out.append(
+            f"  from {bw['crossover_batch']} sequences on, reading the KV cache costs more than reading the weights"
+        )
         rq = bw.get("request")
         if rq:
-            out.append(f"  one request of {rq['prompt_tokens']:,} + {rq['output_tokens']:,} tokens reads "
-                       f"{_g(rq['kv_bytes_read'])} of KV over its decode ({rq['token_reads']:,} position reads) "
-                       f"and stores {_g(rq['kv_bytes_stored'])}: {rq['read_to_stored']:g}x more read than stored")
+            out.append(
+                f"  one request of {rq['prompt_tokens']:,} + {rq['output_tokens']:,} tokens reads "
+                f"{_g(rq['kv_bytes_read'])} of KV over its decode ({rq['token_reads']:,} position reads) "
+                f"and stores {_g(rq['kv_bytes_stored'])}: {rq['read_to_stored']:g}x more read than stored"
+            )
         if bw.get("decode_step_floor_ms") is not None:
-            out.append(f"  so a decode step takes at least {bw['decode_step_floor_ms']:.2f} ms at "
-                       f"{bw['memory_bandwidth_bytes_per_s'] / 1e12:g} TB/s: the floor for inter-token latency")
+            out.append(
+                f"  so a decode step takes at least {bw['decode_step_floor_ms']:.2f} ms at "
+                f"{bw['memory_bandwidth_bytes_per_s'] / 1e12:g} TB/s: the floor for inter-token latency"
+            )
     for n in p.get("notes", []):
         out.append(f"note: {n}")
     out.append("")

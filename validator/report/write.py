@@ -7,9 +7,9 @@ import time
 from pathlib import Path
 
 from loadgen.results import benchjson
+from loadgen.safefile import real_dir_inside
 from validator.report.html import report_html
 from validator.report.markdown import summary_md
-from loadgen.safefile import real_dir_inside
 from validator.rundir.files import write_text
 from validator.rundir.schedule import RUN_NAME
 
@@ -27,12 +27,20 @@ def write_bench_results(run_dir: Path, runs: list, model: str) -> None:
         if not r.measured:
             continue
         res = benchjson.result(
-            r.records, max(r.ended_at - r.started_at, 0.0), backend="openai", model_id=str(model),
-            num_prompts=len([x for x in r.records if not x.warmup]), request_rate=None, burstiness=1.0,
+            r.records,
+            max(r.ended_at - r.started_at, 0.0),
+            backend="openai",
+            model_id=str(model),
+            num_prompts=len([x for x in r.records if not x.warmup]),
+            request_rate=None,
+            burstiness=1.0,
             max_concurrency=(r.workload or {}).get("concurrency"),
-            percentile_metrics=("ttft", "tpot", "itl", "e2el"), percentiles=(50.0, 90.0, 99.0), detailed=True,
+            percentile_metrics=("ttft", "tpot", "itl", "e2el"),
+            percentiles=(50.0, 90.0, 99.0),
+            detailed=True,
             metadata={"kvgate_run": r.name, "cache": r.cache},
-            date=time.strftime("%Y%m%d-%H%M%S", time.localtime(r.started_at)))
+            date=time.strftime("%Y%m%d-%H%M%S", time.localtime(r.started_at)),
+        )
         # the run's name is plan.json's (or, in an older directory, the directory's own), a plain name;
         # a symlink planted on the way is never written through
         if not RUN_NAME.fullmatch(r.name):
@@ -49,5 +57,3 @@ def _json_default(o):
     if isinstance(o, float) and o != o:
         return None
     return str(o)
-
-

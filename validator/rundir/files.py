@@ -12,8 +12,8 @@ from pathlib import Path
 from loadgen.safefile import write_atomic
 from validator.errors import InputError
 from validator.plan.record import PlanRecord
-from validator.rundir.schedule import Schedule
 from validator.redact import redact, redact_env
+from validator.rundir.schedule import Schedule
 
 
 def safe_name(name: str) -> str:
@@ -26,19 +26,21 @@ def run_dir_for(out: str | None, profile_name: str) -> Path:
     """--out, which must be new or empty (a run never mixes with another's records), else a fresh
     directory under runs/ named after the profile."""
     if out:
-        out = Path(out)
-        if out.is_symlink() and not out.exists():
-            raise InputError(f"--out: {out} is a symlink to nothing; give a new directory")
-        if out.exists() and (not out.is_dir() or any(out.iterdir())):
-            raise InputError(f"--out: {out} exists and is not an empty directory; give a new one "
-                             "(kvgate never mixes two runs' records)")
-        return out
+        given = Path(out)
+        if given.is_symlink() and not given.exists():
+            raise InputError(f"--out: {given} is a symlink to nothing; give a new directory")
+        if given.exists() and (not given.is_dir() or any(given.iterdir())):
+            raise InputError(
+                f"--out: {given} exists and is not an empty directory; give a new one "
+                "(kvgate never mixes two runs' records)"
+            )
+        return given
     base = Path("runs") / f"{safe_name(profile_name)}-{time.strftime('%Y%m%d-%H%M%S')}"
-    out, n = base, 1
-    while out.exists():
+    fresh, n = base, 1
+    while fresh.exists():
         n += 1
-        out = base.with_name(f"{base.name}-{n}")
-    return out
+        fresh = base.with_name(f"{base.name}-{n}")
+    return fresh
 
 
 def redacted(values: dict) -> dict:
@@ -61,6 +63,7 @@ def keep_original_report(d: Path) -> dict | None:
     """Before a run directory is judged again: its live report moved to report.original.json (once:
     the first report written in a directory stays the original), and that report read back."""
     from validator.rundir.rundata import read_json
+
     old, original = d / "report.json", d / "report.original.json"
     if old.is_file() and not old.is_symlink() and not original.exists() and not original.is_symlink():
         os.replace(old, original)

@@ -9,10 +9,15 @@ from pathlib import Path
 from loadgen.results.records import read_jsonl
 from validator.rundir.samples import Sample
 
-
 # what two scrapes of one paused engine must agree on before their reading is a measurement
-SETTLE_KEYS = ("kv_cache_usage_perc", "num_requests_running", "num_requests_waiting", "generation_tokens",
-               "prompt_tokens", "num_preemptions")
+SETTLE_KEYS = (
+    "kv_cache_usage_perc",
+    "num_requests_running",
+    "num_requests_waiting",
+    "generation_tokens",
+    "prompt_tokens",
+    "num_preemptions",
+)
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -41,22 +46,22 @@ class FreezeRecord:
     run: str
     name: str
     point: dict
-    t_pause: float | None = None          # pause sent
-    t_paused: float | None = None         # pause answered
-    t_resume: float | None = None         # resume sent
-    t_resumed: float | None = None        # resume answered
-    requests: list[dict] = field(default_factory=list)   # live requests at the settled reading
-    finished_tokens: int = 0              # tokens of this run's finished requests (for settling)
-    readings: list[dict] = field(default_factory=list)   # raw /metrics scrapes while paused (Sample JSON)
+    t_pause: float | None = None  # pause sent
+    t_paused: float | None = None  # pause answered
+    t_resume: float | None = None  # resume sent
+    t_resumed: float | None = None  # resume answered
+    requests: list[dict] = field(default_factory=list)  # live requests at the settled reading
+    finished_tokens: int = 0  # tokens of this run's finished requests (for settling)
+    readings: list[dict] = field(default_factory=list)  # raw /metrics scrapes while paused (Sample JSON)
     settled: bool = False
     error: str | None = None
-    retries: int = 0                      # re-freezes until the engine had queued every request sent
+    retries: int = 0  # re-freezes until the engine had queued every request sent
 
     def to_json(self) -> dict:
         return asdict(self)
 
     @classmethod
-    def from_json(cls, d: dict) -> "FreezeRecord":
+    def from_json(cls, d: dict) -> FreezeRecord:
         known = cls.__dataclass_fields__
         return cls(**{k: v for k, v in d.items() if k in known})
 

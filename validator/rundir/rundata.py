@@ -14,13 +14,14 @@ from __future__ import annotations
 import json
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 from loadgen.results.records import RequestRecord, read_jsonl, read_records
-from validator.rundir.freezes import FreezePoint, read_freezes
+from validator.rundir.freezes import FreezePoint, FreezeRecord, read_freezes
 from validator.rundir.samples import Sample, read_samples
 from validator.rundir.schedule import PlannedRun, RunKind, Schedule
 
-MAX_FILE_BYTES = 1 << 30   # a run file larger than this is not one kvgate wrote
+MAX_FILE_BYTES = 1 << 30  # a run file larger than this is not one kvgate wrote
 FREEZE_STATUSES = ("off", "unavailable")
 
 
@@ -33,41 +34,52 @@ class RunData:
     kind: RunKind
     purpose: str
     records: list[RequestRecord]
-    prompts: dict[str, list[int]]
+    prompts: dict[str, list[int] | str]
     started_at: float
     ended_at: float
     before: Sample | None
     after: Sample | None
     samples: list[Sample] = field(default_factory=list)
-    isolation: str | None = None          # "reset" | "salt" (how the cache was made cold)
-    settled: bool | None = None           # did the counters catch up with the client?
+    isolation: str | None = None  # "reset" | "salt" (how the cache was made cold)
+    settled: bool | None = None  # did the counters catch up with the client?
     interrupted: bool = False
     measured: bool = True
     workload: dict = field(default_factory=dict)
-    freeze_points: list[dict] = field(default_factory=list)   # planned
-    freeze_note: str | None = None                            # why planned freezes were not tried
-    freeze_status: str | None = None      # None: tried; "off": observe.freezes false; "unavailable": no /pause
-    freezes: list = field(default_factory=list)               # FreezeRecord, as taken
-    problems: list[str] = field(default_factory=list)         # what could not be read back
-    scrape_errors: list[dict] = field(default_factory=list)   # failed /metrics scrapes in this run
+    freeze_points: list[dict] = field(default_factory=list)  # planned
+    freeze_note: str | None = None  # why planned freezes were not tried
+    freeze_status: str | None = None  # None: tried; "off": observe.freezes false; "unavailable": no /pause
+    freezes: list[FreezeRecord] = field(default_factory=list)  # as taken
+    problems: list[str] = field(default_factory=list)  # what could not be read back
+    scrape_errors: list[dict] = field(default_factory=list)  # failed /metrics scrapes in this run
     # from the run directory, when read back (not saved in meta.json)
-    planned: PlannedRun | None = None     # what plan.json's schedule says this run is (None: an older dir)
-    outputs: dict[str, int] = field(default_factory=dict)     # asked output tokens per id (workload.jsonl)
-    missing: dict[str, str] = field(default_factory=dict)     # file (or "run") -> why it is not there: cannot pass
-    contradictions: list[str] = field(default_factory=list)   # notes that contradict plan or profile: FAIL
-    snapshots: list[Sample] = field(default_factory=list)     # metrics.jsonl's histogram scrapes in the window
+    planned: PlannedRun | None = None  # what plan.json's schedule says this run is (None: an older dir)
+    outputs: dict[str, int] = field(default_factory=dict)  # asked output tokens per id (workload.jsonl)
+    missing: dict[str, str] = field(default_factory=dict)  # file (or "run") -> why it is not there: cannot pass
+    contradictions: list[str] = field(default_factory=list)  # notes that contradict plan or profile: FAIL
+    snapshots: list[Sample] = field(default_factory=list)  # metrics.jsonl's histogram scrapes in the window
 
     @property
     def cache(self) -> str:
         return self.kind.value
 
     def meta(self) -> dict:
-        return {"name": self.name, "cache": self.cache, "purpose": self.purpose, "started_at": self.started_at,
-                "ended_at": self.ended_at, "isolation": self.isolation, "settled": self.settled,
-                "interrupted": self.interrupted, "measured": self.measured, "workload": self.workload,
-                "freeze_points": self.freeze_points, "freeze_note": self.freeze_note,
-                "freeze_status": self.freeze_status, "before": self.before.to_json() if self.before else None,
-                "after": self.after.to_json() if self.after else None}
+        return {
+            "name": self.name,
+            "cache": self.cache,
+            "purpose": self.purpose,
+            "started_at": self.started_at,
+            "ended_at": self.ended_at,
+            "isolation": self.isolation,
+            "settled": self.settled,
+            "interrupted": self.interrupted,
+            "measured": self.measured,
+            "workload": self.workload,
+            "freeze_points": self.freeze_points,
+            "freeze_note": self.freeze_note,
+            "freeze_status": self.freeze_status,
+            "before": self.before.to_json() if self.before else None,
+            "after": self.after.to_json() if self.after else None,
+        }
 
 
 def read_json(path: Path, problems: list[str], missing: dict[str, str], label: str):
@@ -102,10 +114,11 @@ def _number(m: dict, key: str) -> float | None:
     return float(v) if isinstance(v, (int, float)) and not isinstance(v, bool) else None
 
 
-def load_runs(run_dir: Path, schedule: Schedule | None = None) -> list[RunData]:
+def load_runs(run_dir: Path, schedule: Schedule | None = None, freezes_on: bool = True) -> list[RunData]:
     """The runs, in the order they ran. With a schedule: every planned run, each with what is
     missing or contradicts the plan said; without (a directory written before schedules): the runs
-    found, by their meta.json."""
+    found, by their meta.json (`freezes_on`: the profile's observe.freezes, which the schedule
+    would otherwise say)."""
     shared_problems: list[str] = []
     scrape_errors: list[dict] = []
     metrics = run_dir / "metrics.jsonl"
@@ -115,42 +128,64 @@ def load_runs(run_dir: Path, schedule: Schedule | None = None) -> list[RunData]:
         found = []
         for meta_path in (run_dir / "runs").glob("*/meta.json"):
             m = read_json(meta_path, [], {}, "meta.json")
-            if m is not None and _number(m, "started_at") is not None and isinstance(m.get("cache"), str) \
-                    and m["cache"] in RunKind._value2member_map_:
+            if (
+                m is not None
+                and _number(m, "started_at") is not None
+                and isinstance(m.get("cache"), str)
+                and m["cache"] in RunKind._value2member_map_
+            ):
                 found.append((m["started_at"], meta_path.parent.name))
-        plan = [(name, None) for _, name in sorted(found)]
+        plan: list[tuple[str, PlannedRun | None]] = [(name, None) for _, name in sorted(found)]
     else:
         plan = [(r.name, r) for r in schedule.runs]
     out = []
     for i, (name, planned) in enumerate(plan):
-        run = _load_one(run_dir / "runs" / name, name, planned, schedule, all_samples, scrape_errors)
+        run = _load_one(run_dir / "runs" / name, name, planned, schedule, all_samples, scrape_errors, freezes_on)
         if i == 0:
-            run.problems[:0] = shared_problems   # the shared file's, told once
+            run.problems[:0] = shared_problems  # the shared file's, told once
         if metrics_missing:
             run.missing["metrics.jsonl"] = "metrics.jsonl is missing"
         out.append(run)
     return out
 
 
-def _load_one(d: Path, name: str, planned: PlannedRun | None, schedule: Schedule | None,
-              all_samples: list[Sample], scrape_errors: list[dict]) -> RunData:
+def _load_one(
+    d: Path,
+    name: str,
+    planned: PlannedRun | None,
+    schedule: Schedule | None,
+    all_samples: list[Sample],
+    scrape_errors: list[dict],
+    freezes_on: bool,
+) -> RunData:
     problems: list[str] = []
     missing: dict[str, str] = {}
     kind = planned.kind if planned else RunKind.COLD
     if not d.is_dir():
-        return RunData(name=name, kind=kind, purpose="", records=[], prompts={}, started_at=0.0, ended_at=0.0,
-                       before=None, after=None, measured=planned.measured if planned else True,
-                       freeze_points=[p.to_json() for p in planned.freeze_points] if planned else [],
-                       planned=planned, missing={"run": f"run {name} never started"})
+        return RunData(
+            name=name,
+            kind=kind,
+            purpose="",
+            records=[],
+            prompts={},
+            started_at=0.0,
+            ended_at=0.0,
+            before=None,
+            after=None,
+            measured=planned.measured if planned else True,
+            freeze_points=[p.to_json() for p in planned.freeze_points] if planned else [],
+            planned=planned,
+            missing={"run": f"run {name} never started"},
+        )
     m = read_json(d / "meta.json", problems, missing, f"runs/{name}/meta.json") or {}
-    if not m and "meta.json" not in missing:   # there, but not a readable object
+    if not m and "meta.json" not in missing:  # there, but not a readable object
         missing["meta.json"] = f"runs/{name}/meta.json cannot be read"
     if planned is None:
         kind = RunKind(m["cache"])
     records = read_records(d / "records.jsonl", problems) if (d / "records.jsonl").is_file() else []
     if not (d / "records.jsonl").is_file():
         missing["records.jsonl"] = f"runs/{name}/records.jsonl is missing"
-    prompts: dict[str, list[int]] = {}
+    prompts: dict[str, list[int] | str] = {}
     outputs: dict[str, int] = {}
     if (d / "workload.jsonl").is_file():
         for item in read_jsonl(d / "workload.jsonl", _workload_item, problems):
@@ -162,7 +197,7 @@ def _load_one(d: Path, name: str, planned: PlannedRun | None, schedule: Schedule
     started, ended = _number(m, "started_at"), _number(m, "ended_at")
     if m and started is None:
         missing["meta.json"] = f"runs/{name}/meta.json has no started_at"
-    if started is not None and ended is None:   # cut short: the run ended with its last record
+    if started is not None and ended is None:  # cut short: the run ended with its last record
         ended = max([started] + [started + (r.sent or 0) + (r.done or r.e2e or 0) for r in records])
     started, ended = started or 0.0, ended or 0.0
     points = [p.to_json() for p in planned.freeze_points] if planned else (m.get("freeze_points") or [])
@@ -170,33 +205,50 @@ def _load_one(d: Path, name: str, planned: PlannedRun | None, schedule: Schedule
     freezes, freeze_problems = read_freezes(d / "freezes.jsonl") if (d / "freezes.jsonl").is_file() else ([], [])
     freeze_note = m.get("freeze_note") if isinstance(m.get("freeze_note"), str) else None
     status = m.get("freeze_status") if m.get("freeze_status") in FREEZE_STATUSES else None
-    if schedule is None and freeze_note and "freeze_status" not in m:   # written before freeze_status
-        status = "off" if "turned off" in freeze_note else "unavailable"
+    if schedule is None and freeze_note and "freeze_status" not in m:  # written before freeze_status
+        status = "unavailable" if freezes_on else "off"
     if schedule is not None and not schedule.freezes and points:
-        status = "off"   # the profile's word, whatever the run noted
+        status = "off"  # the profile's word, whatever the run noted
     run = RunData(
-        name=name, kind=kind, purpose=str(m.get("purpose") or ""), records=records, prompts=prompts,
-        started_at=started, ended_at=ended, before=_sample(m.get("before")), after=_sample(m.get("after")),
+        name=name,
+        kind=kind,
+        purpose=str(m.get("purpose") or ""),
+        records=records,
+        prompts=prompts,
+        started_at=started,
+        ended_at=ended,
+        before=_sample(m.get("before")),
+        after=_sample(m.get("after")),
         samples=[s for s in all_samples if not s.histograms and started <= (s.t_sent or s.t) <= ended],
         isolation=m.get("isolation") if m.get("isolation") in ("reset", "salt") else None,
         settled=m.get("settled") if isinstance(m.get("settled"), bool) else None,
         interrupted=bool(m.get("interrupted", False)) if m else True,
         measured=planned.measured if planned else bool(m.get("measured", True)),
-        workload=m.get("workload") if isinstance(m.get("workload"), dict) else {},
-        freeze_points=points, freeze_note=freeze_note, freeze_status=status,
+        workload=dict(m["workload"]) if isinstance(m.get("workload"), dict) else {},
+        freeze_points=points,
+        freeze_note=freeze_note,
+        freeze_status=status,
         freezes=freezes if wants_freezes else [],
-        problems=problems + freeze_problems, planned=planned, outputs=outputs, missing=missing,
-        scrape_errors=[e for e in scrape_errors if isinstance(e.get("t"), (int, float)) and started <= e["t"] <= ended])
+        problems=problems + freeze_problems,
+        planned=planned,
+        outputs=outputs,
+        missing=missing,
+        scrape_errors=[e for e in scrape_errors if isinstance(e.get("t"), (int, float)) and started <= e["t"] <= ended],
+    )
     run.snapshots = _snapshots(all_samples, run)
     if planned is not None and m:
         run.contradictions = _contradictions(m, planned, schedule)
     return run
 
 
-def _workload_item(x: dict) -> tuple[str, list[int], int]:
+def _workload_item(x: dict[str, Any]) -> tuple[str, list[int] | str, int]:
     rid, prompt, out = x["id"], x["prompt"], x["output_tokens"]
-    if not isinstance(rid, str) or not isinstance(out, int) or isinstance(out, bool) or not (
-            isinstance(prompt, str) or isinstance(prompt, list) and all(type(t) is int for t in prompt)):
+    if (
+        not isinstance(rid, str)
+        or not isinstance(out, int)
+        or isinstance(out, bool)
+        or not (isinstance(prompt, str) or isinstance(prompt, list) and all(type(t) is int for t in prompt))
+    ):
         raise TypeError("not a workload line")
     return rid, prompt, out
 
@@ -223,8 +275,10 @@ def _contradictions(m: dict, planned: PlannedRun, schedule: Schedule | None) -> 
         if status == "off":
             out.append("meta.json says freezes were turned off; plan.json and profile.json have them on")
         elif status is None and saved != [p.to_json() for p in planned.freeze_points]:
-            out.append(f"meta.json lists {len(saved) if isinstance(saved, list) else 'no'} freeze points, "
-                       f"plan.json {len(planned.freeze_points)}")
+            out.append(
+                f"meta.json lists {len(saved) if isinstance(saved, list) else 'no'} freeze points, "
+                f"plan.json {len(planned.freeze_points)}"
+            )
     return out
 
 

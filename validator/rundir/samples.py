@@ -6,6 +6,7 @@ from __future__ import annotations
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 from prometheus_client.parser import text_string_to_metric_families
 
@@ -39,18 +40,19 @@ HISTOGRAMS = {
 
 @dataclass
 class Histogram:
-    buckets: list[tuple[float, float]]   # (upper bound, cumulative count), sorted; +Inf last
+    buckets: list[tuple[float, float]]  # (upper bound, cumulative count), sorted; +Inf last
     count: float
     sum: float
 
-    def minus(self, before: "Histogram | None") -> "Histogram":
+    def minus(self, before: Histogram | None) -> Histogram:
         if before is None:
             return self
         prev = dict(before.buckets)
-        return Histogram([(le, c - prev.get(le, 0.0)) for le, c in self.buckets],
-                         self.count - before.count, self.sum - before.sum)
+        return Histogram(
+            [(le, c - prev.get(le, 0.0)) for le, c in self.buckets], self.count - before.count, self.sum - before.sum
+        )
 
-    def drop_top(self, k: int) -> "Histogram":
+    def drop_top(self, k: int) -> Histogram:
         """Without its k largest samples (those that span a freeze). Their sum is not known: each
         is taken at its bucket's lower bound."""
         if k <= 0:
@@ -65,41 +67,53 @@ class Histogram:
         return Histogram(buckets, keep, max(self.sum - removed_sum, 0.0))
 
     def to_json(self) -> dict:
-        return {"buckets": [[le if le != float("inf") else "+Inf", c] for le, c in self.buckets],
-                "count": self.count, "sum": self.sum}
+        return {
+            "buckets": [[le if le != float("inf") else "+Inf", c] for le, c in self.buckets],
+            "count": self.count,
+            "sum": self.sum,
+        }
 
     @classmethod
-    def from_json(cls, d: dict) -> "Histogram":
-        return cls([(float("inf") if le == "+Inf" else float(le), c) for le, c in d["buckets"]],
-                   d["count"], d["sum"])
+    def from_json(cls, d: dict) -> Histogram:
+        return cls([(float("inf") if le == "+Inf" else float(le), c) for le, c in d["buckets"]], d["count"], d["sum"])
 
 
 @dataclass
 class Sample:
-    t: float                                   # wall clock (time.time) when the scrape returned
-    values: dict[str, float | None]            # gauges and counters
+    t: float  # wall clock (time.time) when the scrape returned
+    values: dict[str, float | None]  # gauges and counters
     by_reason: dict[str, float] = field(default_factory=dict)  # request_success by finished_reason
     histograms: dict[str, Histogram] = field(default_factory=dict)
-    t_sent: float | None = None                # when the scrape was sent: the value is from [t_sent, t]
+    t_sent: float | None = None  # when the scrape was sent: the value is from [t_sent, t]
 
     def to_json(self) -> dict:
-        return {"t": self.t, "t_sent": self.t_sent, "values": self.values, "by_reason": self.by_reason,
-                "histograms": {k: h.to_json() for k, h in self.histograms.items()}}
+        return {
+            "t": self.t,
+            "t_sent": self.t_sent,
+            "values": self.values,
+            "by_reason": self.by_reason,
+            "histograms": {k: h.to_json() for k, h in self.histograms.items()},
+        }
 
     @classmethod
-    def from_json(cls, d: dict) -> "Sample":
-        return cls(d["t"], d["values"], d.get("by_reason", {}),
-                   {k: Histogram.from_json(h) for k, h in d.get("histograms", {}).items()}, d.get("t_sent"))
+    def from_json(cls, d: dict) -> Sample:
+        return cls(
+            d["t"],
+            d["values"],
+            d.get("by_reason", {}),
+            {k: Histogram.from_json(h) for k, h in d.get("histograms", {}).items()},
+            d.get("t_sent"),
+        )
 
 
 def parse_metrics(text: str, t: float | None = None, with_histograms: bool = True) -> Sample:
-    fams = {}
-    for fam in text_string_to_metric_families(text):
-        if not fam.samples:  # a TYPE line whose samples the parser filed under another family name
+    fams: dict[str, Any] = {}
+    for parsed in text_string_to_metric_families(text):
+        if not parsed.samples:  # a TYPE line whose samples the parser filed under another family name
             continue
-        fams[fam.name] = fam
-        if fam.name.endswith("_total"):  # exporters differ on whether the family keeps the suffix
-            fams.setdefault(fam.name[:-6], fam)
+        fams[parsed.name] = parsed
+        if parsed.name.endswith("_total"):  # exporters differ on whether the family keeps the suffix
+            fams.setdefault(parsed.name[:-6], parsed)
     values: dict[str, float | None] = {}
     by_reason: dict[str, float] = {}
     for ours, names in {**GAUGES, **COUNTERS}.items():
@@ -161,13 +175,14 @@ def missing(sample: Sample) -> list[str]:
     return [k for k, v in sample.values.items() if v is None]
 
 
-def read_samples(path: str | Path, problems: list[str] | None = None,
-                 errors: list[dict] | None = None) -> list[Sample]:
+def read_samples(path: str | Path, problems: list[str] | None = None, errors: list[dict] | None = None) -> list[Sample]:
     """Samples saved by a Sampler; its failed scrapes (lines with "error") go to `errors`."""
+
     def parse(d: dict):
         if isinstance(d, dict) and "error" in d:
             if errors is not None:
                 errors.append(d)
             return None
         return Sample.from_json(d)
+
     return [s for s in read_jsonl(path, parse, problems) if s is not None]

@@ -15,12 +15,12 @@ from validator.rundir.schedule import Schedule
 
 @dataclass(kw_only=True)
 class Saved:
-    record: PlanRecord               # plan.json: the planner's record and the flags
+    record: PlanRecord  # plan.json: the planner's record and the flags
     profile_name: str
-    profile_values: dict             # profile.json's values, as saved (secrets redacted)
-    startup: dict                    # startup.json without its checks and error ({} when missing)
-    startup_error: str | None        # what ended the live session early, as it recorded it
-    startup_missing: str | None      # why startup.json cannot be used, when it cannot
+    profile_values: dict  # profile.json's values, as saved (secrets redacted)
+    startup: dict  # startup.json without its checks and error ({} when missing)
+    startup_error: str | None  # what ended the live session early, as it recorded it
+    startup_missing: str | None  # why startup.json cannot be used, when it cannot
     schedule: Schedule | None
     notes: list[str] = field(default_factory=list)
 
@@ -29,12 +29,16 @@ def schedule_of(record: dict) -> tuple[Schedule | None, str | None]:
     """The schedule in a plan record, or None and why."""
     raw = record.get("schedule")
     if raw is None:
-        return None, ("plan.json has no schedule (written by a kvgate before schedules were saved): the runs are "
-                      "judged as found, and a missing run is not noticed")
+        return None, (
+            "plan.json has no schedule (written by a kvgate before schedules were saved): the runs are "
+            "judged as found, and a missing run is not noticed"
+        )
     try:
         return Schedule.from_json(raw), None
     except (ValueError, KeyError, TypeError, AttributeError) as e:
-        raise InputError(f"--report: plan.json's schedule cannot be read ({type(e).__name__}: {str(e)[:120]})") from None
+        raise InputError(
+            f"--report: plan.json's schedule cannot be read ({type(e).__name__}: {str(e)[:120]})"
+        ) from None
 
 
 def read_saved(d: Path) -> Saved:
@@ -61,8 +65,13 @@ def read_saved(d: Path) -> Saved:
     error = None
     if startup is not None and isinstance(startup.get("error"), str):
         error = startup["error"]
-    return Saved(record=plan, profile_name=str(prof.get("name") or "profile"), profile_values=values,
-                 startup={k: v for k, v in (startup or {}).items() if k not in ("checks", "error")},
-                 startup_error=error,
-                 startup_missing="; ".join(startup_problems + list(startup_missing.values())) or None,
-                 schedule=schedule, notes=[note] if note else [])
+    return Saved(
+        record=plan,
+        profile_name=str(prof.get("name") or "profile"),
+        profile_values=values,
+        startup={k: v for k, v in (startup or {}).items() if k not in ("checks", "error")},
+        startup_error=error,
+        startup_missing="; ".join(startup_problems + list(startup_missing.values())) or None,
+        schedule=schedule,
+        notes=[note] if note else [],
+    )

@@ -12,17 +12,17 @@ from enum import Enum
 from validator.rundir.freezes import FreezePoint
 
 SCHEDULE_VERSION = 1
-RUN_NAME = re.compile(r"[a-z][a-z0-9-]{0,31}")   # one safe path component: runs/<name>/
+RUN_NAME = re.compile(r"[a-z][a-z0-9-]{0,31}")  # one safe path component: runs/<name>/
 
 
 class RunKind(str, Enum):
     """What a run is for (its `cache` in the run directory and the report)."""
 
-    COLD = "cold"          # near the limits, prefix cache reset: nothing may hit
-    PRIME = "prime"        # puts the warm run's prefixes in the cache; not judged
-    WARM = "warm"          # over primed prefixes: hits as the block model predicts
-    PROBE = "probe"        # more full-length requests than max_num_seqs: the excess waits
-    LATENCY = "latency"    # the cold run's shape from loadgen processes, no freezes: the SLOs
+    COLD = "cold"  # near the limits, prefix cache reset: nothing may hit
+    PRIME = "prime"  # puts the warm run's prefixes in the cache; not judged
+    WARM = "warm"  # over primed prefixes: hits as the block model predicts
+    PROBE = "probe"  # more full-length requests than max_num_seqs: the excess waits
+    LATENCY = "latency"  # the cold run's shape from loadgen processes, no freezes: the SLOs
 
     @property
     def judges_preemptions(self) -> bool:
@@ -41,37 +41,54 @@ class PlannedRun:
     requests: int
     concurrency: int
     reset_cache: bool = False
-    measured: bool = True        # a prime run feeds the cache; its figures are not judged
-    workers: int = 1             # above 1: sent by that many loadgen processes
+    measured: bool = True  # a prime run feeds the cache; its figures are not judged
+    workers: int = 1  # above 1: sent by that many loadgen processes
     freeze_points: tuple[FreezePoint, ...] = ()
 
     def to_json(self) -> dict:
-        return {"name": self.name, "kind": self.kind.value, "requests": self.requests,
-                "concurrency": self.concurrency, "reset_cache": self.reset_cache, "measured": self.measured,
-                "workers": self.workers, "freeze_points": [p.to_json() for p in self.freeze_points]}
+        return {
+            "name": self.name,
+            "kind": self.kind.value,
+            "requests": self.requests,
+            "concurrency": self.concurrency,
+            "reset_cache": self.reset_cache,
+            "measured": self.measured,
+            "workers": self.workers,
+            "freeze_points": [p.to_json() for p in self.freeze_points],
+        }
 
     @classmethod
-    def from_json(cls, d: dict) -> "PlannedRun":
+    def from_json(cls, d: dict) -> PlannedRun:
         if not isinstance(d.get("name"), str) or not RUN_NAME.fullmatch(d["name"]):
             raise ValueError(f"run name {str(d.get('name'))[:40]!r} is not one kvgate writes")
-        return cls(name=d["name"], kind=RunKind(d["kind"]), requests=int(d["requests"]),
-                   concurrency=int(d["concurrency"]), reset_cache=bool(d.get("reset_cache", False)),
-                   measured=bool(d.get("measured", True)), workers=int(d.get("workers", 1)),
-                   freeze_points=tuple(FreezePoint(**p) for p in d.get("freeze_points") or []))
+        return cls(
+            name=d["name"],
+            kind=RunKind(d["kind"]),
+            requests=int(d["requests"]),
+            concurrency=int(d["concurrency"]),
+            reset_cache=bool(d.get("reset_cache", False)),
+            measured=bool(d.get("measured", True)),
+            workers=int(d.get("workers", 1)),
+            freeze_points=tuple(FreezePoint(**p) for p in d.get("freeze_points") or []),
+        )
 
 
 @dataclass(frozen=True, kw_only=True)
 class Schedule:
-    server_started: bool          # False: a server at --url (no log, no process to watch)
-    freezes: bool                 # observe.freezes: freeze-frames wanted
+    server_started: bool  # False: a server at --url (no log, no process to watch)
+    freezes: bool  # observe.freezes: freeze-frames wanted
     runs: tuple[PlannedRun, ...] = field(default_factory=tuple)
 
     def to_json(self) -> dict:
-        return {"version": SCHEDULE_VERSION, "server": "started" if self.server_started else "url",
-                "freezes": self.freezes, "runs": [r.to_json() for r in self.runs]}
+        return {
+            "version": SCHEDULE_VERSION,
+            "server": "started" if self.server_started else "url",
+            "freezes": self.freezes,
+            "runs": [r.to_json() for r in self.runs],
+        }
 
     @classmethod
-    def from_json(cls, d: dict) -> "Schedule":
+    def from_json(cls, d: dict) -> Schedule:
         """Raises ValueError (or KeyError, TypeError) on a schedule it cannot read."""
         if d.get("version") != SCHEDULE_VERSION:
             raise ValueError(f"schedule version {d.get('version')!r}, this kvgate reads {SCHEDULE_VERSION}")

@@ -8,19 +8,19 @@ from dataclasses import asdict, dataclass
 @dataclass
 class StartupFacts:
     kv_cache_tokens: int | None = None
-    max_concurrency_logged: float | None = None   # the log rounds to 2 decimals
+    max_concurrency_logged: float | None = None  # the log rounds to 2 decimals
     max_concurrency_at: int | None = None
     num_gpu_blocks: int | None = None
     block_size: int | None = None
-    kv_cache_size_tokens: int | None = None        # from vllm:cache_config_info
+    kv_cache_size_tokens: int | None = None  # from vllm:cache_config_info
     kv_cache_max_concurrency: float | None = None  # from vllm:cache_config_info (full precision)
     kv_cache_memory_bytes: int | None = None
     cache_dtype: str | None = None
     enable_prefix_caching: bool | None = None
-    max_model_len: int | None = None               # from /v1/models
-    served_model: str | None = None                # from /v1/models: the model the runs use
-    served_models: list[str] | None = None         # from /v1/models: every name the server answers to
-    models_error: str | None = None                # why /v1/models could not be read
+    max_model_len: int | None = None  # from /v1/models
+    served_model: str | None = None  # from /v1/models: the model the runs use
+    served_models: list[str] | None = None  # from /v1/models: every name the server answers to
+    models_error: str | None = None  # why /v1/models could not be read
     refused_estimated_max_model_len: int | None = None
     fatal_error: str | None = None
     # GPU start-up memory as logged (GiB, 2 decimals), rank 0's first line of each
@@ -29,12 +29,12 @@ class StartupFacts:
     activation_peak_gib: float | None = None
     cudagraph_estimated_gib: float | None = None
     cudagraph_actual_gib: float | None = None
-    kv_reserved_gib: float | None = None        # --kv-cache-memory-bytes as vLLM took it
+    kv_reserved_gib: float | None = None  # --kv-cache-memory-bytes as vLLM took it
 
     def to_json(self) -> dict:
         return asdict(self)
 
     @classmethod
-    def from_json(cls, d: dict) -> "StartupFacts":
+    def from_json(cls, d: dict) -> StartupFacts:
         """As saved; keys a newer or older kvgate wrote that this one does not know are left out."""
         return cls(**{k: v for k, v in d.items() if k in cls.__dataclass_fields__})

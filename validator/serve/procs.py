@@ -13,11 +13,11 @@ from pathlib import Path
 
 import psutil
 
-from loadgen.safefile import open_append
 from loadgen.lifeline import die_with_parent_preexec
 from loadgen.lifeline import enabled as lifeline_enabled
+from loadgen.safefile import open_append
 
-LIVE: set = set()   # Servers and LoadProcesses, stopped at interpreter exit at the latest
+LIVE: set = set()  # Servers and LoadProcesses, stopped at interpreter exit at the latest
 
 
 def tree(pid: int) -> list[psutil.Process]:
@@ -66,9 +66,14 @@ def start_guard(pid: int) -> subprocess.Popen | None:
     kvgate closes it or dies."""
     if not lifeline_enabled():
         return None
-    return subprocess.Popen([sys.executable, "-m", "validator.serve.guard", str(pid)], stdin=subprocess.PIPE,
-                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True,
-                            close_fds=True)
+    return subprocess.Popen(
+        [sys.executable, "-m", "validator.serve.guard", str(pid)],
+        stdin=subprocess.PIPE,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+        start_new_session=True,
+        close_fds=True,
+    )
 
 
 def stop_guard(guard: subprocess.Popen | None) -> None:
@@ -76,7 +81,8 @@ def stop_guard(guard: subprocess.Popen | None) -> None:
     if guard is None:
         return
     with contextlib.suppress(OSError):
-        guard.stdin.close()
+        if guard.stdin is not None:
+            guard.stdin.close()
     try:
         guard.wait(timeout=10)
     except subprocess.TimeoutExpired:
@@ -89,16 +95,23 @@ class LoadProcess:
     its own process group). Ctrl-C semantics on stop: each worker keeps what it recorded."""
 
     # SIGINT as a terminal delivers it, even when kvgate inherited it ignored (a background CI job)
-    _MAIN = ("import signal, sys; signal.signal(signal.SIGINT, signal.default_int_handler); "
-             "from loadgen.main import main; sys.exit(main())")
+    _MAIN = (
+        "import signal, sys; signal.signal(signal.SIGINT, signal.default_int_handler); "
+        "from loadgen.main import main; sys.exit(main())"
+    )
 
     def __init__(self, args: list[str], log: Path):
         with open_append(log) as f:
             # it and its workers die with kvgate: the kernel's parent-death signal (Linux) and a
             # lifeline on its stdin (loadgen --lifeline; any POSIX system)
-            self.proc = subprocess.Popen([sys.executable, "-c", self._MAIN, *args, "--lifeline"],
-                                         stdin=subprocess.PIPE, stdout=f, stderr=subprocess.STDOUT,
-                                         start_new_session=True, preexec_fn=die_with_parent_preexec())
+            self.proc = subprocess.Popen(
+                [sys.executable, "-c", self._MAIN, *args, "--lifeline"],
+                stdin=subprocess.PIPE,
+                stdout=f,
+                stderr=subprocess.STDOUT,
+                start_new_session=True,
+                preexec_fn=die_with_parent_preexec(),
+            )
         LIVE.add(self)
 
     def poll(self) -> int | None:
@@ -106,7 +119,7 @@ class LoadProcess:
 
     def stop(self, grace: float = 30.0) -> None:
         if self.proc.poll() is None:
-            self.proc.send_signal(signal.SIGINT)   # it passes the interrupt to its workers
+            self.proc.send_signal(signal.SIGINT)  # it passes the interrupt to its workers
             with contextlib.suppress(subprocess.TimeoutExpired):
                 self.proc.wait(timeout=grace)
         try:
@@ -115,5 +128,6 @@ class LoadProcess:
             pass
         self.proc.wait()
         with contextlib.suppress(OSError):
-            self.proc.stdin.close()
+            if self.proc.stdin is not None:
+                self.proc.stdin.close()
         LIVE.discard(self)

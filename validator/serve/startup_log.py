@@ -76,8 +76,12 @@ def phase_of(line: str) -> int | None:
 
 
 # errors that only wrap the root cause reported earlier in the log
-_WRAPPERS = ("Engine core initialization failed", "EngineDeadError", "See root cause above",
-             "EngineCore encountered an issue")
+_WRAPPERS = (
+    "Engine core initialization failed",
+    "EngineDeadError",
+    "See root cause above",
+    "EngineCore encountered an issue",
+)
 
 
 def parse_log(text: str, facts: StartupFacts | None = None) -> StartupFacts:
@@ -90,9 +94,14 @@ def parse_log(text: str, facts: StartupFacts | None = None) -> StartupFacts:
             f.max_concurrency_at, f.max_concurrency_logged = _int(m.group(1)), float(m.group(2))
         if m := _EST_LEN.search(line):
             f.refused_estimated_max_model_len = int(m.group(1))
-        for rx, attr in ((_LOADING, "weights_gib"), (_AVAILABLE, "available_kv_gib"), (_TORCH_PEAK,
-                         "activation_peak_gib"), (_CG_EST, "cudagraph_estimated_gib"),
-                         (_CG_ACTUAL, "cudagraph_actual_gib"), (_RESERVED, "kv_reserved_gib")):
+        for rx, attr in (
+            (_LOADING, "weights_gib"),
+            (_AVAILABLE, "available_kv_gib"),
+            (_TORCH_PEAK, "activation_peak_gib"),
+            (_CG_EST, "cudagraph_estimated_gib"),
+            (_CG_ACTUAL, "cudagraph_actual_gib"),
+            (_RESERVED, "kv_reserved_gib"),
+        ):
             if getattr(f, attr) is None and (m := rx.search(line)):
                 setattr(f, attr, _float(m.group(1)))
         if m := _ERROR.match(line.strip()):
