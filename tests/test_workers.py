@@ -153,6 +153,7 @@ def test_validates_latency_run_is_the_workload_loadgen_rebuilds_from_its_flags()
     """validate hands the latency run to `loadgen --workers` as flags; loadgen must rebuild exactly the
     prompts validate saved (the tokens_exact check compares the served counts with them)."""
     from loadgen.main import prepare
+    from loadgen.schedule.workload import flags_of
     from validator.errors import InputError
     from validator.observe.schedule import latency_run
 
@@ -166,16 +167,7 @@ def test_validates_latency_run_is_the_workload_loadgen_rebuilds_from_its_flags()
             "M",
             "--concurrency",
             "4",
-            "--requests",
-            str(len(w.items)),
-            "--prompt-tokens",
-            str(w.info["prompt_tokens"]),
-            "--output-tokens",
-            str(w.info["output_tokens"]),
-            "--seed",
-            str(w.seed),
-            "--salt",
-            w.salt,
+            *flags_of(w),
         ]
     )
     assert [(x.id, x.prompt.tolist(), x.output_tokens) for x in rebuilt.items] == [

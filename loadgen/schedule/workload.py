@@ -276,6 +276,23 @@ def near_limit(
     return w
 
 
+def flags_of(w: Workload) -> list[str]:
+    """The loadgen flags that rebuild a synthetic fixed-length workload request for request (the
+    hand-off to `loadgen --workers`: flags, not prompts, so each worker builds only its share)."""
+    return [
+        "--requests",
+        str(len(w.items)),
+        "--prompt-tokens",
+        str(w.info["prompt_tokens"]),
+        "--output-tokens",
+        str(w.info["output_tokens"]),
+        "--seed",
+        str(w.seed),
+        "--salt",
+        w.salt,
+    ]
+
+
 def from_dataset(path: str | os.PathLike, default_output: int | None = None, limit: int | None = None) -> Workload:
     """JSONL lines: {"prompt": "text" | [ids], "output_tokens": N, "prompt_tokens": N?, "chat": bool?}."""
     p = Path(path)

@@ -20,6 +20,18 @@ def _first(items: list[str], n: int = 3) -> str:
     return "; ".join(items[:n]) + (f"; and {len(items) - n} more" if len(items) > n else "")
 
 
+def _agreement(name: str, expected: str, bad: list[str], what: str) -> Check:
+    """An exact cross-check of two files: passes when nothing differs, and names the first differences."""
+    return Check(
+        name=name,
+        expected=expected,
+        observed="agree" if not bad else f"{len(bad)} differ",
+        passed=not bad,
+        tolerance="exact",
+        explanation=what + (f": {_first(bad)}" if bad else ""),
+    )
+
+
 def incomplete(run: RunData) -> str | None:
     """Why this run's evidence is not whole (None: it is)."""
     reasons = list(run.missing.values())
@@ -110,14 +122,8 @@ def records_match(run: RunData) -> Check:
             bad.append(f"{r.id} was sent another prompt than workload.jsonl's (digest {r.prompt_digest})")
         if r.asked_output_tokens is not None and r.asked_output_tokens != run.outputs.get(r.id):
             bad.append(f"{r.id} asked {r.asked_output_tokens} output tokens, workload.jsonl {run.outputs.get(r.id)}")
-    return Check(
-        name=name,
-        expected="records = workload",
-        observed="agree" if not bad else f"{len(bad)} differ",
-        passed=not bad,
-        tolerance="exact",
-        explanation="records.jsonl against workload.jsonl: run, id once, prompt and output lengths"
-        + (f": {_first(bad)}" if bad else ""),
+    return _agreement(
+        name, "records = workload", bad, "records.jsonl against workload.jsonl: run, id once, prompt and output lengths"
     )
 
 
@@ -225,14 +231,11 @@ def counters_agree(run: RunData) -> Check:
             bad.append(
                 f"{k} in metrics.jsonl leaves [{lo:g}, {hi:g}] (meta.json's before and after) or falls during the run"
             )
-    return Check(
-        name=name,
-        expected="meta.json = metrics.jsonl",
-        observed="agree" if not bad else f"{len(bad)} differ",
-        passed=not bad,
-        tolerance="exact",
-        explanation="every counter's before and after (meta.json) against the scrapes in metrics.jsonl"
-        + (f": {_first(bad)}" if bad else ""),
+    return _agreement(
+        name,
+        "meta.json = metrics.jsonl",
+        bad,
+        "every counter's before and after (meta.json) against the scrapes in metrics.jsonl",
     )
 
 

@@ -14,6 +14,7 @@ from loadgen import net
 from loadgen.results.records import RecordWriter, read_records
 from loadgen.safefile import make_dirs, open_append
 from loadgen.schedule.runner import RunConfig, Runner, RunResult
+from loadgen.schedule.workload import flags_of
 from validator.errors import InfraError
 from validator.observe.freeze import Freezer
 from validator.observe.schedule import RunSpec
@@ -208,16 +209,7 @@ async def _from_processes(spec: RunSpec, d: Path, load_args: list[str], run_time
             *load_args,
             "--concurrency",
             str(spec.concurrency),
-            "--requests",
-            str(len(w.items)),
-            "--prompt-tokens",
-            str(w.info["prompt_tokens"]),
-            "--output-tokens",
-            str(w.info["output_tokens"]),
-            "--seed",
-            str(w.seed),
-            "--salt",
-            w.salt,
+            *flags_of(w),
             "--duration",
             str(run_timeout),
             "--workers",
