@@ -23,11 +23,11 @@ from loadgen.schedule.workload import (
     Lengths,
     Workload,
     WorkloadError,
-    from_dataset,
     multi_turn,
     shared_prefix,
     synthetic,
 )
+from loadgen.sources.custom import from_dataset
 from loadgen.transport.client import PREPARE_BYTES, OpenAIStream, connector
 
 DURATION_MAX_REQUESTS = 10_000_000  # a run bounded by --duration only: at most this many (and what fits)

@@ -147,6 +147,7 @@ LOADGEN_ROOMS = [
     ("results", ("loadgen.results",)),
     ("transport", ("loadgen.transport",)),
     ("schedule", ("loadgen.schedule",)),
+    ("sources", ("loadgen.sources",)),
     ("shard", ("loadgen.shard", "loadgen.cli")),
     ("scale", ("loadgen.scale",)),
     ("main", ("loadgen.main", "loadgen.__main__")),

@@ -181,7 +181,7 @@ async def test_duration_bounds_the_run_and_cancel_keeps_records(tiny_server, tmp
 
 async def test_text_prompts_are_counted_by_tokenize_and_chat_works(tiny_server, tmp_path):
     from loadgen.schedule.runner import tokenize_lengths
-    from loadgen.schedule.workload import from_dataset
+    from loadgen.sources.custom import from_dataset
 
     f = tmp_path / "d.jsonl"
     f.write_text(

@@ -8,13 +8,13 @@ from loadgen.schedule.runner import RunConfig
 from loadgen.schedule.workload import (
     Lengths,
     WorkloadError,
-    from_dataset,
     multi_turn,
     near_limit,
     salt_ids,
     shared_prefix,
     synthetic,
 )
+from loadgen.sources.custom import from_dataset
 
 
 def test_lengths_parse_and_sample():
