@@ -13,6 +13,7 @@ import math
 from typing import NoReturn
 
 from loadgen import __version__, net
+from loadgen.cli_datasets import add_dataset_flags, dataset_options
 from loadgen.loadrun import BenchResult, LoadRun, UsageError
 from loadgen.results import benchjson
 from loadgen.schedule import memory
@@ -89,7 +90,7 @@ def build_parser() -> argparse.ArgumentParser:
     ap.add_argument("--prefix-groups", type=int, help="shared-prefix workload: number of prefixes")
     ap.add_argument("--prefix-tokens", type=int, help="shared-prefix length (the run salt included)")
     ap.add_argument("--turns", type=int, help="multi-turn: turns per conversation (prompt grows with history)")
-    ap.add_argument("--dataset", help="replay a JSONL file of {prompt, output_tokens}")
+    ap.add_argument("--dataset", help="replay a JSONL file of {prompt, output_tokens} (= --dataset-name custom)")
     ap.add_argument("--chat", action="store_true", help="use /v1/chat/completions (text prompts)")
     ap.add_argument("--seed", type=int, default=0, help="random seed of prompts and arrivals")
     ap.add_argument("--salt", help="run salt (default: random, so a repeated run does not hit the prefix cache)")
@@ -121,6 +122,7 @@ def build_parser() -> argparse.ArgumentParser:
     ap.add_argument("--worker-start", type=float, help=argparse.SUPPRESS)  # perf_counter instant to begin at
     # stdin is a lifeline from the process that started this one: end when it reads end-of-file
     ap.add_argument("--lifeline", action="store_true", help=argparse.SUPPRESS)
+    add_dataset_flags(ap)
     bench = ap.add_argument_group("results in vllm bench serve's format")
     bench.add_argument("--save-result", action="store_true", help="write vllm bench serve's result JSON")
     bench.add_argument(
@@ -241,6 +243,7 @@ def parse(argv: list[str]) -> LoadRun:
         )
         budget = memory.parse_size(a.max_memory)
         shard = parse_shard(a.worker_shard) if a.worker_shard else None
+        data = dataset_options(a)
     except (benchjson.BenchArgError, memory.BudgetError, ValueError) as e:
         raise UsageError(str(e)) from None
     check_ranges(a)  # again: --num-warmups has added to --requests and --warmup
@@ -265,7 +268,7 @@ def parse(argv: list[str]) -> LoadRun:
         prefix_groups=a.prefix_groups,
         prefix_tokens=a.prefix_tokens,
         turns=a.turns,
-        dataset=a.dataset,
+        dataset=data,
         api_key_env=a.api_key_env,
         timeout=a.timeout,
         read_timeout=a.read_timeout,

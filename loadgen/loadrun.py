@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from loadgen.dataset_options import DatasetOptions
 from loadgen.net import Pin
 
 
@@ -49,7 +50,7 @@ class LoadRun:
     prefix_groups: int | None = None
     prefix_tokens: int | None = None
     turns: int | None = None
-    dataset: str | None = None
+    dataset: DatasetOptions | None = None  # None: synthetic prompts
     api_key_env: str | None = None
     timeout: float = 300.0
     read_timeout: float = 60.0

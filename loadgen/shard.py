@@ -10,14 +10,13 @@ import time
 from dataclasses import replace
 from pathlib import Path
 
-import numpy as np
-
 from loadgen import net
+from loadgen.dataset_options import DatasetName, DatasetOptions
 from loadgen.loadrun import LoadRun, UsageError
 from loadgen.results.outputs import progress_printer, write_outputs
 from loadgen.results.records import RecordWriter
 from loadgen.schedule import memory
-from loadgen.schedule.runner import RunConfig, Runner, tokenize_lengths
+from loadgen.schedule.runner import RunConfig, Runner
 from loadgen.schedule.shards import shard_config
 from loadgen.schedule.workload import (
     Lengths,
@@ -27,14 +26,17 @@ from loadgen.schedule.workload import (
     shared_prefix,
     synthetic,
 )
-from loadgen.sources.custom import from_dataset
+from loadgen.sources.entries import DatasetError
+from loadgen.sources.read import Pending, read_dataset
+from loadgen.sources.resolve import resolve
 from loadgen.transport.client import PREPARE_BYTES, OpenAIStream, connector
+from loadgen.transport.tokenize import ServerTokenizer
 
 DURATION_MAX_REQUESTS = 10_000_000  # a run bounded by --duration only: at most this many (and what fits)
 USER_TOKENS = 32  # new user tokens a turn in --turns conversations
 
 
-def make_workload(run: LoadRun) -> tuple[Workload, int | None]:
+def make_workload(run: LoadRun) -> tuple[Workload | Pending, int | None]:
     """The workload, after its memory is known to fit --max-memory (schedule/memory.py): nothing is
     built for a run that would not fit. A run bounded by --duration alone gets a count bound that
     fits: (workload, that bound, or None)."""
@@ -44,17 +46,15 @@ def make_workload(run: LoadRun) -> tuple[Workload, int | None]:
         bound = None
         n = run.requests if run.requests is not None else (100 if run.duration is None else DURATION_MAX_REQUESTS)
         in_flight = (run.concurrency or 1) if run.rate is None else (run.max_concurrency or 4096)
-        if run.dataset:
-            size = os.stat(run.dataset).st_size if os.path.isfile(run.dataset) else 0
-            memory.check(
-                memory.Shape(requests=n, prompt_max=0, output_max=out.max, in_flight=in_flight, dataset_bytes=size),
-                budget,
-                PREPARE_BYTES,
-            )
-            return from_dataset(run.dataset, default_output=out.sample(np.random.default_rng(run.seed)), limit=n), None
+        if run.dataset is not None and run.dataset.name is not DatasetName.PREFIX_REPETITION:
+            return _dataset(run, run.dataset, out, n if run.requests is not None else None, in_flight), None
         if run.chat:
             raise UsageError("--chat needs text prompts: use --dataset with text prompts")
         prompt = Lengths.parse(run.prompt_tokens, "--prompt-tokens")
+        if run.dataset is not None:  # prefix_repetition: vLLM's names for the shared-prefix workload
+            d = run.dataset
+            prompt, out = Lengths.parse(d.suffix_len, "suffix"), Lengths.parse(d.prefix_output_len, "output")
+            run = replace(run, prefix_groups=d.num_prefixes, prefix_tokens=d.prefix_len)
         if (run.prefix_groups or run.prefix_tokens) and not (run.prefix_groups and run.prefix_tokens):
             raise UsageError("--prefix-groups and --prefix-tokens go together")
         shape = memory.Shape(
@@ -88,7 +88,20 @@ def make_workload(run: LoadRun) -> tuple[Workload, int | None]:
         raise UsageError(str(e)) from None
 
 
-def build(run: LoadRun) -> tuple[Workload, RunConfig]:
+def _dataset(run: LoadRun, d: DatasetOptions, out: Lengths, limit: int | None, in_flight: int) -> Workload | Pending:
+    size = os.stat(d.path).st_size if d.path and os.path.isfile(d.path) else 0
+    memory.check(
+        memory.Shape(requests=limit or 1, prompt_max=0, output_max=out.max, in_flight=in_flight, dataset_bytes=size),
+        run.max_memory,
+        PREPARE_BYTES,
+    )
+    try:
+        return read_dataset(d, limit=limit, salt=run.salt, chat=run.chat)
+    except DatasetError as e:
+        raise UsageError(str(e)) from None
+
+
+def build(run: LoadRun) -> tuple[Workload | Pending, RunConfig]:
     """The workload and the runner's bounds of this run (of this shard, for a --workers shard)."""
     workload, bound = make_workload(run)
     cfg = RunConfig(
@@ -102,8 +115,14 @@ def build(run: LoadRun) -> tuple[Workload, RunConfig]:
         seed=run.seed,
         max_in_flight=run.max_concurrency if run.rate is not None and run.max_concurrency else 4096,
     )
-    if cfg.rate is None and cfg.concurrency is None:
+    timed = isinstance(workload, Workload) and workload.times is not None
+    if timed and cfg.rate is None and cfg.concurrency is None:  # a trace: at its own timestamps
+        cfg.timed = True
+        cfg.max_in_flight = run.max_concurrency or 4096
+    elif cfg.rate is None and cfg.concurrency is None:
         cfg.concurrency = 1
+    if cfg.max_requests is None and run.dataset is not None and run.dataset.name is not DatasetName.PREFIX_REPETITION:
+        cfg.max_requests = len(workload.entries if isinstance(workload, Pending) else workload.items)
     if cfg.max_requests is None and cfg.duration is None:
         cfg.max_requests = 100
     if cfg.max_requests is None:  # a --duration run: the count bound that fits --max-memory
@@ -122,13 +141,16 @@ def build(run: LoadRun) -> tuple[Workload, RunConfig]:
     return workload, cfg
 
 
-async def run_shard(run: LoadRun, workload: Workload, cfg: RunConfig, out: Path) -> dict:
+async def run_shard(run: LoadRun, workload: Workload | Pending, cfg: RunConfig, out: Path) -> dict:
     """Run; write records.jsonl and summary.json to out, and vllm bench's result JSON when asked."""
     key = os.environ.get(run.api_key_env) if run.api_key_env else None
     async with net.session(connector=connector(run.pin)) as session:
-        await tokenize_lengths(
-            session, run.url, run.model, workload.items, headers={"Authorization": f"Bearer {key}"} if key else None
-        )
+        if isinstance(workload, Pending):  # a dataset: every prompt's ids from the server's own tokenizer
+            tok = ServerTokenizer(session, run.url, run.model, {"Authorization": f"Bearer {key}"} if key else None)
+            workload, drops = await resolve(workload.entries, tok, workload.opts, workload.source)
+            if not workload.items:
+                raise UsageError(f"--dataset-path: no request is left to send ({drops.line()})")
+            cfg.max_requests = min(cfg.max_requests or len(workload.items), len(workload.items))
         transport = OpenAIStream(
             session, run.url, run.model, api_key=key, request_timeout=run.timeout, read_timeout=run.read_timeout
         )

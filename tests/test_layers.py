@@ -142,13 +142,21 @@ def test_no_import_cycle_anywhere():
 LOADGEN_ROOMS = [
     (
         "infra",
-        ("loadgen", "loadgen.net", "loadgen.lifeline", "loadgen.safefile", "loadgen.redaction", "loadgen.loadrun"),
+        (
+            "loadgen",
+            "loadgen.net",
+            "loadgen.lifeline",
+            "loadgen.safefile",
+            "loadgen.redaction",
+            "loadgen.loadrun",
+            "loadgen.dataset_options",
+        ),
     ),
     ("results", ("loadgen.results",)),
     ("transport", ("loadgen.transport",)),
     ("schedule", ("loadgen.schedule",)),
     ("sources", ("loadgen.sources",)),
-    ("shard", ("loadgen.shard", "loadgen.cli")),
+    ("shard", ("loadgen.shard", "loadgen.cli", "loadgen.cli_datasets")),
     ("scale", ("loadgen.scale",)),
     ("main", ("loadgen.main", "loadgen.__main__")),
 ]

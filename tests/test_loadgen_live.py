@@ -180,19 +180,23 @@ async def test_duration_bounds_the_run_and_cancel_keeps_records(tiny_server, tmp
 
 
 async def test_text_prompts_are_counted_by_tokenize_and_chat_works(tiny_server, tmp_path):
-    from loadgen.schedule.runner import tokenize_lengths
-    from loadgen.sources.custom import from_dataset
+    from loadgen.dataset_options import DatasetName, DatasetOptions
+    from loadgen.sources.custom import read_custom
+    from loadgen.sources.resolve import resolve
+    from loadgen.transport.tokenize import ServerTokenizer
 
     f = tmp_path / "d.jsonl"
     f.write_text(
         '{"prompt": "the model serves requests with a paged cache", "output_tokens": 6}\n'
         '{"prompt": "prefix cache hit miss token", "output_tokens": 4, "chat": true}\n'
+        '{"messages": [{"role": "system", "content": "serve"}, {"role": "user", "content": "token"}],'
+        ' "output_tokens": 3}\n'
     )
-    w = from_dataset(f)
     async with aiohttp.ClientSession() as s:
-        await tokenize_lengths(s, tiny_server.url, "tiny", w.items)
-        assert all(isinstance(x.prompt_tokens, int) and x.prompt_tokens > 0 for x in w.items)
-        res = await Runner(OpenAIStream(s, tiny_server.url, "tiny")).run(w, RunConfig(concurrency=1, max_requests=2))
+        tok = ServerTokenizer(s, tiny_server.url, "tiny")
+        w, _ = await resolve(read_custom(str(f), 8), tok, DatasetOptions(name=DatasetName.CUSTOM), "d.jsonl")
+        assert all(len(x.token_ids) == x.prompt_tokens > 0 for x in w.items)
+        res = await Runner(OpenAIStream(s, tiny_server.url, "tiny")).run(w, RunConfig(concurrency=1, max_requests=3))
     for r, spec in zip(sorted(res.records, key=lambda r: r.id), w.items):
         assert r.ok, r.error
         assert r.prompt_tokens == spec.prompt_tokens and r.output_tokens == spec.output_tokens

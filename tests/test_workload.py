@@ -14,7 +14,8 @@ from loadgen.schedule.workload import (
     shared_prefix,
     synthetic,
 )
-from loadgen.sources.custom import from_dataset
+from loadgen.sources.custom import read_custom
+from loadgen.sources.entries import DatasetError
 
 
 def test_lengths_parse_and_sample():
@@ -86,12 +87,27 @@ def test_multi_turn_conversations():
 
 def test_dataset_replay_and_its_errors(tmp_path):
     f = tmp_path / "d.jsonl"
-    f.write_text('{"prompt": [11, 12, 13], "output_tokens": 5}\n{"prompt": "hello there", "output_tokens": 2}\n')
-    w = from_dataset(f)
-    assert [x.prompt_tokens for x in w.items] == [3, None]  # text: counted by the server's /tokenize
-    f.write_text('{"prompt": [11, -1], "output_tokens": 5}\n')
-    with pytest.raises(WorkloadError, match="line 1"):
-        from_dataset(f)
+    f.write_text(
+        '{"prompt": [11, 12, 13], "output_tokens": 5}\n{"prompt": "hello there"}\n'
+        '{"messages": [{"role": "system", "content": "be brief"}, {"role": "user", "content": "hi"}],'
+        ' "output_tokens": 3}\n'
+    )
+    e = read_custom(str(f), default_output=256)
+    assert [(x.prompt, x.output_tokens, x.chat) for x in e[:2]] == [
+        ([11, 12, 13], 5, False),
+        ("hello there", 256, False),
+    ]
+    assert e[2].chat and e[2].prompt[0] == {"role": "system", "content": "be brief"}
+    for line, what in (
+        ('{"prompt": [11, -1], "output_tokens": 5}', "line 1: prompt must be text"),
+        ('{"prompt": "x", "output_tokens": 0}', "output_tokens must be a positive integer"),
+        ('{"messages": [{"role": "user"}]}', "each message must be"),
+        ('{"prompt": [1, 2], "chat": true}', "chat requests need text or messages"),
+        ("[1, 2]", "each line must be a JSON object"),
+    ):
+        f.write_text(line + "\n")
+        with pytest.raises(DatasetError, match=what):
+            read_custom(str(f), default_output=8)
 
 
 def test_open_loop_schedule_is_seeded_poisson_or_bursty():

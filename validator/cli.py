@@ -23,6 +23,7 @@ from validator.errors import (
     KvgateError,
     one_line,
 )
+from validator.profile.dataset import DATASET_RULES
 from validator.redact import redact
 from validator.serve.launch import Terminated
 from validator.units import parse_bytes
@@ -71,7 +72,22 @@ def build_parser() -> argparse.ArgumentParser:
             choices=f.choices if flag == "--platform" else None,
             help=f"{f.doc}{listed} (profile: {section}.{name})",
         )
+    d = ap.add_argument_group("your traffic: a `dataset` run (profile: workload.dataset; vllm bench serve's names)")
+    for flag, name in DATASET_FLAGS.items():
+        f = DATASET_RULES[name]
+        kind = {"int": int, "float": float}.get(f.kind)
+        d.add_argument(flag, dest=f"ds_{name}", metavar=name.split("_")[-1].upper(), type=kind, help=f.doc)
     return ap
+
+
+# workload.dataset's fields as flags: vllm bench serve's spelling of each
+DATASET_FLAGS = {
+    "--dataset-name": "name",
+    "--dataset-path": "path",
+    "--num-prompts": "requests",
+    "--max-concurrency": "concurrency",
+    **{"--" + n.replace("_", "-"): n for n in DATASET_RULES if n not in ("name", "path", "requests", "concurrency")},
+}
 
 
 # older names kept working (flags are a contract): vLLM's name first, kvgate's earlier one after it
@@ -108,6 +124,14 @@ def resolve_profile(args) -> profiles.Profile:
     else:
         raise InputError("--profile: give a profile, or --model with the plan flags")
     changes = {field: getattr(args, flag[2:].replace("-", "_")) for flag, field in PLAN_FLAGS.items()}
+    given = {
+        name: getattr(args, f"ds_{name}") for name in DATASET_FLAGS.values() if getattr(args, f"ds_{name}") is not None
+    }
+    if given:  # flags win over the profile's workload.dataset, field by field
+        base = prof.values["workload"].get("dataset") or {}
+        if "name" in given and given["name"] != base.get("name"):
+            base = {}  # another kind of dataset: none of the profile's dataset fields carries over
+        changes[("workload", "dataset")] = {**{k: v for k, v in base.items() if v is not None}, **given}
     return profiles.override(prof, changes)
 
 

@@ -92,6 +92,7 @@ def finish(rep: dict, run_dir: Path, as_json: bool) -> int:
     else:
         lines = checks_lines(rep["checks"]) if rep["checks"] else []
         lines += [f"note: {note}" for note in rep.get("notes") or []]
+        lines += [f"prompt-template audit ({r['name']}): {r['audit']['line']}" for r in rep["runs"] if r.get("audit")]
         lines.append(
             f"verdict: {rep['verdict']}"
             + (f" ({rep['error']})" if rep.get("error") else "")

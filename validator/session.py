@@ -22,7 +22,8 @@ from validator.errors import EXIT_FAIL, EXIT_INFRA, EXIT_OK, InfraError, InputEr
 from validator.judge.startup import cross_check
 from validator.judge.verdict import counts_line, counts_of, verdict_of
 from validator.judging import finish, judge_run_dir, meta_of, show
-from validator.observe.schedule import plan_runs, schedule_of
+from validator.observe.dataset import runs_for
+from validator.observe.schedule import schedule_of
 from validator.plan.limits import make_plan
 from validator.plan.record import PlanRecord
 from validator.plan.result import Plan
@@ -78,7 +79,7 @@ def run_session(opts: RunOptions, profile: Profile, plan: Plan) -> int:
     if url:  # not used with --url, but a profile that would be refused elsewhere is refused here too
         validate_extra_args(profile.vllm.extra_args or [])
         validate_command(profile.vllm.command or [])
-    specs = [] if opts.launch_only else plan_runs(record, profile.workload)
+    specs = [] if opts.launch_only else runs_for(record, profile.workload)
     schedule = schedule_of(specs, server_started=url is None, freezes=profile.observe.freezes)
     run_dir = run_dir_for(opts.out, profile.name)
     make_dirs(run_dir)
@@ -198,6 +199,14 @@ def _with_server(
             )
         return EXIT_OK if verdict == "pass" else EXIT_FAIL
     alive = server.alive if server else None
+    if any(s.pending is not None for s in specs):  # a dataset: its prompts made exact by the server
+        from validator.observe.dataset import resolve_pending
+
+        run_loop(resolve_pending(specs, url, model, api_key, pin, say))
+        # before the first run, with the counts the runs will send
+        write_plan(
+            run_dir, record, schedule_of(specs, server_started=server is not None, freezes=profile.observe.freezes)
+        )
     run_loop(execute(specs, url, model, run_dir, profile, say, api_key=api_key, alive=alive, pin=pin))
     return EXIT_OK  # the verdict is decided by judge_run_dir
 

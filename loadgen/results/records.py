@@ -95,13 +95,18 @@ class RequestRecord:
         return cls(**{k: v for k, v in d.items() if k in known})
 
 
-def prompt_digest(prompt) -> str:
-    """A short fingerprint of a prompt as sent (token ids as little-endian int32, or UTF-8 text): a
+def prompt_digest(prompt, token_ids=None) -> str:
+    """A short fingerprint of a prompt as sent (token ids as little-endian int32, UTF-8 text, or chat
+    messages as canonical JSON) and, for text and chat, of the ids the server computes for it: a
     record carries it, so a record can be matched to the saved prompt it was sent with."""
     if isinstance(prompt, str):
         data = prompt.encode()
+    elif isinstance(prompt, list) and prompt and isinstance(prompt[0], dict):
+        data = json.dumps(prompt, sort_keys=True, separators=(",", ":")).encode()
     else:
         data = np.asarray(prompt, dtype="<i4").tobytes()
+    if token_ids is not None:
+        data += b"\0ids" + np.asarray(token_ids, dtype="<i4").tobytes()
     return hashlib.sha256(data).hexdigest()[:16]
 
 

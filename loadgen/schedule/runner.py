@@ -36,9 +36,13 @@ class RunConfig:
     max_in_flight: int = 4096  # open-loop ceiling
     seed: int = 0
     shard: tuple[int, int] | None = None  # (i, k): this process sends items i, i+k, ... of the whole schedule
+    timed: bool = False  # open loop at the workload's own start times (a trace's timestamps)
 
     def check(self) -> None:
-        if (self.concurrency is None) == (self.rate is None):
+        if self.timed:
+            if self.concurrency is not None or self.rate is not None:
+                raise ValueError("a timed trace is replayed at its timestamps: no --concurrency or --rate")
+        elif (self.concurrency is None) == (self.rate is None):
             raise ValueError("give exactly one of --concurrency and --rate")
         if self.concurrency is not None and self.concurrency < 1:
             raise ValueError("--concurrency must be at least 1")
@@ -173,7 +177,12 @@ class Runner:
         of the whole schedule and their arrival times in it, so k processes together send exactly
         the arrival process one would."""
         n = min(len(workload.items), limit)
-        times = arrival_times(n, cfg.rate, cfg.burstiness, cfg.ramp_up, cfg.seed) if cfg.rate else None
+        if cfg.timed:
+            if workload.times is None:
+                raise ValueError("this workload has no start times: give --concurrency or --rate")
+            times: list[float] | None = workload.times[:n]
+        else:
+            times = arrival_times(n, cfg.rate, cfg.burstiness, cfg.ramp_up, cfg.seed) if cfg.rate else None
         if cfg.shard is None:
             return workload.items, times
         i, k = cfg.shard
@@ -215,7 +224,7 @@ class Runner:
             warmup=warm or spec.warmup,
             group=spec.group,
             turn=spec.turn,
-            prompt_digest=prompt_digest(spec.prompt),
+            prompt_digest=prompt_digest(spec.prompt, spec.token_ids),
         )
         rec.scheduled = scheduled if scheduled is not None else time.perf_counter() - self.t0
         self.in_flight += 1
@@ -275,23 +284,3 @@ class Runner:
                 "tokens": sum(len(r.chunk_times) for r in self.records),
             }
         )
-
-
-async def tokenize_lengths(session, base_url: str, model: str, specs, headers: dict | None = None) -> None:
-    """Exact prompt lengths for text prompts, from the server's /tokenize (only a dataset has text
-    prompts, and only a dataset is a list: lazily built workloads are never walked here)."""
-    if not isinstance(specs, list):
-        return
-    for s in specs:
-        if isinstance(s.prompt, str) and s.prompt_tokens is None:
-            body: dict[str, Any] = {"model": model}
-            if s.chat:
-                body["messages"] = [{"role": "user", "content": s.prompt}]
-            else:
-                body["prompt"] = s.prompt
-            async with session.post(
-                base_url.rstrip("/") + "/tokenize", json=body, headers=headers or {}, allow_redirects=False
-            ) as r:
-                if r.status == 200:
-                    d = await r.json()
-                    s.prompt_tokens = d.get("count")

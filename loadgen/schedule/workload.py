@@ -116,6 +116,7 @@ class Workload:
     salt: str
     seed: int
     info: dict = field(default_factory=dict)
+    times: list[float] | None = None  # a trace's start times (seconds from the first); None: the run's pacing
 
 
 @dataclass

@@ -24,9 +24,10 @@ from loadgen.transport.sse import StreamParser
 @dataclass
 class RequestSpec:
     id: str
-    prompt: np.ndarray | list[int] | str  # token ids (int32 array or list) or text
+    prompt: np.ndarray | list[int] | str | list[dict]  # token ids (int32 array or list), text, or chat messages
     output_tokens: int
     prompt_tokens: int | None = None  # asked: exact for token ids, /tokenize'd for text
+    token_ids: np.ndarray | None = None  # a text or chat prompt's ids as the server computes them
     chat: bool = False
     group: int | None = None
     turn: int | None = None
@@ -101,10 +102,12 @@ class OpenAIStream:
         if self.exact_output:  # exactly output_tokens tokens, whatever the model would say
             body.update(ignore_eos=True, min_tokens=spec.output_tokens)
         if spec.chat:
-            text = spec.prompt if isinstance(spec.prompt, str) else None
-            if text is None:
-                raise ValueError("chat requests need a text prompt")
-            body["messages"] = [{"role": "user", "content": text}]
+            if isinstance(spec.prompt, str):
+                body["messages"] = [{"role": "user", "content": spec.prompt}]
+            elif isinstance(spec.prompt, list) and spec.prompt and isinstance(spec.prompt[0], dict):
+                body["messages"] = spec.prompt
+            else:
+                raise ValueError("chat requests need a text prompt or messages")
             return self.base + "/v1/chat/completions", body
         body["prompt"] = spec.prompt.tolist() if isinstance(spec.prompt, np.ndarray) else spec.prompt
         if spec.want_token_ids:

@@ -17,6 +17,7 @@ from __future__ import annotations
 import math
 
 from validator.judge import evidence
+from validator.judge.cachedtokens import cached_tokens_check, predictions
 from validator.judge.check import Check
 from validator.judge.figures import RunFigures, _pct, bucket_of, first_error, hist_delta, predict_prefix, run_figures
 from validator.judge.freezecheck import freeze_checks, utilization
@@ -213,6 +214,8 @@ def _run_checks(run: RunData, f: RunFigures, plan: PlanRecord, tol: TolerancesSe
             )
         )
     checks.append(evidence.tokens_exact(run))
+    if run.kind is RunKind.DATASET:
+        checks.append(cached_tokens_check(run, plan))
     rate = f.errors / f.requests if f.requests else None
     checks.append(
         Check(
@@ -234,6 +237,11 @@ def judge(
     plan: PlanRecord, runs: list[RunData], slo: SloSection, tol: TolerancesSection, server_blocks: int | None = None
 ) -> tuple[list[Check], dict[str, RunFigures]]:
     prefix = predict_prefix(runs, plan.block_size, plan.usable_blocks)
+    for r in runs:
+        if r.kind is RunKind.DATASET:  # request by request, eviction included (prefixsim.py)
+            preds, _ = predictions(r, plan)
+            exact = preds is not None and all(p.exact for p in preds)
+            prefix[r.name]["hit_tokens"] = sum(p.hits for p in preds) if preds is not None and exact else None
     figures = {r.name: run_figures(r, plan, server_blocks, prefix[r.name]["hit_tokens"]) for r in runs}
     checks: list[Check] = []
     for run in runs:
@@ -249,8 +257,14 @@ def _slo_checks(runs: list[RunData], figures: dict[str, RunFigures], slo: SloSec
     else over the cold and warm runs, the time freezes held the engine subtracted. A run they are
     judged over whose evidence is not whole leaves them `not measured`."""
     latency_runs = [r for r in runs if r.kind is RunKind.LATENCY]
-    measured = latency_runs or [r for r in runs if r.kind in (RunKind.COLD, RunKind.WARM)]
-    over = "the latency run" if latency_runs else "the cold and warm runs"
+    measured = latency_runs or [r for r in runs if r.kind in (RunKind.COLD, RunKind.WARM, RunKind.DATASET)]
+    over = (
+        "the latency run"
+        if latency_runs
+        else "the dataset run"
+        if any(r.kind is RunKind.DATASET for r in measured)
+        else "the cold and warm runs"
+    )
     adjusted = "" if latency_runs else ", the time freezes held the engine subtracted"
     gaps = [why for r in measured if (why := evidence.incomplete(r))]
     ttft = [v for r in measured for v in figures[r.name].ttft_ms]

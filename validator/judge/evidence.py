@@ -12,6 +12,7 @@ from dataclasses import replace
 from loadgen.results.records import prompt_digest
 from validator.judge.check import Check
 from validator.rundir.rundata import RunData
+from validator.rundir.schedule import RunKind
 
 COUNTERS = ("prefix_cache_queries", "prefix_cache_hits", "num_preemptions", "prompt_tokens", "generation_tokens")
 
@@ -106,6 +107,7 @@ def records_match(run: RunData) -> Check:
         )
     bad: list[str] = []
     seen: set[str] = set()
+    ids_of = run.served_ids
     for r in run.records:
         if r.run != run.name:
             bad.append(f"{r.id} says run {r.run!r}")
@@ -116,10 +118,13 @@ def records_match(run: RunData) -> Check:
         if prompt is None:
             bad.append(f"{r.id} is not in workload.jsonl")
             continue
-        if isinstance(prompt, list) and r.asked_prompt_tokens is not None and r.asked_prompt_tokens != len(prompt):
-            bad.append(f"{r.id} asked {r.asked_prompt_tokens} prompt tokens, workload.jsonl holds {len(prompt)}")
-        elif r.prompt_digest is not None and r.prompt_digest != prompt_digest(prompt):
+        ids = ids_of.get(r.id)
+        if ids is not None and r.asked_prompt_tokens is not None and r.asked_prompt_tokens != len(ids):
+            bad.append(f"{r.id} asked {r.asked_prompt_tokens} prompt tokens, workload.jsonl holds {len(ids)}")
+        elif r.prompt_digest is not None and r.prompt_digest != prompt_digest(prompt, run.token_ids.get(r.id)):
             bad.append(f"{r.id} was sent another prompt than workload.jsonl's (digest {r.prompt_digest})")
+        elif r.prompt_digest is None and run.kind is RunKind.DATASET:
+            bad.append(f"{r.id} carries no prompt digest: nothing ties it to the prompt saved")
         if r.asked_output_tokens is not None and r.asked_output_tokens != run.outputs.get(r.id):
             bad.append(f"{r.id} asked {r.asked_output_tokens} output tokens, workload.jsonl {run.outputs.get(r.id)}")
     return _agreement(
@@ -153,9 +158,10 @@ def tokens_exact(run: RunData) -> Check:
             "nothing to compare)",
         )
     bad = []
+    ids_of = run.served_ids
     for r in ok:
-        prompt, out = run.prompts.get(r.id), run.outputs.get(r.id)
-        want_p = len(prompt) if isinstance(prompt, list) else r.asked_prompt_tokens
+        ids, out = ids_of.get(r.id), run.outputs.get(r.id)
+        want_p = len(ids) if ids is not None else r.asked_prompt_tokens
         if r.output_tokens != out:
             bad.append(f"{r.id}: output asked {out} served {r.output_tokens}")
         elif want_p is not None and r.prompt_tokens != want_p:

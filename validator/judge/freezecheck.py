@@ -177,11 +177,12 @@ def freeze_checks(run: RunData, usable_blocks: int, block_size: int) -> list[Che
         why: str | None = None
         if rec is None:
             why = (
-                f"not taken: the run never had exactly {point['running']} requests decoding with "
-                f">= {point['min_tokens']} tokens"
-                + (" and some waiting" if point["waiting"] else "")
-                + (" (cut short)" if run.interrupted else "")
-            )
+                f"not taken: after {point.get('after_sent', 0)} requests sent, the run never had a request "
+                "decoding with none in prefill"
+                if point["running"] == 0
+                else f"not taken: the run never had exactly {point['running']} requests decoding with "
+                f">= {point['min_tokens']} tokens" + (" and some waiting" if point["waiting"] else "")
+            ) + (" (cut short)" if run.interrupted else "")
         elif any(not r.get("exact_counts", True) for r in rec.requests):
             why = "the server did not send per-chunk usage: delivered tokens are not exact"
         else:
@@ -211,7 +212,7 @@ def freeze_checks(run: RunData, usable_blocks: int, block_size: int) -> list[Che
                 + (": " + "; ".join(bad[:3]) if bad else ""),
             )
         )
-        exp = expected_state(rec.requests, run.prompts, block_size)
+        exp = expected_state(rec.requests, run.served_ids, block_size)
         obs = observed_state(rec.reading, usable_blocks)
         when = (
             f"{exp['running']} decoding ({', '.join(str(r['delivered']) for r in rec.requests if r['delivered'])}"

@@ -54,24 +54,28 @@ def classify(live: dict) -> tuple[list, list]:
     return decoding, pending
 
 
-def matches(point: FreezePoint, live: dict, now: float | None = None, relaxed: bool = False) -> bool:
+def matches(
+    point: FreezePoint, live: dict, now: float | None = None, relaxed: bool = False, sent: int | None = None
+) -> bool:
     """The live set is the point's: `running` decoding with enough tokens and `waiting` without
     one; or all of them in flight for `patience_s` (clock: the records') with no token seen.
     Relaxed (a whole wave went by unmatched, as when the client was starved of CPU and saw the
     wave in one burst): any set with a request decoding, and one waiting if the point wants it."""
     decoding, pending = classify(live)
+    if point.running == 0:  # any traffic: the client's view settles when nothing is in prefill
+        return bool(decoding) and not pending and (sent is None or sent >= point.after_sent)
     enough_waiting = len(pending) >= point.waiting if point.waiting else not pending
     if len(decoding) == point.running and enough_waiting and all(r.delivered >= point.min_tokens for r in decoding):
         return True
     if relaxed and decoding and (len(pending) >= 1 if point.waiting else not pending):
         return True
-    sent = [r.sent for r in pending if r.sent is not None]
+    sent_at = [r.sent for r in pending if r.sent is not None]
     return (
         now is not None
         and not decoding
         and len(pending) >= point.running + point.waiting
-        and len(sent) == len(pending)
-        and now - max(sent) >= point.patience_s
+        and len(sent_at) == len(pending)
+        and now - max(sent_at) >= point.patience_s
     )
 
 
@@ -126,7 +130,13 @@ class Freezer:
             done_before = len(self.runner.records)
             while not (
                 hasattr(self.runner, "t0")
-                and matches(point, self.runner.live, self._t(), len(self.runner.records) - done_before >= point.running)
+                and matches(
+                    point,
+                    self.runner.live,
+                    self._t(),
+                    len(self.runner.records) - done_before >= point.running,
+                    self.runner.issued,
+                )
             ):
                 await asyncio.sleep(POLL_S)
             rec = await self.freeze(point)

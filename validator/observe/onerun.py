@@ -80,9 +80,12 @@ async def one_run(
     with open_append(d / "workload.jsonl") as f:
         for s in spec.workload.items:
             prompts[s.id] = prompt = s.prompt.tolist() if hasattr(s.prompt, "tolist") else s.prompt
-            f.write(
-                json.dumps({"id": s.id, "prompt": prompt, "output_tokens": s.output_tokens, "group": s.group}) + "\n"
-            )
+            line = {"id": s.id, "prompt": prompt, "output_tokens": s.output_tokens, "group": s.group}
+            if s.token_ids is not None:  # text or chat: the ids the server computes, for the predictions
+                line["prompt_ids"] = s.token_ids.tolist()
+            f.write(json.dumps(line) + "\n")
+    if spec.texts:
+        write_text(d / "audit_text.json", json.dumps(spec.texts, indent=1))
     isolation = None
     if spec.reset_cache:
         isolation = "reset" if (await net.post(session, base_url + "/reset_prefix_cache", 10.0))[0] == 200 else "salt"
@@ -134,7 +137,10 @@ async def one_run(
                 runner.run(
                     spec.workload,
                     RunConfig(
-                        concurrency=spec.concurrency, max_requests=len(spec.workload.items), duration=run_timeout
+                        concurrency=None if spec.timed else spec.concurrency,
+                        timed=spec.timed,
+                        max_requests=len(spec.workload.items),
+                        duration=run_timeout,
                     ),
                 )
             )

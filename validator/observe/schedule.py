@@ -6,6 +6,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from loadgen.schedule.workload import Lengths, Workload, near_limit, new_salt, shared_prefix
+from loadgen.sources.read import Pending
 from validator.errors import InputError
 from validator.plan.record import PlanRecord
 from validator.profile import WorkloadSection
@@ -24,12 +25,17 @@ class RunSpec:
     purpose: str = ""
     freezes: list[FreezePoint] = field(default_factory=list)  # planned freeze-frames
     workers: int = 1  # above 1: sent by that many loadgen processes (no freezes: they hold no runner)
+    timed: bool = False  # at the workload's own start times (a trace), not closed loop
+    pending: Pending | None = None  # a dataset the server's tokenizer must make exact before the run
+    block_size: int = 16  # the plan's (the dataset audit's texts are found block by block)
+    max_model_len: int = 0  # the plan's: a resolved dataset's requests must fit it
+    texts: dict | None = None  # audit_text.json: the words where a dataset's prompts stop sharing
 
     def planned(self) -> PlannedRun:
         return PlannedRun(
             name=self.name,
             kind=self.kind,
-            requests=len(self.workload.items),
+            requests=len(self.pending.entries) if self.pending is not None else len(self.workload.items),
             concurrency=self.concurrency,
             reset_cache=self.reset_cache,
             measured=self.measured,
@@ -44,7 +50,8 @@ def schedule_of(specs: list[RunSpec], server_started: bool, freezes: bool) -> Sc
 
 
 def plan_runs(plan: PlanRecord, workload: WorkloadSection) -> list[RunSpec]:
-    """Near-limit cold run, primed shared-prefix warm run, over-limit probe."""
+    """Near-limit cold run, primed shared-prefix warm run, over-limit probe (with a dataset in the
+    profile, observe/dataset.py's runs_for gives the `dataset` run instead)."""
     n, mml, bs = plan.max_num_seqs, plan.max_model_len, plan.block_size
     margin = workload.margin_tokens or 0
     out = workload.output_tokens or min(bs, max(mml // 4, 1))

@@ -13,6 +13,7 @@ import yaml
 
 from validator.cpulist import parse_cpus
 from validator.errors import InputError
+from validator.profile.dataset import DATASET_RULES
 from validator.profile.sections import (
     SCHEMA,
     SECTIONS,
@@ -82,6 +83,8 @@ def _check(path: str, rule: Field, value: Any, base: Path | None) -> Any:
             value = str((base / value).resolve())
     elif k == "cpus":
         return parse_cpus(value, path)
+    elif k == "dataset":
+        return _dataset(path, value, base)
     elif k == "list[str]":
         if not isinstance(value, list) or not all(isinstance(v, str) and "\x00" not in v for v in value):
             raise InputError(f"{path}: expected a list of strings, e.g. [--enforce-eager], got {brief(value)}")
@@ -99,6 +102,24 @@ def _check(path: str, rule: Field, value: Any, base: Path | None) -> Any:
     if rule.maximum is not None and value > rule.maximum:
         raise InputError(f"{path}: must be at most {rule.maximum:g}, got {brief(value)}")
     return value
+
+
+def _dataset(path: str, value: Any, base: Path | None) -> dict[str, Any]:
+    """A nested section (workload.dataset): its fields checked by their own rules, defaults filled."""
+    if not isinstance(value, dict):
+        raise InputError(f"{path}: expected a mapping such as {{name: sharegpt, path: FILE}}, got {brief(value)}")
+    for key in value:
+        if not isinstance(key, str) or key not in DATASET_RULES:
+            raise InputError(f"{path}.{_key(key)}: unknown field; known: {', '.join(DATASET_RULES)}")
+    out = {}
+    for key, rule in DATASET_RULES.items():
+        v = value.get(key)
+        out[key] = _check(f"{path}.{key}", rule, v if v is not None else rule.default, base if v is not None else None)
+    if out["name"] is None:
+        raise InputError(f"{path}.name: give the dataset's kind: sharegpt, custom, timed_trace or prefix_repetition")
+    if out["name"] != "prefix_repetition" and not out["path"]:
+        raise InputError(f"{path}.path: a {out['name']} dataset needs its file")
+    return out
 
 
 def _key(key: Any) -> str:

@@ -10,7 +10,7 @@ from typing import Any
 
 @dataclass(frozen=True)
 class Field:
-    kind: str  # int, float, bytes, str, bool, path, choice, cpus, list[str], dict[str,str]
+    kind: str  # int, float, bytes, str, bool, path, choice, cpus, list[str], dict[str,str], dataset
     default: Any = None
     doc: str = ""
     choices: tuple = ()
@@ -172,6 +172,9 @@ class WorkloadSection:
         "judged on it. At most max_num_seqs.",
         minimum=1,
         maximum=256,
+    )
+    dataset: dict | None = spec(
+        "dataset", None, "Your traffic: a `dataset` run replaces the synthetic runs (fields: docs/datasets.md)."
     )
 
 

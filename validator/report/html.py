@@ -171,6 +171,15 @@ def _run(r: dict, checks: list[dict]) -> list[str]:
         + "</p>"
     )
     out = [title, _table(["", "predicted", "observed"], rows)]
+    a = r.get("audit")
+    if a:
+        t = a.get("text_at_break")
+        out.append(
+            f"<p><b>Prompt-template audit:</b> {esc(a['line'])}"
+            + (f" — <code>…{esc(t['before'])}</code>|<code>{esc(t['after'])}…</code>" if t else "")
+            + "</p>"
+        )
+        out.append(svg.prompt_bars(f"Prompts of {r['name']}: blocks hit and own", a["bars"], a.get("block_size") or 0))
     tl = r["kv_timeline"]
     if r["measured"] and tl:
         series = [

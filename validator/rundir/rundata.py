@@ -20,6 +20,7 @@ from loadgen.results.records import RequestRecord, read_jsonl, read_records
 from validator.rundir.freezes import FreezePoint, FreezeRecord, read_freezes
 from validator.rundir.samples import Sample, read_samples
 from validator.rundir.schedule import PlannedRun, RunKind, Schedule
+from validator.rundir.workload import read_audit_text, workload_item
 
 MAX_FILE_BYTES = 1 << 30  # a run file larger than this is not one kvgate wrote
 FREEZE_STATUSES = ("off", "unavailable")
@@ -34,7 +35,7 @@ class RunData:
     kind: RunKind
     purpose: str
     records: list[RequestRecord]
-    prompts: dict[str, list[int] | str]
+    prompts: dict[str, Any]  # as sent: token ids, text, or chat messages
     started_at: float
     ended_at: float
     before: Sample | None
@@ -57,6 +58,14 @@ class RunData:
     missing: dict[str, str] = field(default_factory=dict)  # file (or "run") -> why it is not there: cannot pass
     contradictions: list[str] = field(default_factory=list)  # notes that contradict plan or profile: FAIL
     snapshots: list[Sample] = field(default_factory=list)  # metrics.jsonl's histogram scrapes in the window
+    token_ids: dict[str, list[int]] = field(default_factory=dict)  # text and chat prompts: the server's ids
+    audit_text: dict[str, dict] = field(default_factory=dict)  # audit_text.json: text where prompts differ (shown)
+
+    @property
+    def served_ids(self) -> dict[str, list[int]]:
+        """Every prompt as the token ids the server computed for it (where they are known)."""
+        ids = {k: v for k, v in self.prompts.items() if isinstance(v, list) and (not v or isinstance(v[0], int))}
+        return {**ids, **self.token_ids}
 
     @property
     def cache(self) -> str:
@@ -185,13 +194,16 @@ def _load_one(
     records = read_records(d / "records.jsonl", problems) if (d / "records.jsonl").is_file() else []
     if not (d / "records.jsonl").is_file():
         missing["records.jsonl"] = f"runs/{name}/records.jsonl is missing"
-    prompts: dict[str, list[int] | str] = {}
+    prompts: dict[str, Any] = {}
     outputs: dict[str, int] = {}
+    token_ids: dict[str, list[int]] = {}
     if (d / "workload.jsonl").is_file():
-        for item in read_jsonl(d / "workload.jsonl", _workload_item, problems):
+        for item in read_jsonl(d / "workload.jsonl", workload_item, problems):
             if item[0] in prompts:
                 problems.append(f"runs/{name}/workload.jsonl: request {item[0]} twice")
             prompts[item[0]], outputs[item[0]] = item[1], item[2]
+            if item[3] is not None:
+                token_ids[item[0]] = item[3]
     else:
         missing["workload.jsonl"] = f"runs/{name}/workload.jsonl is missing"
     started, ended = _number(m, "started_at"), _number(m, "ended_at")
@@ -234,23 +246,13 @@ def _load_one(
         outputs=outputs,
         missing=missing,
         scrape_errors=[e for e in scrape_errors if isinstance(e.get("t"), (int, float)) and started <= e["t"] <= ended],
+        token_ids=token_ids,
+        audit_text=read_audit_text(d / "audit_text.json"),
     )
     run.snapshots = _snapshots(all_samples, run)
     if planned is not None and m:
         run.contradictions = _contradictions(m, planned, schedule)
     return run
-
-
-def _workload_item(x: dict[str, Any]) -> tuple[str, list[int] | str, int]:
-    rid, prompt, out = x["id"], x["prompt"], x["output_tokens"]
-    if (
-        not isinstance(rid, str)
-        or not isinstance(out, int)
-        or isinstance(out, bool)
-        or not (isinstance(prompt, str) or isinstance(prompt, list) and all(type(t) is int for t in prompt))
-    ):
-        raise TypeError("not a workload line")
-    return rid, prompt, out
 
 
 def _snapshots(all_samples: list[Sample], run: RunData) -> list[Sample]:

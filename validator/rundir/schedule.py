@@ -23,15 +23,16 @@ class RunKind(str, Enum):
     WARM = "warm"  # over primed prefixes: hits as the block model predicts
     PROBE = "probe"  # more full-length requests than max_num_seqs: the excess waits
     LATENCY = "latency"  # the cold run's shape from loadgen processes, no freezes: the SLOs
+    DATASET = "dataset"  # the user's traffic (a dataset or a trace), cache reset: audited request by request
 
     @property
     def judges_preemptions(self) -> bool:
-        return self in (RunKind.COLD, RunKind.WARM, RunKind.LATENCY)
+        return self in (RunKind.COLD, RunKind.WARM, RunKind.LATENCY, RunKind.DATASET)
 
     @property
     def judges_latency(self) -> bool:
         """Client latency against the server's histograms (the probe's waits are its point)."""
-        return self in (RunKind.COLD, RunKind.WARM, RunKind.LATENCY)
+        return self in (RunKind.COLD, RunKind.WARM, RunKind.LATENCY, RunKind.DATASET)
 
 
 @dataclass(frozen=True, kw_only=True)

@@ -29,6 +29,9 @@ def vllm_flags(plan: Plan) -> tuple[list[str], dict[str, str]]:
         str(plan.max_num_batched_tokens),
         "--block-size",
         str(plan.block_size),
+        # each response's usage carries its prefix-cache hit (prompt_tokens_details.cached_tokens): the
+        # judge compares it request by request (docs/datasets.md)
+        "--enable-prompt-tokens-details",
     ]
     env: dict[str, str] = {}
     if inp.dtype != "auto":

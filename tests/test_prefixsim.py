@@ -1,0 +1,97 @@
+"""The block pool replay (judge/prefixsim.py) against what vLLM 0.32 did, measured on the CPU build
+(docs/DESIGN section 3 and issue 23), and its eviction order as block_pool.py defines it."""
+
+from validator.judge.prefixsim import BlockPool, Overflow, SimRequest, arrival_order, simulate
+
+BS = 32
+
+
+def ids(n: int, start: int = 10) -> list[int]:
+    return [start + i % 400 for i in range(n)]
+
+
+def req(rid, prompt, out, sent, first, step=0.01, observed=None):
+    return SimRequest(rid, prompt, out, sent, tuple(first + step * k for k in range(out)), observed)
+
+
+def test_four_at_once_share_the_first_ones_blocks_then_hit_to_the_len_minus_one_cap():
+    """Measured: 4 prompts of 384 with a common 256-token prefix sent at once into a reset cache
+    scored 768 (3 x 256); the same 4 again scored 1,408 (4 x 352)."""
+    prefix = ids(256)
+    prompts = [prefix + [1000 + 7 * j + i for i in range(128)] for j in range(4)]
+    first = [req(f"a{j}", prompts[j], 8, 0.0, 0.05) for j in range(4)]
+    again = [req(f"b{j}", prompts[j], 8, 1.0, 1.05) for j in range(4)]
+    got = simulate(first + again, BS, 64)
+    assert sum(p.hits for p in got[:4]) == 768 and sorted(p.hits for p in got[:4]) == [0, 256, 256, 256]
+    assert [p.hits for p in got[4:]] == [352] * 4 and all(p.exact for p in got)
+
+
+def test_a_prompt_and_the_same_prompt_plus_three_tokens():
+    """Measured with --enable-prompt-tokens-details (block 32): a 200-token prompt reports 0 cached
+    tokens, the same prompt plus 3 tokens right after reports 192 (6 full blocks)."""
+    p = ids(200)
+    got = simulate([req("x", p, 4, 0.0, 0.02), req("y", p + [7, 8, 9], 4, 0.5, 0.52)], BS, 64)
+    assert [g.hits for g in got] == [0, 192]
+
+
+def test_requests_sent_together_take_the_servers_order_from_the_hits_it_reported():
+    p = ids(100)
+    a = req("a", p, 4, 0.000, 0.05, observed=96)
+    b = req("b", p, 4, 0.001, 0.05, observed=0)  # reached the engine first
+    assert [r.id for r in arrival_order([a, b])] == ["b", "a"]
+    assert {g.id: g.hits for g in simulate([a, b], BS, 64)} == {"a": 96, "b": 0}
+    late = req("c", p, 4, 0.2, 0.25, observed=0)  # sent after a's first token: after a, whatever it says
+    assert [r.id for r in arrival_order([a, late])] == ["a", "c"]
+    assert {g.id: g.hits for g in simulate([a, late], BS, 64)}["c"] == 96
+
+
+def test_eviction_takes_the_least_recently_freed_blocks_and_a_requests_tail_first():
+    """A pool of 8 blocks: A (4 full blocks) finishes, B (4 blocks, unrelated) finishes, C (4 new
+    blocks) must evict 4 cached blocks: the free queue holds A's blocks before B's, each request's
+    last block first, so A is evicted whole and B's prefix survives: D = B's prompt hits 3 blocks
+    (the len-1 cap), E = A's prompt hits nothing."""
+    a, b, c = ids(128, 10), ids(128, 200), ids(128, 300)
+    out = simulate(
+        [
+            req("A", a, 1, 0.0, 0.01),
+            req("B", b, 1, 0.1, 0.11),
+            req("C", c, 1, 0.2, 0.21),
+            req("D", b, 1, 0.3, 0.31),
+            req("E", a, 1, 0.4, 0.41),
+        ],
+        BS,
+        8,
+    )
+    assert {p.id: p.hits for p in out} == {"A": 0, "B": 0, "C": 0, "D": 96, "E": 0}
+
+
+def test_a_partial_last_block_is_reused_first_and_evicts_nothing():
+    pool = BlockPool(4)
+    taken = [pool.take(0.0) for _ in range(3)]
+    pool.cache(taken[0], "k0")
+    pool.cache(taken[1], "k1")
+    pool.release(list(reversed(taken)))  # block 3 has no hash: to the head; 2 then 1 to the tail
+    assert list(pool.free) == [3, 4, 2, 1]
+    assert pool.take(1.0) == 3 and pool.cached("k0") == 1 and pool.cached("k1") == 2
+
+
+def test_an_eviction_between_send_and_first_token_widens_the_prediction_to_a_range():
+    """B is sent while A still holds the pool's other blocks; A's decode takes the last free block,
+    evicting X's cached prefix, before B's first token: B may have been looked up before or after."""
+    x = ids(96, 10)
+    a = ids(160, 300)
+    reqs = [
+        req("X", x, 1, 0.0, 0.01),  # caches 3 blocks, then frees them
+        req("A", a, 40, 0.1, 0.11, step=0.01),  # 5 blocks, then grows into the 7th and 8th of 8
+        req("B", x, 1, 0.30, 0.52),  # sent before A's growth, first token after it
+    ]
+    got = {p.id: p for p in simulate(reqs, BS, 8)}
+    assert got["B"].hits < got["B"].upper and got["B"].admits(got["B"].hits) and got["B"].admits(got["B"].upper)
+
+
+def test_a_pool_too_small_for_the_traffic_is_not_replayed():
+    try:
+        simulate([req("a", ids(200), 4, 0.0, 0.1), req("b", ids(200, 300), 4, 0.0, 0.1)], BS, 8)
+    except Overflow:
+        return
+    raise AssertionError("two requests of 7 blocks each cannot share 8 blocks")
