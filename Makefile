@@ -7,10 +7,11 @@ setup:
 demo: setup
 	.venv/bin/validate --profile profiles/tiny-cpu.yaml
 
+# every test, real vLLM included; two pytest processes side by side on 2+ CPUs (scripts/test.sh)
 test:
 	@bash scripts/bootstrap.sh test
 	@$(MAKE) --no-print-directory lint
-	.venv/bin/python -m pytest -q -ra
+	@bash scripts/test.sh
 
 # the pure tests (no vLLM, no server, no process of kvgate's): under a minute
 test-fast:

@@ -10,6 +10,9 @@ import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
 MODELS = ROOT / "models"
+# the CPU this test process pins its vLLM servers to (scripts/test.sh runs two processes side by
+# side, each with a CPU of its own); the client keeps the others
+TEST_CPU = os.environ.get("KVGATE_TEST_CPU", "0")
 
 
 @pytest.fixture(scope="session")
@@ -252,7 +255,7 @@ def tiny_server(tiny_model, tmp_path_factory):
         extra_args=["--enforce-eager"],
         startup_timeout_s=300,
         nice=10,
-        cpus="0",
+        cpus=TEST_CPU,
     )  # as profiles/tiny-cpu.yaml: vLLM's busy loops must not starve the client
     server = Server(spec, tmp_path_factory.mktemp("tiny-server"))
     with server:
@@ -266,6 +269,7 @@ def tiny_profile_file(tiny_model, tmp_path, **changes):
 
     prof = yaml.safe_load((ROOT / "profiles" / "tiny-cpu.yaml").read_text())
     prof["model"]["path"] = str(tiny_model("tiny-gqa"))
+    prof["vllm"]["cpus"] = TEST_CPU
     for dotted, v in changes.items():
         sec, key = dotted.split("__")
         prof.setdefault(sec, {})[key] = v
@@ -277,6 +281,7 @@ def tiny_profile_file(tiny_model, tmp_path, **changes):
 # modules whose tests start servers or processes (vLLM, the stub, Ray, loadgen workers): `live`.
 # `make test-fast` runs the rest (`-m "not live"`): the planner, the judge, parsers, input handling.
 LIVE_MODULES = {
+    "test_datasets_live",
     "test_validate_live",
     "test_vllm_live",
     "test_loadgen_live",

@@ -15,6 +15,7 @@ import pytest
 from loadgen.schedule.runner import RunConfig, Runner
 from loadgen.schedule.workload import Lengths, shared_prefix, synthetic
 from loadgen.transport.client import OpenAIStream
+from tests.conftest import ROOT, TEST_CPU
 from validator.observe.scrape import Sampler
 from validator.rundir.samples import parse_metrics
 
@@ -220,7 +221,7 @@ async def test_multi_turn_reuses_the_previous_turns(tiny_server):
 
 
 def test_vllm_and_the_client_run_on_separate_cpus(tiny_server):
-    """vllm.cpus: every thread of every vLLM process stays on CPU 0 (the OpenMP threads too), and
+    """vllm.cpus: every thread of every vLLM process stays on its CPU (the OpenMP threads too), and
     the process that drives the load keeps the other CPU, so vLLM's busy loops cannot starve it."""
     import os
 
@@ -230,8 +231,9 @@ def test_vllm_and_the_client_run_on_separate_cpus(tiny_server):
     pids = [root.pid, *(c.pid for c in root.children(recursive=True))]
     assert len(pids) >= 3  # API server, engine core, worker
     threads = [int(t) for p in pids for t in os.listdir(f"/proc/{p}/task")]
-    assert {frozenset(os.sched_getaffinity(t)) for t in threads} == {frozenset({0})}
-    assert 0 not in os.sched_getaffinity(0)
+    cpu = int(TEST_CPU)
+    assert {frozenset(os.sched_getaffinity(t)) for t in threads} == {frozenset({cpu})}
+    assert cpu not in os.sched_getaffinity(0)
 
 
 def test_a_name_the_server_does_not_serve_is_bad_input_before_any_load(tiny_server, tiny_model, tmp_path):
@@ -245,3 +247,63 @@ def test_a_name_the_server_does_not_serve_is_bad_input_before_any_load(tiny_serv
     line = r.stderr.strip().splitlines()[-1]
     assert "model.served_name" in line and "'tiny'" in line and "'other'" in line, line
     assert not (tmp_path / "run" / "runs").exists()
+
+
+DATASETS = ROOT / "profiles" / "datasets"
+
+
+@pytest.mark.parametrize(
+    "flags,n",
+    [
+        (["--dataset-name", "sharegpt", "--dataset-path", str(DATASETS / "sharegpt-tiny.json")], 40),
+        (["--dataset-name", "custom", "--dataset-path", str(DATASETS / "chat-system-prompt.jsonl")], 32),
+        (
+            [
+                "--dataset-name",
+                "timed_trace",
+                "--dataset-path",
+                str(DATASETS / "trace-mooncake.jsonl"),
+                "--timed-trace-chunk-hash-size",
+                "32",
+                "--timed-trace-sec-multiplier",
+                "0.0002",
+            ],
+            48,
+        ),
+    ],
+    ids=["sharegpt", "chat", "timed_trace"],
+)
+def test_loadgen_replays_a_dataset_with_the_tokens_it_asks(tiny_server, tmp_path, flags, n):
+    """Every request served with the prompt and output tokens the dataset asks (the server's own
+    /tokenize for text and chat), a trace at its (scaled) timestamps, and vllm bench's result JSON."""
+    extra = [] if "timed_trace" in flags else ["--concurrency", "4"]
+    r = subprocess.run(
+        [sys.executable, "-m", "loadgen", "--url", tiny_server.url, "--model", "tiny", *flags, *extra]
+        + [
+            "--out",
+            str(tmp_path),
+            "--quiet",
+            "--save-result",
+            "--result-dir",
+            str(tmp_path),
+            "--result-filename",
+            "b.json",
+        ],
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert r.returncode == 0, r.stderr
+    recs = [json.loads(x) for x in (tmp_path / "records.jsonl").read_text().splitlines()]
+    assert len(recs) == n and all(x["error"] is None for x in recs)
+    assert all(x["prompt_tokens"] == x["asked_prompt_tokens"] > 0 for x in recs)
+    assert all(x["output_tokens"] == x["asked_output_tokens"] > 0 for x in recs)
+    assert len({x["asked_prompt_tokens"] for x in recs}) > 3  # the lengths the file has, not one
+    bench = json.loads((tmp_path / "b.json").read_text())
+    assert bench["completed"] == n and bench["total_input_tokens"] == sum(x["prompt_tokens"] for x in recs)
+    if "timed_trace" in flags:  # each request starts at its timestamp x 0.0002 s, from the first
+        rows = [json.loads(x) for x in (DATASETS / "trace-mooncake.jsonl").read_text().splitlines()]
+        want = sorted(round(row["timestamp"] * 0.0002, 9) for row in rows)
+        assert sorted(round(x["scheduled"], 9) for x in recs) == want
+        assert all(x["sent"] >= x["scheduled"] - 1e-6 for x in recs)
+        assert sorted(x["asked_prompt_tokens"] for x in recs) == sorted(row["input_length"] for row in rows)

@@ -13,7 +13,7 @@ import pytest
 import yaml
 
 from tests import doctor
-from tests.conftest import Validate, run_validate, tiny_profile_file
+from tests.conftest import TEST_CPU, Validate, run_validate, tiny_profile_file
 
 pytestmark = pytest.mark.vllm
 ROOT = Path(__file__).resolve().parents[1]
@@ -291,6 +291,7 @@ def test_a_lie_about_kv_space_fails_the_startup_checks(tmp_path, tiny_model):
 
     prof = yaml.safe_load((ROOT / "profiles" / "tiny-cpu.yaml").read_text())
     prof["model"]["path"] = str(tiny_model("tiny-gqa"))
+    prof["vllm"]["cpus"] = TEST_CPU
     prof["cache"].pop("num_gpu_blocks_override")
     wrapper = tmp_path / "python-with-2gib"
     wrapper.write_text(f'#!/bin/sh\nVLLM_CPU_KVCACHE_SPACE=2 exec {sys.executable} "$@"\n')

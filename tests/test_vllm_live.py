@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from tests.conftest import ProcessWatch, Validate, run_validate
+from tests.conftest import TEST_CPU, ProcessWatch, Validate, run_validate
 from tests.vllm_cases import CASES, REFUSAL, profile_for
 from validator.inputs import plan_input_from_profile
 from validator.plan.limits import make_plan
@@ -67,6 +67,7 @@ def _spec(model_path, *args, timeout=240.0) -> LaunchSpec:
         env={"VLLM_CPU_KVCACHE_SPACE": "1"},
         extra_args=["--enforce-eager"],
         startup_timeout_s=timeout,
+        cpus=TEST_CPU,
     )
 
 
@@ -88,6 +89,7 @@ def test_refusal_quotes_vllm_and_matches_the_plan(tiny_model, tmp_path):
         env={"VLLM_CPU_KVCACHE_SPACE": str(space)},
         extra_args=["--enforce-eager"],
         startup_timeout_s=240,
+        cpus=TEST_CPU,
     )
     watch = ProcessWatch()
     server = Server(spec, tmp_path, progress=watch.feed)

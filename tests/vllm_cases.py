@@ -4,6 +4,8 @@ Each case: tiny model, VLLM_CPU_KVCACHE_SPACE (GiB), serve flags, and what vLLM
 reported in vllm:cache_config_info. The live tests re-measure them in CI.
 """
 
+from tests.conftest import TEST_CPU
+
 CASES = {
     # name: (model, kv GiB, block, max_model_len, max_num_seqs, max_num_batched_tokens, kv dtype, override,
     #        reported num_gpu_blocks, kv_cache_size_tokens, kv_cache_max_concurrency)
@@ -29,5 +31,5 @@ def profile_for(model_path, space, block, mml, mns, mnbt, dtype, override) -> di
         "hardware": {"platform": "cpu"},
         "cache": cache,
         "limits": {"max_model_len": mml, "max_num_seqs": mns, "max_num_batched_tokens": mnbt},
-        "vllm": {"extra_args": ["--enforce-eager"], "startup_timeout_s": 240},
+        "vllm": {"extra_args": ["--enforce-eager"], "startup_timeout_s": 240, "cpus": TEST_CPU},
     }

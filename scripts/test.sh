@@ -1,0 +1,30 @@
+#!/usr/bin/env bash
+# `make test`'s tests: on a machine of 2 CPUs or more, two pytest processes side by side, each
+# pinning the vLLM servers of its tests to a CPU of its own (KVGATE_TEST_CPU; tests/conftest.py),
+# so two vLLM start-ups (single-threaded imports, mostly) overlap instead of queueing. Group A
+# holds the modules that launch vLLM most (and the demo, whose profile pins CPU 0); group B the rest.
+# One CPU, or KVGATE_TEST_SERIAL=1: one process. Extra arguments go to pytest.
+set -uo pipefail
+cd "$(dirname "$0")/.."
+PY=.venv/bin/python
+A=(tests/test_vllm_live.py tests/test_validate_live.py tests/test_freeze.py tests/test_faults_stub.py)
+$PY -m validator.tinymodels --dir models >/dev/null || exit 1   # built once, before both start
+if [ "$(nproc)" -lt 2 ] || [ "${KVGATE_TEST_SERIAL:-0}" = 1 ]; then
+  exec $PY -m pytest -q -ra "$@"
+fi
+logs=$(mktemp -d)
+ignore=()
+for f in "${A[@]}"; do ignore+=(--ignore "$f"); done
+KVGATE_TEST_CPU=0 $PY -m pytest -q -ra -p no:cacheprovider "${A[@]}" "$@" >"$logs/a.log" 2>&1 &
+a=$!
+KVGATE_TEST_CPU=1 $PY -m pytest -q -ra -p no:cacheprovider "${ignore[@]}" "$@" >"$logs/b.log" 2>&1 &
+b=$!
+trap 'kill $a $b 2>/dev/null; wait; exit 130' INT TERM
+wait $a; ra=$?
+wait $b; rb=$?
+echo "== group A (vLLM on CPU 0): ${A[*]}"; cat "$logs/a.log"
+echo "== group B (vLLM on CPU 1): the other modules"; cat "$logs/b.log"
+rm -rf "$logs"
+[ $ra -eq 0 ] && [ $rb -eq 0 ] && echo "== make test: both groups passed" && exit 0
+echo "== make test: FAILED (group A exit $ra, group B exit $rb)"
+exit 1

@@ -1,0 +1,211 @@
+"""Your traffic, audited exactly (issue 23), on real vLLM (CPU): the `dataset` run of validate on
+the shipped ShareGPT file, chat JSONLs and Mooncake trace, each request's cached tokens against the
+replayed block pool (with a cache that evicts and one that does not), freezes on mixed lengths, the
+prompt-template audit, and doctored copies that must fail."""
+
+from __future__ import annotations
+
+import json
+import shutil
+from pathlib import Path
+
+import pytest
+
+from tests import doctor
+from tests.conftest import ROOT, run_validate, tiny_profile_file
+
+pytestmark = pytest.mark.vllm
+
+DATA = ROOT / "profiles" / "datasets"
+TRACE = [
+    "--dataset-name",
+    "timed_trace",
+    "--dataset-path",
+    str(DATA / "trace-mooncake.jsonl"),
+    "--timed-trace-chunk-hash-size",
+    "32",
+    "--timed-trace-sec-multiplier",
+    "0.0005",
+]
+
+
+@pytest.fixture(scope="module")
+def chat_server(tiny_model, tmp_path_factory):
+    """The tiny profile with max_model_len 1024 and 2 sequences (the chat files need 1024 tokens),
+    launched once for the module as kvgate launches it: `validate --url` runs against it."""
+    from validator.inputs import plan_input_from_profile
+    from validator.plan.limits import make_plan
+    from validator.profile import load
+    from validator.serve.argv import launch_spec
+    from validator.serve.launch import Server
+
+    d = tmp_path_factory.mktemp("chat-server")
+    f = tiny_profile_file(tiny_model, d, limits__max_model_len=1024, limits__max_num_seqs=2)
+    prof = load(f)
+    server = Server(launch_spec(prof, make_plan(plan_input_from_profile(prof))), d)
+    with server:
+        server.wait_ready()
+        yield server, f
+
+
+def url_run(chat_server, tmp_path, *flags) -> tuple[int, dict, str]:
+    server, f = chat_server
+    out = tmp_path / "run"
+    r = run_validate("--profile", str(f), "--url", server.url, "--out", str(out), *flags)
+    return r.returncode, json.loads((out / "report.json").read_text()), r.stderr
+
+
+def checks(rep: dict) -> dict[str, dict]:
+    return {c["name"]: c for c in rep["checks"]}
+
+
+def dataset_run(rep: dict) -> dict:
+    return {r["name"]: r for r in rep["runs"]}["dataset"]
+
+
+def test_a_trace_through_a_cache_that_evicts_is_exact_request_by_request(chat_server, tmp_path):
+    code, rep, err = url_run(chat_server, tmp_path, *TRACE)
+    c = checks(rep)
+    assert code == 0 and rep["verdict"] == "pass", err
+    assert c["dataset.cached_tokens"]["status"] == "pass"
+    assert "48 of 48 requests got exactly the predicted prefix hit" in c["dataset.cached_tokens"]["explanation"]
+    assert "within a range" not in c["dataset.cached_tokens"]["explanation"]
+    assert c["dataset.prefix_hits"]["status"] == "pass" and c["dataset.tokens_exact"]["status"] == "pass"
+    # the 64-block cache did evict: an endless one would have given more hits
+    from validator.judge.cachedtokens import token_times
+    from validator.judge.prefixsim import SimRequest, simulate
+    from validator.rundir.rundata import load_runs
+    from validator.rundir.saved import read_saved
+
+    saved = read_saved(tmp_path / "run")
+    (run,) = load_runs(tmp_path / "run", saved.schedule, True)
+    ids = run.served_ids
+    reqs = [SimRequest(r.id, ids[r.id], r.output_tokens, r.sent, token_times(r), r.cached_tokens) for r in run.records]
+    endless = sum(p.hits for p in simulate(reqs, 32, 1 << 20))
+    assert sum(r.cached_tokens for r in run.records) < endless
+
+
+def test_sharegpt_freezes_exactly_on_mixed_lengths(chat_server, tmp_path):
+    code, rep, err = url_run(
+        chat_server, tmp_path, "--dataset-name", "sharegpt", "--dataset-path", str(DATA / "sharegpt-tiny.json")
+    )
+    c = checks(rep)
+    assert code == 0 and rep["verdict"] == "pass", err
+    freezes = [x for n, x in c.items() if n.startswith("dataset.freeze") and n.endswith(".kv_blocks")]
+    assert len(freezes) == 4 and all(x["status"] == "pass" for x in freezes)
+    held = doctor.jl(tmp_path / "run" / "runs" / "dataset" / "freezes.jsonl")
+    assert any(len({r["prompt_tokens"] for r in f["requests"] if r["delivered"]}) > 1 for f in held)
+    assert c["dataset.cached_tokens"]["status"] == "pass"
+    assert dataset_run(rep)["audit"]["observed_hit_tokens"] > 0  # the file asks some questions twice
+
+
+def test_the_template_audit_finds_the_timestamp_and_confirms_the_fixed_template(chat_server, tmp_path):
+    code, rep, err = url_run(
+        chat_server,
+        tmp_path / "ts",
+        "--dataset-name",
+        "custom",
+        "--dataset-path",
+        str(DATA / "chat-system-prompt-timestamp.jsonl"),
+    )
+    assert code == 0, err
+    a = dataset_run(rep)["audit"]
+    assert a["observed_hit_tokens"] == a["predicted_hit_tokens"] == 0
+    assert a["possible_hit_tokens"] / a["prompt_tokens"] >= 0.9
+    assert a["line"].startswith("0 % of prompt tokens hit (observed 0 %); 9")
+    assert "prompts differ from token 24" in a["line"]
+    assert a["text_at_break"]["before"].endswith("13:04:") and a["text_at_break"]["after"].startswith("00.")
+    html = (tmp_path / "ts" / "run" / "report.html").read_text()
+    assert 'data-kind="prompts"' in html and "prompts differ from token 24" in html
+
+    code, rep, err = url_run(
+        chat_server,
+        tmp_path / "fixed",
+        "--dataset-name",
+        "custom",
+        "--dataset-path",
+        str(DATA / "chat-system-prompt.jsonl"),
+    )
+    assert code == 0, err
+    a = dataset_run(rep)["audit"]
+    assert a["observed_hit_tokens"] == a["predicted_hit_tokens"] > 0.9 * a["prompt_tokens"]
+    assert "the part prompts share already comes first" in a["line"]
+    assert checks(rep)["dataset.cached_tokens"]["status"] == "pass"
+
+
+def test_a_custom_file_of_text_and_token_ids(chat_server, tmp_path):
+    f = tmp_path / "mixed.jsonl"
+    words = "the model serves requests with a paged key value cache of fixed blocks while the scheduler admits"
+    rows = [{"prompt": f"{words} {i} " + words * (1 + i % 3), "output_tokens": 8 + i} for i in range(6)]
+    rows += [{"prompt": list(range(20, 20 + 70 + 5 * i)), "output_tokens": 12} for i in range(6)]  # shared ids
+    f.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    code, rep, err = url_run(chat_server, tmp_path, "--dataset-name", "custom", "--dataset-path", str(f))
+    c = checks(rep)
+    assert code == 0 and rep["verdict"] == "pass", err
+    assert c["dataset.requests_completed"]["expected"] == 12
+    assert c["dataset.cached_tokens"]["status"] == "pass" and c["dataset.cached_tokens"]["observed"] > 0
+
+
+def test_launched_with_a_cache_that_holds_everything(tiny_model, tmp_path):
+    """kvgate's own launch (with --enable-prompt-tokens-details) and a pool of 1,024 blocks: the
+    replay predicts what an endless cache would, and the server agrees request by request."""
+    f = tiny_profile_file(tiny_model, tmp_path)
+    out = tmp_path / "run"
+    r = run_validate("--profile", str(f), "--num-gpu-blocks-override", "1025", "--out", str(out), *TRACE)
+    rep = json.loads((out / "report.json").read_text())
+    c = checks(rep)
+    assert r.returncode == 0 and rep["verdict"] == "pass", r.stderr
+    assert "--enable-prompt-tokens-details" in rep["startup"]["argv"]
+    assert c["dataset.cached_tokens"]["status"] == "pass"
+    assert "48 of 48" in c["dataset.cached_tokens"]["explanation"]
+    shutil.copytree(out, tmp_path / "kept")
+
+
+def _doctored(src: Path, dst: Path, fn) -> tuple[int, dict]:
+    shutil.copytree(src, dst)
+    fn(dst)
+    return doctor.rejudge(dst)
+
+
+def test_doctored_dataset_runs_fail(chat_server, tmp_path):
+    code, rep, err = url_run(chat_server, tmp_path, *TRACE)
+    assert code == 0, err
+    src = tmp_path / "run"
+
+    def raise_one_block(rows):  # a request that hit: one block more than the server said
+        r = next(x for x in rows if x["cached_tokens"])
+        r["cached_tokens"] += 32
+
+    code, rep = _doctored(
+        src, tmp_path / "a", lambda d: doctor.edit_jl(d / "runs/dataset/records.jsonl", raise_one_block)
+    )
+    assert code == 1 and checks(rep)["dataset.cached_tokens"]["status"] == "fail"
+    assert "predicted" in checks(rep)["dataset.cached_tokens"]["explanation"]
+
+    def first_miss_hits(rows):  # the first request of the run: nothing was cached yet
+        r = min(rows, key=lambda x: x["sent"])
+        r["cached_tokens"] = 32
+
+    code, rep = _doctored(
+        src, tmp_path / "b", lambda d: doctor.edit_jl(d / "runs/dataset/records.jsonl", first_miss_hits)
+    )
+    assert code == 1 and checks(rep)["dataset.cached_tokens"]["status"] == "fail"
+
+    def change_a_prompt(rows):  # one token of one prompt changed after the run
+        rows[3]["prompt"][5] += 1
+
+    code, rep = _doctored(
+        src, tmp_path / "c", lambda d: doctor.edit_jl(d / "runs/dataset/workload.jsonl", change_a_prompt)
+    )
+    assert code == 1 and checks(rep)["dataset.records_match_workload"]["status"] == "fail"
+
+    def server_without_details(rows):
+        for r in rows:
+            r["cached_tokens"] = None
+
+    code, rep = _doctored(
+        src, tmp_path / "d", lambda d: doctor.edit_jl(d / "runs/dataset/records.jsonl", server_without_details)
+    )
+    c = checks(rep)["dataset.cached_tokens"]
+    assert rep["verdict"] != "pass" and c["status"] == "not_measured"
+    assert "--enable-prompt-tokens-details" in c["explanation"]
