@@ -19,6 +19,7 @@ from loadgen.schedule import memory
 from loadgen.schedule.runner import RunConfig, Runner
 from loadgen.schedule.shards import shard_config
 from loadgen.schedule.workload import (
+    Conversation,
     Lengths,
     Workload,
     WorkloadError,
@@ -150,7 +151,8 @@ async def run_shard(run: LoadRun, workload: Workload | Pending, cfg: RunConfig, 
             workload, drops = await resolve(workload.entries, tok, workload.opts, workload.source)
             if not workload.items:
                 raise UsageError(f"--dataset-path: no request is left to send ({drops.line()})")
-            cfg.max_requests = min(cfg.max_requests or len(workload.items), len(workload.items))
+            # every request of what is left (a conversation is one request a turn; --requests was applied when reading)
+            cfg.max_requests = sum(len(x.user_turns) + 1 if isinstance(x, Conversation) else 1 for x in workload.items)
         transport = OpenAIStream(
             session, run.url, run.model, api_key=key, request_timeout=run.timeout, read_timeout=run.read_timeout
         )

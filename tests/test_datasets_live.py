@@ -172,8 +172,17 @@ def test_doctored_dataset_runs_fail(chat_server, tmp_path):
     assert code == 0, err
     src = tmp_path / "run"
 
-    def raise_one_block(rows):  # a request that hit: one block more than the server said
-        r = next(x for x in rows if x["cached_tokens"])
+    from validator.judge.cachedtokens import predictions
+    from validator.rundir.rundata import load_runs
+    from validator.rundir.saved import read_saved
+
+    saved = read_saved(src)
+    preds, _ = predictions(load_runs(src, saved.schedule, True)[0], saved.record)
+    assert preds is not None
+    hit = next(p.id for p in preds if p.exact and p.hits > 0)  # a hit predicted exactly
+
+    def raise_one_block(rows):  # that request: one block more than the server said
+        r = next(x for x in rows if x["id"] == hit)
         r["cached_tokens"] += 32
 
     code, rep = _doctored(

@@ -56,6 +56,7 @@ class FakeRunner:
         self.live = {r.id: r for r in live}
         self.records = []
         self.held = []
+        self.issued = len(live)  # requests sent so far (a dataset's freeze points wait for a share of them)
 
     def hold(self):
         self.held.append("hold")
@@ -209,6 +210,16 @@ def test_the_trigger_wants_exactly_the_planned_set():
     stalled = {k: rec(k, 0, sent=0.0) for k in "abc"}
     assert not matches(probe, stalled, now=0.1)
     assert matches(probe, stalled, now=0.25)
+
+
+def test_a_datasets_trigger_wants_any_decoding_and_nothing_in_prefill():
+    """running 0 (a dataset's points): the client's view settles when some request decodes and none
+    waits for its first token, once the point's share of the run was sent."""
+    point = FreezePoint(name="f", min_tokens=1, running=0, after_sent=5)
+    assert matches(point, {"a": rec("a", 1), "b": rec("b", 9)}, sent=5)
+    assert not matches(point, {"a": rec("a", 1), "b": rec("b", 9)}, sent=4)  # too early in the run
+    assert not matches(point, {"a": rec("a", 1), "b": rec("b", 0)}, sent=9)  # b is in prefill
+    assert not matches(point, {"a": rec("a", 32)}, sent=9)  # nothing decodes: a has all its tokens
 
 
 def test_freeze_records_round_trip_and_a_torn_last_line_is_not_a_problem(tmp_path):

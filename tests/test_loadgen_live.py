@@ -307,3 +307,28 @@ def test_loadgen_replays_a_dataset_with_the_tokens_it_asks(tiny_server, tmp_path
         assert sorted(round(x["scheduled"], 9) for x in recs) == want
         assert all(x["sent"] >= x["scheduled"] - 1e-6 for x in recs)
         assert sorted(x["asked_prompt_tokens"] for x in recs) == sorted(row["input_length"] for row in rows)
+
+
+def test_sharegpt_conversations_replay_their_turns_with_history(tiny_server, tmp_path):
+    """--turns 4: the file's four-turn conversations, each turn's prompt the previous prompt, the
+    tokens the server generated, and the next human turn (tokenized by the server)."""
+    r = subprocess.run(
+        [sys.executable, "-m", "loadgen", "--url", tiny_server.url, "--model", "tiny", "--concurrency", "2"]
+        + ["--dataset-name", "sharegpt", "--dataset-path", str(DATASETS / "sharegpt-tiny.json"), "--turns", "4"]
+        + ["--sharegpt-output-len", "8", "--out", str(tmp_path), "--quiet"],
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert r.returncode == 0, r.stderr
+    recs = [json.loads(x) for x in (tmp_path / "records.jsonl").read_text().splitlines()]
+    assert len(recs) == 16 and all(x["error"] is None for x in recs)
+    by_conv: dict[int, list[dict]] = {}
+    for x in recs:
+        by_conv.setdefault(x["group"], []).append(x)
+    for turns in by_conv.values():
+        turns.sort(key=lambda x: x["turn"])
+        assert [x["turn"] for x in turns] == [0, 1, 2, 3]
+        grow = [b["prompt_tokens"] - a["prompt_tokens"] for a, b in zip(turns, turns[1:])]
+        assert all(g > 8 for g in grow)  # the previous output (8 tokens) and a new human turn
+        assert all(x["prompt_tokens"] == x["asked_prompt_tokens"] for x in turns)

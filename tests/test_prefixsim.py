@@ -89,9 +89,25 @@ def test_an_eviction_between_send_and_first_token_widens_the_prediction_to_a_ran
     assert got["B"].hits < got["B"].upper and got["B"].admits(got["B"].hits) and got["B"].admits(got["B"].upper)
 
 
-def test_a_pool_too_small_for_the_traffic_is_not_replayed():
+def test_a_client_that_read_streams_in_a_burst_cannot_make_the_server_run_more_than_it_can():
+    """A starved client sees C's first token before A's last (one burst of reads); the server ran at
+    most 2 requests in 8 blocks, so A had finished when C started: C takes A's freed blocks, the
+    queue evicts A's blocks first, and D (A's prompt again) finds them gone."""
+    a, b, c = ids(128, 10), ids(128, 200), ids(128, 300)
+    reqs = [
+        req("A", a, 1, 0.00, 0.50),
+        req("B", b, 1, 0.01, 0.50),
+        req("C", c, 1, 0.02, 0.499),  # its first token read just before A's only one
+        req("D", a, 1, 0.60, 0.61),
+    ]
+    got = {p.id: p for p in simulate(reqs, BS, 8, max_running=2)}
+    assert {k: p.hits for k, p in got.items()} == {"A": 0, "B": 0, "C": 0, "D": 0}
+    assert all(p.exact for p in got.values())
+
+
+def test_a_request_larger_than_the_pool_is_not_replayed():
     try:
-        simulate([req("a", ids(200), 4, 0.0, 0.1), req("b", ids(200, 300), 4, 0.0, 0.1)], BS, 8)
+        simulate([req("a", ids(300), 4, 0.0, 0.1)], BS, 8)
     except Overflow:
         return
-    raise AssertionError("two requests of 7 blocks each cannot share 8 blocks")
+    raise AssertionError("a request of 10 blocks cannot run in 8")

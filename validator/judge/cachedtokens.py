@@ -44,6 +44,11 @@ def predictions(run: RunData, plan: PlanRecord) -> tuple[list[Prediction] | None
     missing = [r.id for r in run.records if r.id not in ids]
     if missing:
         return None, f"{len(missing)} prompts have no token ids in workload.jsonl (first {missing[0]})"
+    if run.isolation != "reset" and run.token_ids:  # text cannot carry a salt: earlier traffic may hit
+        return None, (
+            "the prefix cache was not reset before the run (POST /reset_prefix_cache needs "
+            "VLLM_SERVER_DEV_MODE=1) and text prompts carry no salt: what earlier traffic left cached is unknown"
+        )
     pre = counter_delta(run, "num_preemptions")
     if pre is None or pre > 0:
         return None, (
@@ -56,7 +61,7 @@ def predictions(run: RunData, plan: PlanRecord) -> tuple[list[Prediction] | None
         for r in run.records
     ]
     try:
-        return simulate(reqs, plan.block_size, plan.usable_blocks), None
+        return simulate(reqs, plan.block_size, plan.usable_blocks, plan.max_num_seqs), None
     except Overflow as e:
         return None, f"the replayed pool ran out of blocks ({e}): vLLM would have queued or preempted"
 

@@ -156,6 +156,7 @@ class RunFigures:
     itl_ms: list[float]
     paused_ttft_adjusted: int  # how many TTFTs spanned a freeze (the pause subtracted)
     paused_itl_adjusted: int
+    prefix_hits_upper: int | None = None  # a dataset run's replay may leave a range: [predicted, upper]
 
 
 def run_figures(

@@ -16,9 +16,11 @@ What is followed (vllm/v1/core/block_pool.py, kv_cache_manager.py, single_type_k
 
 The client's clock orders these events: a request is scheduled just before its first token arrives
 (the latest it can be), a decode step's block just after the previous token, a finish just before
-the last token. Requests sent before an earlier one had its first token may have reached the engine
-in either order: within such a group the one the server gave fewer hits is taken to be first (the
-server's order is the only unknown; the hits each order implies are still exact). A hit the server
+the last token. Requests sent within 50 ms of each other, before the earlier ones had a first token,
+may have reached the engine in either order: within such a group the one the server gave fewer hits
+is taken to be first (the server's order is the only unknown; the hits each order implies are still
+exact). No more than max_num_seqs requests run, and no block is taken that is not free: a client
+that read its streams in a burst cannot make the replay run what the server could not. A hit the server
 could have had if its lookup came earlier than assumed (a block evicted between the request's send
 and its first token) widens that request's prediction to a range instead of guessing.
 """
@@ -116,77 +118,135 @@ class BlockPool:
             self.free[b] = None
 
 
+TIE_S = 0.05  # sends closer than this may reach the engine in either order (the API server's own jitter)
+
+
 def arrival_order(reqs: list[SimRequest]) -> list[SimRequest]:
-    """By send time; a request sent before an earlier one's first token may have overtaken it, so
-    within such a group the one with fewer observed hits goes first."""
+    """By send time. Requests sent within TIE_S of each other, each before the earlier ones had a
+    first token, may have reached the engine in either order: within such a group the one with fewer
+    observed hits goes first (a later send cannot overtake an earlier request by more than that)."""
     by_sent = sorted(reqs, key=lambda r: r.sent)
     out: list[SimRequest] = []
     group: list[SimRequest] = []
     horizon = float("-inf")
+
+    def close() -> None:
+        out.extend(sorted(group, key=lambda g: (g.observed if g.observed is not None else -1, g.sent)))
+        group.clear()
+
     for r in by_sent:
-        if group and r.sent >= horizon:
-            out += sorted(group, key=lambda g: (g.observed if g.observed is not None else -1, g.sent))
-            group = []
+        if group and (r.sent >= horizon or r.sent - group[-1].sent > TIE_S):
+            close()
             horizon = float("-inf")
         group.append(r)
         horizon = max(horizon, r.token_times[0] if r.token_times else float("inf"))
-    out += sorted(group, key=lambda g: (g.observed if g.observed is not None else -1, g.sent))
+    close()
     return out
 
 
-def simulate(reqs: list[SimRequest], block_size: int, usable_blocks: int) -> list[Prediction]:
-    """Predicted cached tokens of each request (a cold cache at the start). Raises Overflow."""
-    eps = 1e-6
-    order = arrival_order(reqs)
-    events: list[tuple[float, int, int, int]] = []  # (time, class, sequence, payload)
-    last = float("-inf")
-    for i, r in enumerate(order):
-        if not r.token_times:
-            raise Overflow(f"{r.id} has no token")
-        last = max(r.token_times[0] - eps, last)
-        events.append((last, 1, i, -1))  # scheduled, FCFS, just before its first token
-        t = last
-        for k in range(1, r.output):  # the step for token k + 1, after token k (tokens of one chunk: in order)
-            t = max(r.token_times[min(k, len(r.token_times)) - 1] + eps, t + eps)
-            events.append((t, 2, i, k))
-        events.append((max(r.token_times[-1] - 2 * eps, t + eps), 0, i, -2))  # finished: freed before the next step
-    events.sort()
-    pool = BlockPool(usable_blocks)
-    blocks: dict[int, list[int]] = {}
-    keys: dict[int, list[Any]] = {}
-    out: dict[str, Prediction] = {}
-    for t, _, i, what in events:
-        r = order[i]
-        p = len(r.prompt)
+class _Replay:
+    """The events of the run in the client's order, under the server's two constraints: no more than
+    max_num_seqs requests run at once, and no block is taken that is not free (the runs judged here
+    have no preemption). When the client's clock puts a request's start before an earlier one's
+    finish that made room for it (a starved client reads streams in bursts), the finish is taken
+    first, as the server must have."""
+
+    def __init__(self, order: list[SimRequest], block_size: int, usable: int, max_running: int | None):
+        eps = 1e-6
+        self.order, self.bs, self.max_running = order, block_size, max_running
+        self.pool = BlockPool(usable)
+        self.own: list[list[tuple[float, int]]] = []  # per request: (time, what) in its own order
+        last = float("-inf")
+        for r in order:
+            if not r.token_times:
+                raise Overflow(f"{r.id} has no token")
+            last = max(r.token_times[0] - eps, last)
+            mine = [(last, -1)]  # scheduled, FCFS, just before its first token
+            t = last
+            for k in range(1, r.output):  # the step for token k + 1, after token k (one chunk's tokens: in order)
+                t = max(r.token_times[min(k, len(r.token_times)) - 1] + eps, t + eps)
+                mine.append((t, k))
+            mine.append((max(r.token_times[-1] - 2 * eps, t + eps), -2))  # finished: freed before the next step
+            self.own.append(mine)
+        self.pos = [0] * len(order)
+        self.blocks: dict[int, list[int]] = {}
+        self.keys: dict[int, list[Any]] = {}
+        self.out: dict[str, Prediction] = {}
+
+    def run(self) -> dict[str, Prediction]:
+        cls = {-1: 1, -2: 0}
+        events = sorted(
+            (t, cls.get(what, 2), i, n) for i, mine in enumerate(self.own) for n, (t, what) in enumerate(mine)
+        )
+        for t, _, i, n in events:
+            if n == self.pos[i]:  # not done yet (a finish taken early also did the events before it)
+                self.step(i, t)
+        return self.out
+
+    def step(self, i: int, t: float) -> None:
+        what = self.own[i][self.pos[i]][1]
+        self.pos[i] += 1
         if what == -1:
-            ks = block_keys(r.prompt, block_size)
-            cap = (p - 1) // block_size
-            hits = 0
-            while hits < min(cap, len(ks)) and pool.cached(ks[hits]) is not None:
-                hits += 1
-            upper = hits
-            while upper < min(cap, len(ks)) and (
-                pool.cached(ks[upper]) is not None or pool.evicted_at.get(ks[upper], float("-inf")) >= r.sent
-            ):
-                upper += 1
-            held = []
-            for k in ks[:hits]:
-                b = pool.cached(k)
-                assert b is not None
-                pool.touch(b)
-                held.append(b)
-            held += [pool.take(t) for _ in range(cdiv(p, block_size) - hits)]
-            for j in range(hits, len(ks)):
-                pool.cache(held[j], ks[j])
-            blocks[i], keys[i] = held, list(ks)
-            out[r.id] = Prediction(r.id, hits * block_size, upper * block_size, p, i)
+            while self.max_running and len(self.blocks) >= self.max_running:
+                self.finish_one(t, i)
+            self.schedule(i, t)
         elif what == -2:
-            pool.release(list(reversed(blocks.pop(i))))
-        elif i in blocks:
-            n = p + what  # positions with KV once the step for token what + 1 has run
-            if cdiv(n, block_size) > len(blocks[i]):
-                blocks[i].append(pool.take(t))
-            if n % block_size == 0:  # a generated block filled: cached, never matched by a prompt
-                keys[i].append(("generated", r.id, n // block_size))
-                pool.cache(blocks[i][n // block_size - 1], keys[i][-1])
+            self.pool.release(list(reversed(self.blocks.pop(i))))
+        else:
+            self.decode(i, what, t)
+
+    def finish_one(self, t: float, exclude: int) -> None:
+        """The running request whose finish the client saw first finishes now (with its last steps)."""
+        running = [j for j in self.blocks if j != exclude]
+        if not running:
+            raise Overflow("no free block and nothing running to free one")
+        j = min(running, key=lambda j: self.own[j][-1][0])
+        while j in self.blocks:
+            self.step(j, t)
+
+    def take(self, t: float, i: int) -> int:
+        while not self.pool.free:
+            self.finish_one(t, i)
+        return self.pool.take(t)
+
+    def schedule(self, i: int, t: float) -> None:
+        r, pool, bs = self.order[i], self.pool, self.bs
+        p = len(r.prompt)
+        ks = block_keys(r.prompt, bs)
+        cap = min((p - 1) // bs, len(ks))
+        hits = 0
+        while hits < cap and pool.cached(ks[hits]) is not None:
+            hits += 1
+        upper = hits
+        while upper < cap and (pool.cached(ks[upper]) is not None or pool.evicted_at.get(ks[upper], -1e18) >= r.sent):
+            upper += 1
+        held = []
+        for k in ks[:hits]:
+            b = pool.cached(k)
+            assert b is not None
+            pool.touch(b)
+            held.append(b)
+        self.blocks[i] = held
+        for _ in range(cdiv(p, bs) - hits):
+            held.append(self.take(t, i))
+        for j in range(hits, len(ks)):
+            pool.cache(held[j], ks[j])
+        self.keys[i] = list(ks)
+        self.out[r.id] = Prediction(r.id, hits * bs, upper * bs, p, i)
+
+    def decode(self, i: int, k: int, t: float) -> None:
+        r = self.order[i]
+        n = len(r.prompt) + k  # positions with KV once the step for token k + 1 has run
+        if cdiv(n, self.bs) > len(self.blocks[i]):
+            self.blocks[i].append(self.take(t, i))
+        if n % self.bs == 0:  # a generated block filled: cached, never matched by a prompt
+            self.keys[i].append(("generated", r.id, n // self.bs))
+            self.pool.cache(self.blocks[i][n // self.bs - 1], self.keys[i][-1])
+
+
+def simulate(
+    reqs: list[SimRequest], block_size: int, usable_blocks: int, max_running: int | None = None
+) -> list[Prediction]:
+    """Predicted cached tokens of each request (a cold cache at the start). Raises Overflow."""
+    out = _Replay(arrival_order(reqs), block_size, usable_blocks, max_running).run()
     return [out[r.id] for r in reqs if r.id in out]
