@@ -52,24 +52,11 @@ def dataset_options(a: argparse.Namespace) -> DatasetOptions | None:
         if a.dataset_path:
             raise UsageError("--dataset-path needs --dataset-name sharegpt, custom or timed_trace")
         return None
-    opts = DatasetOptions(
-        name=DatasetName(name),
-        path=a.dataset_path,
-        sharegpt_output_len=a.sharegpt_output_len,
-        custom_output_len=a.custom_output_len,
-        chunk_hash_size=a.timed_trace_chunk_hash_size,
-        sec_multiplier=a.timed_trace_sec_multiplier,
-        labels=TraceLabels(
-            timestamp=a.timed_trace_label_timestamp,
-            input_length=a.timed_trace_label_input_length,
-            output_length=a.timed_trace_label_output_length,
-            hash_ids=a.timed_trace_label_hash_ids,
-        ),
-        prefix_len=a.prefix_repetition_prefix_len,
-        suffix_len=a.prefix_repetition_suffix_len,
-        num_prefixes=a.prefix_repetition_num_prefixes,
-        prefix_output_len=a.prefix_repetition_output_len,
-        turns=a.turns if name == "sharegpt" else None,
+    fields = {
+        k: v for k, v in vars(a).items() if k.startswith(("sharegpt_", "custom_", "timed_trace_", "prefix_repetition_"))
+    }
+    opts = DatasetOptions.from_fields(
+        {**fields, "name": name, "path": a.dataset_path, "turns": a.turns if name == "sharegpt" else None}
     )
     try:
         opts.check()

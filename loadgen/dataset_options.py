@@ -6,6 +6,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from enum import Enum
+from typing import Any
 
 
 class DatasetName(str, Enum):
@@ -52,6 +53,28 @@ class DatasetOptions:
     prefix_output_len: int = 128
     turns: int | None = None  # ShareGPT conversations replayed for this many turns (history grows)
     max_model_len: int | None = None  # drop requests whose prompt + output do not fit (counted)
+
+    @classmethod
+    def from_fields(cls, f: dict[str, Any]) -> DatasetOptions:
+        """From vllm bench serve's option names without their dashes (`timed_trace_chunk_hash_size`),
+        as loadgen's flags and validate's `workload.dataset` both spell them; absent: the default."""
+        d = cls(name=DatasetName(f["name"]))
+        given = {k: v for k, v in f.items() if v is not None}
+        return cls(
+            name=d.name,
+            path=given.get("path"),
+            sharegpt_output_len=given.get("sharegpt_output_len"),
+            custom_output_len=given.get("custom_output_len", d.custom_output_len),
+            chunk_hash_size=given.get("timed_trace_chunk_hash_size", d.chunk_hash_size),
+            sec_multiplier=given.get("timed_trace_sec_multiplier", d.sec_multiplier),
+            labels=TraceLabels(**{k: given.get(f"timed_trace_label_{k}", v) for k, v in vars(TraceLabels()).items()}),
+            prefix_len=given.get("prefix_repetition_prefix_len", d.prefix_len),
+            suffix_len=given.get("prefix_repetition_suffix_len", d.suffix_len),
+            num_prefixes=given.get("prefix_repetition_num_prefixes", d.num_prefixes),
+            prefix_output_len=given.get("prefix_repetition_output_len", d.prefix_output_len),
+            turns=given.get("turns"),
+            max_model_len=given.get("max_model_len"),
+        )
 
     def check(self) -> None:
         """Raises ValueError naming the option and the fix."""

@@ -13,8 +13,10 @@ nothing else in the way. One module both packages import.
 
 from __future__ import annotations
 
+import http.client
 import ipaddress
 import socket
+import ssl
 from dataclasses import dataclass
 from urllib.parse import urlsplit, urlunsplit
 
@@ -157,3 +159,43 @@ async def post(s: aiohttp.ClientSession, url: str, timeout: float) -> tuple[int 
             return r.status, (await r.text())[:200]
     except (aiohttp.ClientError, TimeoutError, OSError) as e:
         return None, f"{type(e).__name__}: {e}"
+
+
+class _PinnedHTTP(http.client.HTTPConnection):
+    """http.client to the checked address (it reads no proxy settings and follows no redirect)."""
+
+    def __init__(self, p: Pin, timeout: float):
+        super().__init__(p.host, p.port, timeout=timeout)
+        self.pin = p
+
+    def connect(self) -> None:
+        self.sock = socket.create_connection((self.pin.addresses[0], self.pin.port), self.timeout)
+
+
+class _PinnedHTTPS(_PinnedHTTP):
+    def connect(self) -> None:
+        super().connect()
+        self.sock = ssl.create_default_context().wrap_socket(self.sock, server_hostname=self.pin.host)
+
+
+def get_blocking(
+    url: str, timeout: float, headers: dict | None = None, max_bytes: int | None = None, p: Pin | None = None
+) -> tuple[int | None, str]:
+    """get() without an event loop, for the launcher's polling and the start-up facts: a signal that
+    lands in it (Ctrl-C, SIGTERM) leaves no half-built loop behind. Same rules: the pinned address
+    (resolved now when no pin is given), no proxy, no redirect, a bounded body."""
+    try:
+        p = p or pin(url)
+        u = urlsplit(url)
+        conn = (_PinnedHTTPS if u.scheme == "https" else _PinnedHTTP)(p, timeout)
+        try:
+            conn.request("GET", (u.path or "/") + (f"?{u.query}" if u.query else ""), headers=headers or {})
+            r = conn.getresponse()
+            body = r.read(max_bytes + 1) if max_bytes else r.read()
+        finally:
+            conn.close()
+    except (OSError, http.client.HTTPException, NotLoopback) as e:
+        return None, f"{type(e).__name__}: {e}"
+    if max_bytes and len(body) > max_bytes:
+        return None, f"answer larger than {max_bytes >> 20} MiB"
+    return r.status, body.decode(errors="replace")

@@ -8,7 +8,11 @@ set -uo pipefail
 cd "$(dirname "$0")/.."
 PY=.venv/bin/python
 A=(tests/test_vllm_live.py tests/test_validate_live.py tests/test_freeze.py tests/test_faults_stub.py)
-$PY -m validator.tinymodels --dir models >/dev/null || exit 1   # built once, before both start
+# the tiny models, built once before both start (their progress bars go to a log, kept on failure)
+if ! $PY -m validator.tinymodels --dir models >/tmp/kvgate-models.$$.log 2>&1; then
+  cat /tmp/kvgate-models.$$.log; rm -f /tmp/kvgate-models.$$.log; exit 1
+fi
+rm -f /tmp/kvgate-models.$$.log
 if [ "$(nproc)" -lt 2 ] || [ "${KVGATE_TEST_SERIAL:-0}" = 1 ]; then
   exec $PY -m pytest -q -ra "$@"
 fi

@@ -142,6 +142,18 @@ def test_validate_takes_the_dataset_from_flags_over_the_profile(tmp_path):
     ds = resolve_profile(args).workload.dataset
     assert ds is not None and ds["timed_trace_chunk_hash_size"] == 512 and ds["timed_trace_sec_multiplier"] == 0.001
     assert ds["path"] == str(tmp_path / "t.jsonl")  # relative to the profile
+    from validator.profile.dataset import dataset_of
+
+    section = dataset_of(ds)
+    assert section is not None
+    opts = section.options(max_model_len=512)
+    assert (opts.name, opts.chunk_hash_size, opts.sec_multiplier, opts.max_model_len, opts.labels.hash_ids) == (
+        DatasetName.TIMED_TRACE,
+        512,
+        0.001,
+        512,
+        "hash_ids",
+    )
     args = build_parser().parse_args(["--profile", str(p), "--dataset-name", "sharegpt", "--dataset-path", "s.json"])
     ds = resolve_profile(args).workload.dataset
     assert ds is not None and ds["name"] == "sharegpt" and ds["timed_trace_sec_multiplier"] == 1.0  # a new kind: fresh

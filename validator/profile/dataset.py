@@ -53,26 +53,7 @@ class DatasetSection:
     prefix_repetition_output_len: int = spec("int", 128, "prefix_repetition: output tokens.", minimum=1)
 
     def options(self, max_model_len: int | None = None) -> DatasetOptions:
-        return DatasetOptions(
-            name=DatasetName(self.name),
-            path=self.path,
-            sharegpt_output_len=self.sharegpt_output_len,
-            custom_output_len=self.custom_output_len,
-            chunk_hash_size=self.timed_trace_chunk_hash_size,
-            sec_multiplier=self.timed_trace_sec_multiplier,
-            labels=TraceLabels(
-                timestamp=self.timed_trace_label_timestamp,
-                input_length=self.timed_trace_label_input_length,
-                output_length=self.timed_trace_label_output_length,
-                hash_ids=self.timed_trace_label_hash_ids,
-            ),
-            prefix_len=self.prefix_repetition_prefix_len,
-            suffix_len=self.prefix_repetition_suffix_len,
-            num_prefixes=self.prefix_repetition_num_prefixes,
-            prefix_output_len=self.prefix_repetition_output_len,
-            turns=self.turns,
-            max_model_len=max_model_len,
-        )
+        return DatasetOptions.from_fields({**vars(self), "max_model_len": max_model_len})
 
 
 DATASET_RULES: dict[str, Field] = {f.name: f.metadata["rule"] for f in fields(DatasetSection)}

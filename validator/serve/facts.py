@@ -5,7 +5,6 @@ asked)."""
 
 from __future__ import annotations
 
-import asyncio
 import json
 import socket
 
@@ -27,15 +26,11 @@ class HttpStatus(OSError):
 
 
 def http_get(url: str, timeout: float = 5.0, api_key: str | None = None, pin: Pin | None = None) -> str:
-    """GET url (loadgen.net.get, from outside an event loop), its body as text; HttpStatus on anything
-    but 200, OSError on no answer."""
+    """GET url (loadgen.net.get_blocking: no event loop, so an interrupt cannot leave half of one), its
+    body as text; HttpStatus on anything but 200, OSError on no answer."""
 
-    async def one() -> tuple[int | None, str]:
-        headers = {"Authorization": f"Bearer {api_key}"} if api_key else {}
-        async with net.session(pin) as s:
-            return await net.get(s, url, timeout, headers, MAX_BODY)
-
-    status, text = asyncio.run(one())
+    headers = {"Authorization": f"Bearer {api_key}"} if api_key else {}
+    status, text = net.get_blocking(url, timeout, headers, MAX_BODY, pin)
     if status is None:
         raise OSError(text)
     if status != 200:
