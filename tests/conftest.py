@@ -282,6 +282,7 @@ def tiny_profile_file(tiny_model, tmp_path, **changes):
 # `make test-fast` runs the rest (`-m "not live"`): the planner, the judge, parsers, input handling.
 LIVE_MODULES = {
     "test_datasets_live",
+    "test_sweep_live",
     "test_validate_live",
     "test_vllm_live",
     "test_loadgen_live",

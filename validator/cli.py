@@ -58,6 +58,14 @@ def build_parser() -> argparse.ArgumentParser:
     ap.add_argument("--out", help="run directory for logs and reports (default: runs/<profile>-<time>)")
     ap.add_argument("--url", help="validate a server kvgate did not start (facts from its /metrics)")
     ap.add_argument("--report", metavar="DIR", help="judge a saved run directory again, without a server")
+    ap.add_argument(
+        "--sweep",
+        nargs="?",
+        const="auto",
+        metavar="STEPS",
+        help="load steps across the KV limit instead of the near-limit runs: auto, or concurrencies as 1,2,4,8 "
+        "(profile: sweep.steps)",
+    )
     g = ap.add_argument_group("plan overrides (flags win over the profile)")
     for flag, (section, name) in PLAN_FLAGS.items():
         f = profiles.SCHEMA[section][name]
@@ -124,6 +132,7 @@ def resolve_profile(args) -> profiles.Profile:
     else:
         raise InputError("--profile: give a profile, or --model with the plan flags")
     changes = {field: getattr(args, flag[2:].replace("-", "_")) for flag, field in PLAN_FLAGS.items()}
+    changes[("sweep", "steps")] = args.sweep
     given = {
         name: getattr(args, f"ds_{name}") for name in DATASET_FLAGS.values() if getattr(args, f"ds_{name}") is not None
     }

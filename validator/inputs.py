@@ -77,6 +77,7 @@ def plan_input_from_profile(profile: Profile) -> PlanInput:
         weights_rank_bytes=rank,
         workspace_given=profile.cache.workspace is not None,
         pin_kv_cache=bool(profile.cache.pin_kv_cache),
+        overcommit=profile.sweep.steps is not None,
     )
 
 

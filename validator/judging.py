@@ -14,6 +14,7 @@ from validator.errors import EXIT_FAIL, EXIT_INFRA, EXIT_OK
 from validator.judge.check import Check
 from validator.judge.compare import judge
 from validator.judge.startup import cross_check
+from validator.judge.sweep import sweep_summary
 from validator.judge.verdict import counts_line
 from validator.plan.record import PlanRecord
 from validator.profile import from_dict
@@ -79,6 +80,7 @@ def judge_run_dir(run_dir: Path, meta: dict | None = None, rejudged: dict | None
     rep = build(
         saved.record, saved.startup or None, runs, figures, all_checks, error, saved.profile_name, rejudged, saved.notes
     )
+    rep["sweep"] = sweep_summary(runs, figures, saved.record, profile.slo) if runs else None
     rep["meta"] = meta
     latency = {r.name: {"ttft": figures[r.name].ttft_ms, "itl": figures[r.name].itl_ms} for r in runs}
     write_all(run_dir, rep, latency)
@@ -93,6 +95,8 @@ def finish(rep: dict, run_dir: Path, as_json: bool) -> int:
         lines = checks_lines(rep["checks"]) if rep["checks"] else []
         lines += [f"note: {note}" for note in rep.get("notes") or []]
         lines += [f"prompt-template audit ({r['name']}): {r['audit']['line']}" for r in rep["runs"] if r.get("audit")]
+        if rep.get("sweep"):
+            lines.append(f"sweep: {rep['sweep']['line']}")
         lines.append(
             f"verdict: {rep['verdict']}"
             + (f" ({rep['error']})" if rep.get("error") else "")

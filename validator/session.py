@@ -22,7 +22,7 @@ from validator.errors import EXIT_FAIL, EXIT_INFRA, EXIT_OK, InfraError, InputEr
 from validator.judge.startup import cross_check
 from validator.judge.verdict import counts_line, counts_of, verdict_of
 from validator.judging import finish, judge_run_dir, meta_of, show
-from validator.observe.dataset import runs_for
+from validator.observe.dataset import session_runs
 from validator.observe.schedule import schedule_of
 from validator.plan.limits import make_plan
 from validator.plan.record import PlanRecord
@@ -79,7 +79,7 @@ def run_session(opts: RunOptions, profile: Profile, plan: Plan) -> int:
     if url:  # not used with --url, but a profile that would be refused elsewhere is refused here too
         validate_extra_args(profile.vllm.extra_args or [])
         validate_command(profile.vllm.command or [])
-    specs = [] if opts.launch_only else runs_for(record, profile.workload)
+    specs = [] if opts.launch_only else session_runs(record, profile)
     schedule = schedule_of(specs, server_started=url is None, freezes=profile.observe.freezes)
     run_dir = run_dir_for(opts.out, profile.name)
     make_dirs(run_dir)

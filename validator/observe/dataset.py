@@ -39,6 +39,17 @@ def runs_for(plan: PlanRecord, workload: WorkloadSection) -> list[RunSpec]:
     return [dataset_run(plan, workload)] if workload.dataset else plan_runs(plan, workload)
 
 
+def session_runs(plan: PlanRecord, profile) -> list[RunSpec]:
+    """The capacity sweep when asked for (sweep.steps, --sweep), else runs_for()."""
+    if profile.sweep.steps is not None:
+        from validator.observe.sweep import sweep_runs
+
+        if profile.workload.dataset:
+            raise InputError("sweep.steps and workload.dataset: a session sweeps or replays a dataset; give one")
+        return sweep_runs(plan, profile.sweep, profile.workload.seed)
+    return runs_for(plan, profile.workload)
+
+
 def dataset_run(plan: PlanRecord, workload: WorkloadSection) -> RunSpec:
     ds = dataset_of(workload.dataset)
     assert ds is not None

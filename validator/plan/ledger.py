@@ -50,6 +50,7 @@ class PlanInput:
     weights_rank_bytes: int | None = None  # rank 0's share, when the split is known (config count)
     workspace_given: bool = False  # cache.workspace replaces the modelled non-weight terms
     pin_kv_cache: bool = False  # GPU: pass the planned budget as --kv-cache-memory-bytes
+    overcommit: bool = False  # a sweep: more full-length sequences than the KV cache holds is planned, not refused
 
 
 def _weights_rank(inp: PlanInput) -> int | None:

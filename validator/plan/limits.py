@@ -181,6 +181,12 @@ def make_plan(inp: PlanInput, explore: bool = True) -> Plan:
             f"vLLM refuses to start: one request of {mml} tokens needs {bpr} blocks, "
             f"{usable} usable (vLLM's estimated maximum model length: {est})"
         )
+    elif need > usable and inp.overcommit:  # the sweep goes past the KV limit on purpose
+        notes.append(
+            f"overcommitted for the sweep: {mns} sequences x {bpr} blocks = {need} blocks > {usable} usable; "
+            f"the KV cache holds {usable // bpr} full-length sequences, so vLLM preempts from "
+            f"{usable // bpr + 1} decode-heavy requests at once"
+        )
     elif need > usable:
         reasons.append(
             f"{mns} sequences x {bpr} blocks = {need} blocks > {usable} usable blocks: "

@@ -14,17 +14,15 @@ import yaml
 from validator.cpulist import parse_cpus
 from validator.errors import InputError
 from validator.profile.dataset import DATASET_RULES
+from validator.profile.judged import SloSection, SweepSection, TolerancesSection
+from validator.profile.schema import SCHEMA, SECTIONS
 from validator.profile.sections import (
-    SCHEMA,
-    SECTIONS,
     CacheSection,
     Field,
     HardwareSection,
     LimitsSection,
     ModelSection,
     ObserveSection,
-    SloSection,
-    TolerancesSection,
     VllmSection,
     WorkloadSection,
 )
@@ -48,6 +46,7 @@ class Profile:
     vllm: VllmSection = field(init=False)
     observe: ObserveSection = field(init=False)
     tolerances: TolerancesSection = field(init=False)
+    sweep: SweepSection = field(init=False)
 
     def __post_init__(self) -> None:
         for name, cls in SECTIONS.items():

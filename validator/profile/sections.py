@@ -1,10 +1,10 @@
 """The profile's sections, one frozen dataclass each, and every field's rule (type, default, bounds,
-one-line doc) declared once, on the field itself; SCHEMA is read from them (validation, the CLI's
-plan flags and docs/profiles.md all follow it)."""
+one-line doc) declared once, on the field itself (what is judged, and how: judged.py); SCHEMA is
+read from them in schema.py (validation, the CLI's plan flags and docs/profiles.md all follow it)."""
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field, fields
+from dataclasses import dataclass, field
 from typing import Any
 
 
@@ -179,15 +179,6 @@ class WorkloadSection:
 
 
 @dataclass(frozen=True, kw_only=True)
-class SloSection:
-    """`slo:`"""
-
-    ttft_p99_ms: float | None = spec("float", None, "Time-to-first-token p99 limit, ms.", minimum=0)
-    itl_p99_ms: float | None = spec("float", None, "Inter-token latency p99 limit, ms.", minimum=0)
-    error_rate: float = spec("float", 0.0, "Largest share of failed requests.", minimum=0, maximum=1)
-
-
-@dataclass(frozen=True, kw_only=True)
 class VllmSection:
     """`vllm:`"""
 
@@ -251,69 +242,3 @@ class ObserveSection:
         "and compare KV blocks, running and waiting exactly. false: the freeze checks are not judged and "
         "no KV check is exact.",
     )
-
-
-@dataclass(frozen=True, kw_only=True)
-class TolerancesSection:
-    """`tolerances:`"""
-
-    kv_peak_below: float | None = spec(
-        "float",
-        None,
-        "Deprecated, ignored: the sampled KV peak is no longer judged (the freezes are the exact "
-        "evidence). Accepted so older profiles still load.",
-        minimum=0,
-        maximum=1,
-    )
-    kv_timeline_blocks: float | None = spec(
-        "float",
-        None,
-        "Deprecated, ignored: the sampled timeline is judged as an upper bound only. Accepted so older "
-        "profiles still load.",
-        minimum=0,
-    )
-    min_kv_utilization: float = spec(
-        "float",
-        0.8,
-        "The cold run's largest KV reading at a freeze, over usable blocks, must reach this: the planned "
-        "limits are near capacity. 0 turns the check off.",
-        minimum=0,
-        maximum=1,
-    )
-    prefix_hit_tokens: int = spec(
-        "int", 0, "Allowed |observed - predicted| prefix-cache hit tokens per run.", minimum=0
-    )
-    max_preemptions: int = spec("int", 0, "Preemptions allowed in the cold and warm runs.", minimum=0)
-    latency_abs_ms: float = spec(
-        "float",
-        20.0,
-        "Client vs server latency (GPU only): slack around the server's histogram bucket, in ms ...",
-        minimum=0,
-        maximum=1000,
-    )
-    latency_rel: float = spec(
-        "float", 0.05, "... plus this fraction of the bucket's upper bound.", minimum=0, maximum=0.5
-    )
-
-
-# the sections, in the order a profile lists them
-SECTIONS: dict[str, type] = {
-    "model": ModelSection,
-    "hardware": HardwareSection,
-    "cache": CacheSection,
-    "limits": LimitsSection,
-    "workload": WorkloadSection,
-    "slo": SloSection,
-    "vllm": VllmSection,
-    "observe": ObserveSection,
-    "tolerances": TolerancesSection,
-}
-
-# every field's rule by section ("" for the top level), read from the section classes
-SCHEMA: dict[str, dict[str, Field]] = {
-    "": {
-        "name": Field("str", None, "A label for reports; defaults to the file name."),
-        "description": Field("str", None, "Free text for people."),
-    },
-    **{name: {f.name: f.metadata["rule"] for f in fields(cls)} for name, cls in SECTIONS.items()},
-}

@@ -11,6 +11,8 @@ from validator.judge.verdict import STATUS_WORD, counts_line
 from validator.report import svg
 from validator.report.markdown import DEV_MODE_NOTE, dev_mode_of, freeze_summary
 from validator.report.numbers import fmt
+from validator.report.sweephtml import STYLE as SWEEP_STYLE
+from validator.report.sweephtml import sweep_html
 from validator.units import GiB
 
 esc = html.escape
@@ -22,7 +24,7 @@ STYLE = (
     "td.n{text-align:right;font-variant-numeric:tabular-nums}"
     ".pass{color:#1a7f37}.fail{color:#c62828;font-weight:600}.inconclusive,.na{color:#a15c00}"
     ".error{color:#c62828}.muted{color:#666;font-size:13px}.note{background:#fff8e1;padding:6px 8px}"
-    ".attention{border-left:4px solid #c62828;padding-left:10px}"
+    ".attention{border-left:4px solid #c62828;padding-left:10px}" + SWEEP_STYLE
 )
 
 
@@ -247,6 +249,7 @@ def report_html(rep: dict, latency_values: dict | None = None) -> str:
     p = rep["plan"]
     parts = _header(rep)
     parts.append(_plan(p))
+    parts += sweep_html(rep.get("sweep"))
     if rep["runs"]:
         parts.append("<h2>Predicted vs observed</h2>")
         for r in rep["runs"]:

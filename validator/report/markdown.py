@@ -72,6 +72,9 @@ def summary_md(rep: dict) -> str:
                 f"  - prompt-template audit: {md(r['audit']['line'])}"
                 + (f" (`…{md(t['before'])}` | `{md(t['after'])}…`)" if t else "")
             )
+    sw = rep.get("sweep")
+    if sw:
+        lines += ["", f"Capacity sweep: {md(sw['line'])}", "", _sweep_table(sw["steps"])]
     missing = [c for c in rep["checks"] if c["status"] == "not_measured"]
     lines += ["", checks_table(rep["checks"]), ""]
     if failed:
@@ -80,6 +83,21 @@ def summary_md(rep: dict) -> str:
         lines.append("Not measured: " + ", ".join(md(c["name"]) for c in missing))
     lines.append(f"**{rep['verdict']}**: {counts_line(rep['counts'])}.")
     return "\n".join(lines) + "\n"
+
+
+def _sweep_table(rows: list[dict]) -> str:
+    head = (
+        "| in flight | running (predicted / at freeze) | waiting | preemptions | out tok/s | TTFT p99 ms | queue ms "
+        "| SLOs |"
+    )
+    out = [head, "|" + "---|" * 8]
+    for r in rows:
+        out.append(
+            f"| {fmt(r['n'])} | {fmt(r['admitted_predicted'])} / {fmt(r['running_at_freeze'])} | "
+            f"{fmt(r['waiting_at_freeze'])} | {fmt(r['preemptions'])} | {fmt(r['output_tokens_per_s'])} | "
+            f"{fmt(r['ttft_p99_ms'])} | {fmt(r['queue_mean_ms'])} | {'held' if r['within_slo'] else 'missed'} |"
+        )
+    return "\n".join(out)
 
 
 def freeze_summary(r: dict) -> str:

@@ -7,11 +7,11 @@ import time
 from pathlib import Path
 
 from loadgen.results import benchjson
-from loadgen.safefile import real_dir_inside
+from loadgen.safefile import make_dirs, real_dir_inside
 from validator.report.html import report_html
 from validator.report.markdown import summary_md
 from validator.rundir.files import write_text
-from validator.rundir.schedule import RUN_NAME
+from validator.rundir.schedule import RUN_NAME, RunKind
 
 
 def write_all(run_dir: Path, rep: dict, latency_values: dict | None = None) -> None:
@@ -51,6 +51,15 @@ def write_bench_results(run_dir: Path, runs: list, model: str) -> None:
             continue
         if d.is_dir():
             write_text(d / "vllm-bench-result.json", json.dumps(res))
+        n = (r.planned.concurrency if r.planned else None) if r.kind is RunKind.SWEEP else None
+        if n is not None:  # the sweep as `vllm bench sweep` lays it out: `vllm bench sweep plot DIR/sweep` reads it
+            try:
+                make_dirs(real_dir_inside(run_dir, "sweep"))
+                step = real_dir_inside(run_dir, "sweep", f"BENCH-max_concurrency={n}")
+                make_dirs(step)
+            except OSError:
+                continue
+            write_text(step / "summary.json", json.dumps([{**res, "run_number": 0, "max_concurrency": n}]))
 
 
 def _json_default(o):

@@ -24,6 +24,7 @@ class RunKind(str, Enum):
     PROBE = "probe"  # more full-length requests than max_num_seqs: the excess waits
     LATENCY = "latency"  # the cold run's shape from loadgen processes, no freezes: the SLOs
     DATASET = "dataset"  # the user's traffic (a dataset or a trace), cache reset: audited request by request
+    SWEEP = "sweep"  # one step of the capacity sweep: a concurrency, past the KV limit or not
 
     @property
     def judges_preemptions(self) -> bool:

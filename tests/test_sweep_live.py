@@ -1,0 +1,133 @@
+"""The capacity sweep on real vLLM (CPU), issue 24: with more sequences allowed than the KV cache
+holds, vLLM first preempts exactly at the step the ledger predicts; who runs and who waits, and the
+KV blocks, are exact at every step's freeze; doctored copies fail."""
+
+from __future__ import annotations
+
+import json
+import shutil
+
+import pytest
+import yaml
+
+from tests import doctor
+from tests.conftest import ROOT, TEST_CPU, run_validate
+
+pytestmark = pytest.mark.vllm
+
+
+@pytest.fixture(scope="module")
+def sweep_run(tiny_model, tmp_path_factory):
+    d = tmp_path_factory.mktemp("sweep")
+    prof = yaml.safe_load((ROOT / "profiles" / "tiny-cpu-kvbound.yaml").read_text())
+    prof["model"]["path"] = str(tiny_model("tiny-gqa"))
+    prof["vllm"]["cpus"] = TEST_CPU
+    f = d / "kvbound.yaml"
+    f.write_text(yaml.safe_dump(prof))
+    r = run_validate("--profile", str(f), "--sweep", "1,4,5,9", "--out", str(d / "run"))
+    return r, d / "run"
+
+
+def checks(rep: dict) -> dict[str, dict]:
+    return {c["name"]: c for c in rep["checks"]}
+
+
+def test_the_first_preemption_is_where_the_ledger_says(sweep_run):
+    r, out = sweep_run
+    rep = json.loads((out / "report.json").read_text())
+    c = checks(rep)
+    assert r.returncode == 0 and rep["verdict"] == "pass", r.stderr[-3000:]
+    assert (c["sweep.first_preemption"]["expected"], c["sweep.first_preemption"]["observed"]) == (5, 5)
+    assert c["sweep-c4.preemptions"]["observed"] == 0 and c["sweep-c5.preemptions"]["observed"] >= 1
+    for n, running, waiting in ((1, 1, 0), (4, 4, 0), (5, 5, 0), (9, 8, 1)):  # max_num_seqs 8: the 9th waits
+        assert (c[f"sweep-c{n}.admitted"]["observed"], c[f"sweep-c{n}.waiting_at_start"]["observed"]) == (
+            running,
+            waiting,
+        )
+        for what in ("kv_blocks", "running", "waiting"):
+            assert c[f"sweep-c{n}.freeze1.{what}"]["status"] == "pass"
+    sw = rep["sweep"]
+    assert sw["kv_holds"] == 4 and [s["n"] for s in sw["steps"]] == [1, 4, 5, 9]
+    assert sw["slo_capacity"] in (1, 4, 5, 9) and "the KV cache holds 4 sequences" in sw["line"]
+    assert "sweep: the KV cache holds 4" in r.stderr + r.stdout
+    html = (out / "report.html").read_text()
+    assert html.count("<svg") >= 3 and "Running vs in flight" in html and "Queue time vs in flight" in html
+    for n in (1, 4, 5, 9):  # vllm bench serve's result, one a step
+        assert json.loads((out / "runs" / f"sweep-c{n}" / "vllm-bench-result.json").read_text())["completed"] == 2 * n
+
+
+def test_a_doctored_sweep_fails(sweep_run, tmp_path):
+    _, out = sweep_run
+
+    def no_preemption_at_5(d):  # the step that preempted says it did not
+        def f(m):
+            m["after"]["values"]["num_preemptions"] = m["before"]["values"]["num_preemptions"]
+
+        doctor.edit_json(d / "runs" / "sweep-c5" / "meta.json", f)
+
+    def one_block_more(d):  # a freeze's reading one block higher
+        def f(rows):
+            for reading in rows[0]["readings"]:
+                reading["values"]["kv_cache_usage_perc"] += 1 / 64
+
+        doctor.edit_jl(d / "runs" / "sweep-c4" / "freezes.jsonl", f)
+
+    for fn, check in ((no_preemption_at_5, "sweep.first_preemption"), (one_block_more, "sweep-c4.freeze1.kv_blocks")):
+        copy = tmp_path / fn.__name__
+        shutil.copytree(out, copy)
+        fn(copy)
+        code, rep = doctor.rejudge(copy)
+        assert code == 1 and rep["verdict"] == "fail", fn.__name__
+        assert checks(rep)[check]["status"] == "fail", (fn.__name__, checks(rep)[check])
+
+
+def test_vllms_own_sweep_plot_reads_the_sweep_directory(sweep_run, tmp_path):
+    """`vllm bench sweep plot RUN/sweep --var-x max_concurrency`, run with vLLM's own code."""
+    from vllm.benchmarks.sweep.plot import PlotBinners, PlotFilters, plot
+
+    _, out = sweep_run
+    plot(
+        out / "sweep",
+        tmp_path / "figs",
+        [],
+        [],
+        [],
+        [],
+        var_x="max_concurrency",
+        var_y="p99_ttft_ms",
+        filter_by=PlotFilters(),
+        bin_by=PlotBinners(),
+        scale_x=None,
+        scale_y=None,
+        dry_run=False,
+    )
+    assert (tmp_path / "figs" / "FIGURE.png").stat().st_size > 10_000
+    rows = [json.loads(p.read_text())[0] for p in sorted((out / "sweep").glob("*/summary.json"))]
+    assert sorted(r["max_concurrency"] for r in rows) == [1, 4, 5, 9]
+
+
+def test_chromium_finds_the_three_sweep_plots(sweep_run, tmp_path):
+    import re
+    import subprocess
+    import tempfile
+
+    _, out = sweep_run
+    chromium = shutil.which("chromium") or shutil.which("chromium-browser")
+    assert chromium, "chromium is installed by scripts/bootstrap.sh (Debian package chromium)"
+    args = [chromium, "--headless", "--no-sandbox", "--disable-gpu", "--no-first-run", "--disable-quic"]
+    args += ["--disable-background-networking", "--disable-component-update", "--disable-sync"]
+    args.append(f"--user-data-dir={tempfile.mkdtemp(dir=tmp_path)}")
+    url = (out / "report.html").as_uri()
+    dom = subprocess.run([*args, "--dump-dom", url], capture_output=True, text=True, timeout=120).stdout
+    block = re.search(r"<div class=\"sweep\">(.*?)</div>", dom, re.S)
+    assert block is not None
+    titles = re.findall(r"<title>([^<]+)</title>", block.group(1))
+    assert titles == [
+        "Running vs in flight: the ledger and the engine",
+        "Throughput vs TTFT p99 (one point a step)",
+        "Queue time vs in flight",
+    ]
+    assert block.group(1).count('class="marker"') == 4  # the four steps' readings at their freezes
+    png = tmp_path / "sweep.png"
+    subprocess.run([*args, "--window-size=1280,800", f"--screenshot={png}", url], capture_output=True, timeout=120)
+    assert png.stat().st_size > 30_000

@@ -1,0 +1,86 @@
+"""The capacity sweep: one closed-loop step a concurrency, from 1 past the KV limit, each frozen
+once early in its first wave (every admitted request decoding, the rest waiting) so the ledger's
+prediction of who runs and who waits is read exactly, and its preemptions counted."""
+
+from __future__ import annotations
+
+from loadgen.schedule.workload import near_limit, new_salt
+from validator.errors import InputError
+from validator.observe.schedule import RunSpec
+from validator.plan.record import PlanRecord
+from validator.profile import SweepSection
+from validator.rundir.freezes import FreezePoint
+from validator.rundir.schedule import RunKind
+from validator.units import cdiv
+
+MAX_STEPS = 12
+
+
+def shape(plan: PlanRecord, sweep: SweepSection) -> tuple[int, int]:
+    """(prompt, output) of every request: decode-heavy by default, so the KV cache grows under the
+    running requests and, past what it holds, vLLM must preempt."""
+    bs, mml = plan.block_size, plan.max_model_len
+    prompt = sweep.prompt_tokens or max(bs, mml // 4 // bs * bs)
+    out = sweep.output_tokens or mml - prompt
+    if prompt + out > mml:
+        raise InputError(f"sweep: prompt {prompt} + output {out} tokens exceed max_model_len {mml}")
+    return prompt, out
+
+
+def held_at_full_length(plan: PlanRecord, prompt: int, out: int) -> int:
+    """Requests of this shape the KV cache holds to their last token (the last sampled token has no KV)."""
+    return plan.usable_blocks // cdiv(prompt + out - 1, plan.block_size)
+
+
+def steps_of(text: str, held: int, max_num_seqs: int) -> list[int]:
+    if text == "auto":
+        k = max(held, 1)
+        want = {1, max(1, k // 2), k, k + 1, k + 2, min(max_num_seqs, 2 * k), max_num_seqs + 1}
+        return sorted(want)[:MAX_STEPS]
+    try:
+        got = sorted({int(x) for x in text.split(",") if x.strip()})
+    except ValueError:
+        got = []
+    if not got or got[0] < 1 or len(got) > MAX_STEPS:
+        raise InputError(
+            f"sweep.steps: {text[:40]!r}; give auto or up to {MAX_STEPS} concurrencies as 1,2,4,8 (--sweep STEPS)"
+        )
+    return got
+
+
+def admitted(plan: PlanRecord, n: int, prompt: int) -> int:
+    """How many of n requests sent at once vLLM schedules: no more than max_num_seqs, and no more than
+    the prompts it can allocate blocks for (new requests wait for blocks; only running ones are preempted)."""
+    return min(n, plan.max_num_seqs, plan.usable_blocks // cdiv(prompt, plan.block_size))
+
+
+def sweep_runs(plan: PlanRecord, sweep: SweepSection, seed: int) -> list[RunSpec]:
+    assert sweep.steps is not None
+    prompt, out = shape(plan, sweep)
+    held = held_at_full_length(plan, prompt, out)
+    specs = []
+    for n in steps_of(sweep.steps, held, plan.max_num_seqs):
+        w = near_limit(
+            plan.max_model_len,
+            n,
+            out,
+            margin=plan.max_model_len - prompt - out,
+            requests=sweep.waves * n,
+            seed=seed + n,
+            salt=new_salt(),
+            id_prefix=f"c{n}-",
+        )
+        run = admitted(plan, n, prompt)
+        specs.append(
+            RunSpec(
+                f"sweep-c{n}",
+                RunKind.SWEEP,
+                w,
+                n,
+                reset_cache=True,
+                freezes=[FreezePoint(name="freeze1", min_tokens=1, running=run, waiting=n - run)],
+                purpose=f"{n} in flight ({prompt} + {out} tokens): {run} run, {n - run} wait; the KV cache holds "
+                f"{held} to their last token",
+            )
+        )
+    return specs

@@ -1,0 +1,82 @@
+"""The sections that say what is judged and how: the SLOs, the tolerances, and the sweep."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from validator.profile.sections import spec
+
+
+@dataclass(frozen=True, kw_only=True)
+class SloSection:
+    """`slo:`"""
+
+    ttft_p99_ms: float | None = spec("float", None, "Time-to-first-token p99 limit, ms.", minimum=0)
+    itl_p99_ms: float | None = spec("float", None, "Inter-token latency p99 limit, ms.", minimum=0)
+    error_rate: float = spec("float", 0.0, "Largest share of failed requests.", minimum=0, maximum=1)
+
+
+@dataclass(frozen=True, kw_only=True)
+class TolerancesSection:
+    """`tolerances:`"""
+
+    kv_peak_below: float | None = spec(
+        "float",
+        None,
+        "Deprecated, ignored: the sampled KV peak is no longer judged (the freezes are the exact "
+        "evidence). Accepted so older profiles still load.",
+        minimum=0,
+        maximum=1,
+    )
+    kv_timeline_blocks: float | None = spec(
+        "float",
+        None,
+        "Deprecated, ignored: the sampled timeline is judged as an upper bound only. Accepted so older "
+        "profiles still load.",
+        minimum=0,
+    )
+    min_kv_utilization: float = spec(
+        "float",
+        0.8,
+        "The cold run's largest KV reading at a freeze, over usable blocks, must reach this: the planned "
+        "limits are near capacity. 0 turns the check off.",
+        minimum=0,
+        maximum=1,
+    )
+    prefix_hit_tokens: int = spec(
+        "int", 0, "Allowed |observed - predicted| prefix-cache hit tokens per run.", minimum=0
+    )
+    max_preemptions: int = spec("int", 0, "Preemptions allowed in the cold and warm runs.", minimum=0)
+    latency_abs_ms: float = spec(
+        "float",
+        20.0,
+        "Client vs server latency (GPU only): slack around the server's histogram bucket, in ms ...",
+        minimum=0,
+        maximum=1000,
+    )
+    latency_rel: float = spec(
+        "float", 0.05, "... plus this fraction of the bucket's upper bound.", minimum=0, maximum=0.5
+    )
+
+
+@dataclass(frozen=True, kw_only=True)
+class SweepSection:
+    """`sweep:` (or `validate --sweep`): load steps across the KV limit instead of the near-limit runs."""
+
+    steps: str | None = spec(
+        "str",
+        None,
+        "auto (steps around the concurrency the KV cache holds at full length, from 1 past it) or "
+        "concurrencies as 1,2,4,8; empty: no sweep.",
+    )
+    waves: int = spec("int", 2, "Requests per step = waves x its concurrency.", minimum=1, maximum=100)
+    prompt_tokens: int | None = spec(
+        "int", None, "Prompt of each request; default a quarter of max_model_len, whole blocks.", minimum=1
+    )
+    output_tokens: int | None = spec(
+        "int",
+        None,
+        "Output of each request; default the rest of max_model_len (decode-heavy: the KV cache grows "
+        "under the running requests, so past the limit vLLM preempts).",
+        minimum=1,
+    )

@@ -1,0 +1,84 @@
+"""The sweep in report.html: one row a step, and three plots, two to a row (all three on one 800-pixel
+screen): throughput against TTFT (the Pareto curve), who runs against the concurrency
+(the ledger's prediction as a line, the freezes' readings as points, what the KV cache holds at
+full length drawn), and queue time against the concurrency."""
+
+from __future__ import annotations
+
+import html
+
+from validator.report import svg
+from validator.report.numbers import fmt
+
+STYLE = ".sweep{display:flex;flex-wrap:wrap;gap:4px}.sweep svg{width:49%;height:auto}"
+
+
+def _n(v) -> str:
+    return "—" if v is None else fmt(v)
+
+
+def sweep_html(sw: dict | None) -> list[str]:
+    if not sw or not sw.get("steps"):
+        return []
+    rows = sw["steps"]
+    head = ["in flight", "run (predicted / at freeze)", "wait at freeze", "KV blocks", "preemptions",
+            "req/s", "out tok/s", "TTFT p50 / p99", "ITL p99", "queue (mean)", "SLOs"]  # fmt: skip
+    body = "".join(
+        "<tr>"
+        + "".join(
+            f"<td class='n'>{html.escape(c)}</td>"
+            for c in (
+                _n(r["n"]),
+                f"{_n(r['admitted_predicted'])} / {_n(r['running_at_freeze'])}",
+                _n(r["waiting_at_freeze"]),
+                _n(r["kv_blocks_at_freeze"]),
+                f"{_n(r['preemptions'])} (ledger: {'>= 1' if r['preempts_predicted'] else '0'})",
+                _n(r["requests_per_s"]),
+                _n(r["output_tokens_per_s"]),
+                f"{_n(r['ttft_p50_ms'])} / {_n(r['ttft_p99_ms'])} ms",
+                f"{_n(r['itl_p99_ms'])} ms",
+                f"{_n(r['queue_mean_ms'])} ms",
+                "held" if r["within_slo"] else "missed",
+            )
+        )
+        + "</tr>"
+        for r in rows
+    )
+    table = "<table><tr>" + "".join(f"<th>{h}</th>" for h in head) + f"</tr>{body}</table>"
+    pts = [r for r in rows if r["n"] is not None]
+    pareto = svg.lines(
+        "Throughput vs TTFT p99 (one point a step)",
+        [("TTFT p99", [(r["output_tokens_per_s"], r["ttft_p99_ms"]) for r in pts if r["ttft_p99_ms"] is not None])],
+        "output tokens / s",
+        "ms",
+    )
+    running = svg.lines(
+        "Running vs in flight: the ledger and the engine",
+        [
+            (
+                "predicted running",
+                [(r["n"], r["admitted_predicted"]) for r in pts if r["admitted_predicted"] is not None],
+            ),
+            (
+                "running at the freeze",
+                [(r["n"], r["running_at_freeze"]) for r in pts if r["running_at_freeze"] is not None],
+            ),
+            ("preemptions", [(r["n"], r["preemptions"]) for r in pts if r["preemptions"] is not None]),
+        ],
+        "requests in flight",
+        "requests",
+        hline=(f"the KV cache holds {sw['kv_holds']} at full length", sw["kv_holds"] or 0),
+        markers=("running at the freeze",),
+    )
+    queue = svg.lines(
+        "Queue time vs in flight",
+        [("mean queue time", [(r["n"], r["queue_mean_ms"]) for r in pts if r["queue_mean_ms"] is not None])],
+        "requests in flight",
+        "ms",
+    )
+    return [
+        "<h2>Capacity sweep</h2>",
+        f"<p><b>{html.escape(sw['line'])}</b></p>",
+        f"<div class='sweep'>{running}{pareto}{queue}</div>",
+        table,
+    ]
