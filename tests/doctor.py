@@ -85,7 +85,23 @@ def _not_settled(rows):
 
 
 # name -> (doctor, the verdict re-judging must give, a check that must say so, its status)
+def _client_clock(shift_s: float):
+    """Every warm record's chunks moved by shift_s against its send: a client clock running late (or
+    early) by that much, which the engine's own per-request timing shows."""
+
+    def doctor(d: Path) -> None:
+        def f(rows):
+            for r in rows:
+                r["chunk_times"] = [c + shift_s for c in r["chunk_times"]]
+
+        edit_jl(d / "runs/warm/records.jsonl", f)
+
+    return doctor
+
+
 CASES = {
+    "client clock 100 ms late": (_client_clock(0.1), "fail", "warm.ttft_client_vs_server_each", "fail"),
+    "client clock 100 ms early": (_client_clock(-0.1), "fail", "warm.ttft_client_vs_server_each", "fail"),
     "startup.json deleted": (
         lambda d: (d / "startup.json").unlink(),
         "inconclusive",

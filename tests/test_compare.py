@@ -187,6 +187,8 @@ def cold_run():
                 output_tokens=32,
                 status=200,
                 finish_reason="length",
+                server_queue_ms=0.4,  # the engine's view of the 20 ms TTFT: the API server's share is 7.6 ms
+                server_ttft_ms=12.0,
             )
         )
     before = sample(t0 - 1, 0.0, 0, prefix_cache_queries=0.0, prefix_cache_hits=0.0, num_preemptions=0.0)
@@ -761,3 +763,32 @@ def test_the_runs_own_notes_never_override_the_plan():
 
     c = broken(notes)["cold.notes_agree"]
     assert c.status == "fail" and "measured False" in c.explanation
+
+
+def test_the_client_against_the_engines_own_timing_request_by_request():
+    """client TTFT - (engine queue + engine TTFT): 7.6 ms in the consistent run; a client clock 100 ms
+    late or early fails; a server kvgate started that sent no metrics is not measured; a server at
+    --url without the flag is not judged."""
+    name = "cold.ttft_client_vs_server_each"
+    assert by_name(judge(PLAN, [cold_run()], *values())[0])[name].observed == "7.6 / 7.6 / 7.6 ms"
+
+    def shift(s):
+        def f(run):
+            for r in run.records:
+                r.chunk_times = [c + s for c in r.chunk_times]
+
+        return f
+
+    assert broken(shift(0.1))[name].status == "fail"
+    assert broken(shift(-0.1))[name].status == "fail"
+
+    def no_metrics(started):
+        def f(run):
+            run.server_started = started
+            for r in run.records:
+                r.server_queue_ms = r.server_ttft_ms = None
+
+        return f
+
+    assert broken(no_metrics(True))[name].status == "not_measured"
+    assert broken(no_metrics(False))[name].status == "not_judged"

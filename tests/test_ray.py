@@ -174,6 +174,21 @@ def test_wall_clock_offsets_place_each_worker(tmp_path):
     assert sorted(r.sent for r in records) == [0.25, 5.25] and ended == 1015.0
 
 
+def _wait_for_requests(url: str, n: int, deadline: float) -> None:
+    """Until the stub has streamed the tokens of n requests of 8 output tokens (its /metrics)."""
+    import urllib.request
+
+    direct = urllib.request.build_opener(urllib.request.ProxyHandler({}))  # loopback, never a proxy
+    while time.monotonic() < deadline:
+        with direct.open(url + "/metrics", timeout=5) as r:
+            text = r.read().decode()
+        made = next(float(x.split()[-1]) for x in text.splitlines() if x.startswith("vllm:generation_tokens_total"))
+        if made >= 8 * n:
+            return
+        time.sleep(0.2)
+    raise AssertionError(f"the stub saw fewer than {n} requests before the deadline")
+
+
 def test_ctrl_c_stops_the_actors_and_keeps_what_they_recorded(ray_head, stub_url, tmp_path):
     import signal
 
@@ -212,7 +227,10 @@ def test_ctrl_c_stops_the_actors_and_keeps_what_they_recorded(ray_head, stub_url
         text=True,
         env={**os.environ, "RAY_USAGE_STATS_ENABLED": "0"},
     )
-    time.sleep(10)  # actors up (3 s), the shards' common start (2 s), then requests of about 10 ms
+    # Ctrl-C once both shards are sending: the actors' start-up takes 3 s on an idle machine and
+    # more than 10 s beside a vLLM test, so wait on the stub's own count rather than a clock
+    _wait_for_requests(stub_url, 200, deadline=time.monotonic() + 100)
+    time.sleep(0.5)
     p.send_signal(signal.SIGINT)
     err = p.communicate(timeout=90)[1]
     assert p.returncode == 130, err[-2000:]

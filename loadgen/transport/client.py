@@ -189,6 +189,10 @@ class OpenAIStream:
             details = u.get("prompt_tokens_details")
             if isinstance(details, dict):
                 rec.cached_tokens = details.get("cached_tokens")
+        m = parser.server_metrics or {}
+        q, ttft = m.get("queue_time_ms"), m.get("time_to_first_token_ms")
+        rec.server_queue_ms = float(q) if isinstance(q, (int, float)) and not isinstance(q, bool) else None
+        rec.server_ttft_ms = float(ttft) if isinstance(ttft, (int, float)) and not isinstance(ttft, bool) else None
         if parser.error and rec.error is None:
             rec.error = parser.error
         if rec.error is None and rec.status == 200:

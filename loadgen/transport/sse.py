@@ -38,6 +38,7 @@ class StreamParser:
         "bad_events",
         "want_counts",
         "token_counts",
+        "server_metrics",
     )
 
     def __init__(self, want_token_ids: bool = False, want_counts: bool = False) -> None:
@@ -53,6 +54,7 @@ class StreamParser:
         self.bad_events = 0  # events that were not valid JSON
         self.want_counts = want_counts
         self.token_counts: list[int | None] = []  # completion tokens so far, at each token event (want_counts)
+        self.server_metrics: dict | None = None  # the final chunk's `metrics` (vLLM --enable-per-request-metrics)
 
     def feed(self, data: bytes, t: float) -> None:
         if b"\r" in data:
@@ -181,6 +183,9 @@ class StreamParser:
         usage = obj.get("usage")
         if isinstance(usage, dict):
             self.usage = usage
+            metrics = obj.get("metrics")  # rides on the usage chunk
+            if isinstance(metrics, dict):
+                self.server_metrics = metrics
         if choices and self.want_counts:
             # one entry per token event, so token_counts[i] belongs to token_times[i]; None: not said
             n = usage.get("completion_tokens") if isinstance(usage, dict) else None

@@ -21,6 +21,7 @@ from validator.judge.cachedtokens import cached_tokens_check, predictions
 from validator.judge.check import Check
 from validator.judge.figures import RunFigures, _pct, bucket_of, hist_delta, predict_prefix, run_figures
 from validator.judge.freezecheck import freeze_checks, utilization
+from validator.judge.servertiming import server_timing_check
 from validator.judge.slo import slo_checks
 from validator.judge.sweep import sweep_checks
 from validator.plan.record import PlanRecord, Platform
@@ -233,6 +234,8 @@ def _run_checks(run: RunData, f: RunFigures, plan: PlanRecord, tol: TolerancesSe
             + (f"; {f.first_error}" if f.first_error else ""),
         )
     )
+    if run.kind.judges_latency or run.kind is RunKind.SWEEP:
+        checks.append(server_timing_check(run, tol.api_share_ms))
     if run.kind.judges_latency:
         checks += _latency_checks(run, f, tol, plan.platform)
     return checks

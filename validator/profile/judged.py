@@ -54,6 +54,14 @@ class TolerancesSection:
         minimum=0,
         maximum=1000,
     )
+    api_share_ms: float = spec(
+        "float",
+        80.0,
+        "Client TTFT - (vLLM's queue time + its TTFT), request by request: the median at most this, in ms "
+        "(measured on 2 CPU cores: 9-24 ms).",
+        minimum=0,
+        maximum=60000,
+    )
     latency_rel: float = spec(
         "float", 0.05, "... plus this fraction of the bucket's upper bound.", minimum=0, maximum=0.5
     )

@@ -60,6 +60,7 @@ class RunData:
     snapshots: list[Sample] = field(default_factory=list)  # metrics.jsonl's histogram scrapes in the window
     token_ids: dict[str, list[int]] = field(default_factory=dict)  # text and chat prompts: the server's ids
     audit_text: dict[str, dict] = field(default_factory=dict)  # audit_text.json: text where prompts differ (shown)
+    server_started: bool | None = None  # plan.json: kvgate launched the server (None: an older directory)
 
     @property
     def served_ids(self) -> dict[str, list[int]]:
@@ -154,6 +155,7 @@ def load_runs(run_dir: Path, schedule: Schedule | None = None, freezes_on: bool 
             run.problems[:0] = shared_problems  # the shared file's, told once
         if metrics_missing:
             run.missing["metrics.jsonl"] = "metrics.jsonl is missing"
+        run.server_started = schedule.server_started if schedule else None
         out.append(run)
     return out
 

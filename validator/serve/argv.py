@@ -32,6 +32,9 @@ def vllm_flags(plan: Plan) -> tuple[list[str], dict[str, str]]:
         # each response's usage carries its prefix-cache hit (prompt_tokens_details.cached_tokens): the
         # judge compares it request by request (docs/datasets.md)
         "--enable-prompt-tokens-details",
+        # and its engine-side timing (queued -> scheduled -> first token): client and server TTFT are
+        # compared request by request (judge/servertiming.py)
+        "--enable-per-request-metrics",
     ]
     env: dict[str, str] = {}
     if inp.dtype != "auto":
