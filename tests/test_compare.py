@@ -189,6 +189,7 @@ def cold_run():
                 finish_reason="length",
                 server_queue_ms=0.4,  # the engine's view of the 20 ms TTFT: the API server's share is 7.6 ms
                 server_ttft_ms=12.0,
+                server_itl_ms=8.3,  # the engine's mean gap, first token to last; the client's is 8.39 ms
             )
         )
     before = sample(t0 - 1, 0.0, 0, prefix_cache_queries=0.0, prefix_cache_hits=0.0, num_preemptions=0.0)
@@ -436,7 +437,45 @@ def test_client_far_from_server_histogram_fails_on_gpu_and_is_not_judged_on_cpu(
     late = broken(shifted(0.1))
     assert late["cold.ttft_p50_client_vs_server"].status == "fail"  # a clock 100 ms off breaks it
     cpu = broken(slow, replace(PLAN, platform=Platform.CPU))
-    assert cpu["cold.ttft_p50_client_vs_server"].status == "not_judged"
+    assert cpu["cold.ttft_p50_client_vs_server"].status == "fail"  # judged against vLLM's per-request timing
+    assert cpu["cold.itl_p50_client_vs_server"].status == "pass"  # a shift leaves the gaps alone
+
+    def unmetered(run):
+        slow(run)
+        for r in run.records:
+            r.server_queue_ms = r.server_ttft_ms = r.server_itl_ms = None
+
+    assert broken(unmetered, replace(PLAN, platform=Platform.CPU))["cold.ttft_p50_client_vs_server"].status == (
+        "not_judged"  # no per-request metrics: the histograms are too coarse on CPU to judge
+    )
+
+
+def test_on_cpu_the_percentiles_are_judged_against_vllms_per_request_timing():
+    """TTFT: the client's p50 is 7.6 ms above the engine's queue + TTFT (pass); 100 ms late or 2 ms
+    early fails. ITL: the client's mean gap 8.39 ms against the engine's 8.3 (pass); a client whose
+    stamps stretch the gaps by 50 % fails (the slack: 80 ms over 31 gaps, 2.6 ms)."""
+    cpu = replace(PLAN, platform=Platform.CPU)
+    c = broken(lambda run: None, cpu)
+    for name in ("cold.ttft_p50_client_vs_server", "cold.ttft_p99_client_vs_server", "cold.itl_p99_client_vs_server"):
+        assert c[name].status == "pass", c[name]
+    assert c["cold.ttft_p50_client_vs_server"].observed == 20.0
+
+    def shift(s):
+        def f(run):
+            for r in run.records:
+                r.chunk_times = [t + s for t in r.chunk_times]
+
+        return f
+
+    assert broken(shift(0.1), cpu)["cold.ttft_p99_client_vs_server"].status == "fail"
+    assert broken(shift(-0.0096), cpu)["cold.ttft_p50_client_vs_server"].status == "fail"  # before the engine
+
+    def stretched(run):
+        for r in run.records:
+            r.chunk_times = [r.chunk_times[0] + 1.5 * (t - r.chunk_times[0]) for t in r.chunk_times]
+
+    s = broken(stretched, cpu)
+    assert s["cold.itl_p50_client_vs_server"].status == "fail" and s["cold.ttft_p50_client_vs_server"].status == "pass"
 
 
 def test_a_pause_is_subtracted_from_latency_and_nothing_more():

@@ -62,3 +62,73 @@ def test_the_ledger_says_who_runs_who_waits_and_where_preemption_starts():
     assert (p.running, p.waiting) == (8, 1)
     with pytest.raises(InputError, match="exceed max_model_len"):
         sweep_runs(rec, SweepSection(steps="1", prompt_tokens=500, output_tokens=100), seed=0)
+
+
+def test_bisection_measures_between_the_last_step_within_the_slos_and_the_first_beyond():
+    from validator.observe.sweep import bisection_step
+
+    assert bisection_step({1: True, 4: True, 5: True, 9: False}) == 7
+    assert bisection_step({1: True, 4: True, 5: True, 7: True, 9: False}) == 8
+    assert bisection_step({1: True, 4: True, 5: True, 7: True, 8: True, 9: False}) is None  # found: 8
+    assert bisection_step({1: True, 2: False, 8: True}) is None  # adjacent: 1 is the capacity
+    assert bisection_step({1: True, 4: False, 5: True, 9: True}) == 2  # up to which EVERY step held
+    assert bisection_step({1: True, 9: True}) is None and bisection_step({1: False, 9: False}) is None
+
+
+def _step_run(n, ttfts_ms, gap_ms=10.0, tokens=4, memory=None):
+    from loadgen.results.records import RequestRecord
+    from validator.rundir.rundata import RunData
+    from validator.rundir.samples import MEMORY, Sample
+    from validator.rundir.schedule import RunKind
+
+    recs = [
+        RequestRecord(
+            id=f"c{n}-{i}",
+            sent=0.0,
+            chunk_times=[t / 1e3 + k * gap_ms / 1e3 for k in range(tokens)],
+            output_tokens=tokens,
+            status=200,
+        )
+        for i, t in enumerate(ttfts_ms)
+    ]
+    samples = [Sample(t=100.5 + i / 10, values={MEMORY: m}) for i, m in enumerate(memory or [])]
+    return RunData(
+        name=f"sweep-c{n}",
+        kind=RunKind.SWEEP,
+        purpose="",
+        records=recs,
+        prompts={},
+        started_at=100.0,
+        ended_at=102.0,
+        before=None,
+        after=None,
+        samples=samples,
+    )
+
+
+def test_goodput_counts_the_requests_that_each_met_the_slos():
+    from validator.judge.sweep import goodput
+    from validator.profile import SloSection
+
+    run = _step_run(4, [100.0, 300.0, 600.0, 900.0])  # 2 s window
+    assert goodput(run, SloSection(ttft_p99_ms=500.0)) == 1.0  # 2 of 4 within 500 ms, over 2 s
+    assert goodput(run, SloSection(ttft_p99_ms=1000.0, itl_p99_ms=5.0)) == 0.0  # 10 ms gaps: none within 5
+    assert goodput(run, SloSection()) is None  # no SLO: not measured, not "all good"
+
+
+def test_peak_memory_is_judged_against_the_gpu_budget_and_shown_on_the_cpu():
+    from dataclasses import replace
+
+    from validator.judge.sweep import peak_memory_check
+    from validator.plan.record import Platform
+    from validator.serve.argv import plan_record
+
+    cpu = plan_record(plan_of()[0])
+    runs = [_step_run(1, [10.0], memory=[1.5 * 2**30, 2.0 * 2**30]), _step_run(2, [10.0], memory=[None])]
+    c = peak_memory_check(runs, cpu)
+    assert (c.observed, c.judged, c.passed) == (2.0, False, None)  # the CPU's RSS holds the runtime: shown
+    gpu = replace(cpu, platform=Platform.GPU, ledger=replace(cpu.ledger, budget_bytes=int(1.9 * 2**30)))
+    assert peak_memory_check(runs, gpu).passed is False  # 2.0 GiB used, 1.9 GiB budget
+    gpu = replace(gpu, ledger=replace(gpu.ledger, budget_bytes=int(2.5 * 2**30)))
+    assert peak_memory_check(runs, gpu).passed is True
+    assert peak_memory_check([_step_run(1, [10.0])], gpu).passed is None  # not sampled: not measured

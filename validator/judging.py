@@ -84,7 +84,8 @@ def judge_run_dir(run_dir: Path, meta: dict | None = None, rejudged: dict | None
     rep["meta"] = meta
     latency = {r.name: {"ttft": figures[r.name].ttft_ms, "itl": figures[r.name].itl_ms} for r in runs}
     write_all(run_dir, rep, latency)
-    write_bench_results(run_dir, runs, profile.model.served_name or profile.model.path or "model")
+    slo = {k: v for k, v in (("ttft", profile.slo.ttft_p99_ms), ("tpot", profile.slo.itl_p99_ms)) if v is not None}
+    write_bench_results(run_dir, runs, profile.model.served_name or profile.model.path or "model", slo)
     return rep
 
 

@@ -25,13 +25,14 @@ from validator.judging import finish, judge_run_dir, meta_of, show
 from validator.observe.dataset import session_runs
 from validator.observe.schedule import schedule_of
 from validator.plan.limits import make_plan
-from validator.plan.record import PlanRecord
+from validator.plan.record import PlanRecord, Platform
 from validator.plan.result import Plan
 from validator.profile import Profile
 from validator.redact import redact
 from validator.report.console import checks_lines
 from validator.report.text import plan_text
 from validator.rundir.files import redacted, run_dir_for, write_json, write_plan
+from validator.rundir.schedule import RunKind
 from validator.rundir.startup import StartupFacts
 from validator.serve.argv import api_key_of, launch_spec, plan_record
 from validator.serve.facts import server_facts, server_version
@@ -207,8 +208,56 @@ def _with_server(
         write_plan(
             run_dir, record, schedule_of(specs, server_started=server is not None, freezes=profile.observe.freezes)
         )
-    run_loop(execute(specs, url, model, run_dir, profile, say, api_key=api_key, alive=alive, pin=pin))
+    memory = None
+    if server is not None:
+        from validator.serve.memory import nvml_used, rss_of
+
+        memory = (nvml_used() if record.platform is Platform.GPU else None) or rss_of(server.processes)
+    more = _sweep_bisection(profile, record, specs, run_dir, server_started=server is not None)
+    run_loop(
+        execute(
+            specs, url, model, run_dir, profile, say, api_key=api_key, alive=alive, pin=pin, more=more, memory=memory
+        )
+    )
     return EXIT_OK  # the verdict is decided by judge_run_dir
+
+
+def _sweep_bisection(profile: Profile, record: PlanRecord, specs: list, run_dir: Path, server_started: bool):
+    """After a sweep's steps: up to sweep.bisect more, each halfway between the largest concurrency
+    within the SLOs and the first measured beyond it, so the SLO capacity is found to the request.
+    Each is written into plan.json's schedule before it runs: the directory must hold it."""
+    if profile.sweep.steps is None or profile.sweep.bisect == 0:
+        return None
+    from validator.judge.figures import run_figures
+    from validator.judge.sweep import within_slo
+    from validator.observe.sweep import bisection_step, step_spec
+
+    added: list[int] = []
+    concurrency = {sp.name: sp.concurrency for sp in specs}
+
+    def more(done: list) -> list:
+        if len(added) >= profile.sweep.bisect:
+            return []
+        within = {
+            concurrency[r.name]: within_slo(r, run_figures(r, record), profile.slo)
+            for r in done
+            if r.name in concurrency and r.kind is RunKind.SWEEP
+        }
+        n = bisection_step(within)
+        if n is None or n in within:
+            return []
+        spec = step_spec(record, profile.sweep, profile.workload.seed, n, found_by="; bisection for the SLO capacity")
+        added.append(n)
+        specs.append(spec)
+        concurrency[spec.name] = n
+        write_plan(run_dir, record, schedule_of(specs, server_started=server_started, freezes=profile.observe.freezes))
+        say(
+            f"sweep: the SLOs hold at {max(k for k, v in within.items() if v)} in flight, not at "
+            f"{min(k for k, v in within.items() if not v)}: measuring {n}"
+        )
+        return [spec]
+
+    return more
 
 
 def _model_name(profile: Profile, facts: StartupFacts, url: str) -> str:

@@ -51,9 +51,10 @@ class RequestRecord:
     worker: int | None = None  # which --workers process sent it
     prompt_digest: str | None = None  # prompt_digest() of the prompt sent: ties the record to it
     # vLLM's own timing of this request (--enable-per-request-metrics), from the engine's clock: queued
-    # to scheduled, and scheduled to its first token
+    # to scheduled, scheduled to its first token, and the mean gap from its first token to its last
     server_queue_ms: float | None = None
     server_ttft_ms: float | None = None
+    server_itl_ms: float | None = None
 
     @property
     def ok(self) -> bool:

@@ -190,9 +190,9 @@ class OpenAIStream:
             if isinstance(details, dict):
                 rec.cached_tokens = details.get("cached_tokens")
         m = parser.server_metrics or {}
-        q, ttft = m.get("queue_time_ms"), m.get("time_to_first_token_ms")
-        rec.server_queue_ms = float(q) if isinstance(q, (int, float)) and not isinstance(q, bool) else None
-        rec.server_ttft_ms = float(ttft) if isinstance(ttft, (int, float)) and not isinstance(ttft, bool) else None
+        rec.server_queue_ms = _ms(m.get("queue_time_ms"))
+        rec.server_ttft_ms = _ms(m.get("time_to_first_token_ms"))
+        rec.server_itl_ms = _ms(m.get("mean_itl_ms"))
         if parser.error and rec.error is None:
             rec.error = parser.error
         if rec.error is None and rec.status == 200:
@@ -206,3 +206,8 @@ class OpenAIStream:
         if spec.prompt_tokens is not None and rec.prompt_tokens is not None and rec.prompt_tokens != spec.prompt_tokens:
             mism.append(f"prompt asked {spec.prompt_tokens} served {rec.prompt_tokens}")
         rec.token_mismatch = "; ".join(mism) or None
+
+
+def _ms(v: object) -> float | None:
+    """A figure of vLLM's per-request metrics; None when absent or not a number."""
+    return float(v) if isinstance(v, (int, float)) and not isinstance(v, bool) else None

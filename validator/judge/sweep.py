@@ -16,9 +16,9 @@ from dataclasses import dataclass
 from typing import Any
 
 from validator.judge.check import Check
-from validator.judge.figures import RunFigures, _pct, hist_delta
-from validator.judge.freezecheck import observed_state, unsettled
-from validator.plan.record import PlanRecord
+from validator.judge.figures import RunFigures, _paused, _pct, hist_delta
+from validator.judge.freezecheck import freeze_intervals, observed_state, unsettled
+from validator.plan.record import PlanRecord, Platform
 from validator.profile import SloSection
 from validator.rundir.rundata import RunData
 from validator.rundir.schedule import RunKind
@@ -125,6 +125,7 @@ def sweep_checks(runs: list[RunData], figures: dict[str, RunFigures], plan: Plan
     predicted = next((s.n for s, _ in known if s.preempts), None)
     missing = [s.run for s, p in known if p is None]
     observed = next((s.n for s, p in known if p), None)
+    checks.append(peak_memory_check([r for r, _ in steps], plan))
     checks.append(
         Check(
             name="sweep.first_preemption",
@@ -139,6 +140,47 @@ def sweep_checks(runs: list[RunData], figures: dict[str, RunFigures], plan: Plan
     return checks
 
 
+def memory_budget(plan: PlanRecord) -> tuple[int | None, str]:
+    """The ledger's memory for the server, bytes, and what it counts: on a GPU the budget vLLM may take
+    (gpu_memory_utilization x memory, or what was requested); on the CPU weights + KV cache only (the
+    Python runtime and its libraries are not in the ledger)."""
+    led = plan.ledger
+    if plan.platform is Platform.GPU:
+        return led.budget_bytes, "the GPU budget (utilization x memory)"
+    if led.weights_bytes is None or led.kv_cache_bytes is None:
+        return None, "weights + KV cache"
+    return led.weights_bytes + led.kv_cache_bytes, "weights + KV cache (the runtime is not in the ledger)"
+
+
+def peak_memory_check(runs: list[RunData], plan: PlanRecord) -> Check:
+    """On a GPU: the memory used on the server's GPUs, at every sample of every step, within the ledger's
+    budget. On the CPU the engine's RSS is shown, not judged: it holds the runtime the ledger leaves out."""
+    budget, what = memory_budget(plan)
+    peaks = [p for r in runs if (p := r.peak_memory_gib) is not None]
+    peak = max(peaks) if peaks else None
+    exp = None if budget is None else round(budget / 2**30, 3)
+    if plan.platform is not Platform.GPU:
+        return Check(
+            name="sweep.peak_memory_gib",
+            expected=exp,
+            observed=peak,
+            passed=None,
+            tolerance="never above",
+            judged=False,
+            explanation=f"not judged on the CPU: the engine's RSS holds the Python runtime and libraries beside "
+            f"{what}; shown per step",
+        )
+    return Check(
+        name="sweep.peak_memory_gib",
+        expected=exp,
+        observed=peak,
+        passed=None if peak is None or exp is None else peak <= exp,
+        tolerance="never above",
+        explanation=f"the largest GPU memory used in any step's samples (NVML) against {what}"
+        + ("" if peaks else "; not sampled (no NVML in kvgate's Python, or a server kvgate did not start)"),
+    )
+
+
 def sweep_summary(
     runs: list[RunData], figures: dict[str, RunFigures], plan: PlanRecord, slo: SloSection
 ) -> dict[str, Any] | None:
@@ -148,6 +190,7 @@ def sweep_summary(
     if not steps:
         return None
     rows = [_row(r, s, figures[r.name], slo) for r, s in steps]
+    budget = memory_budget(plan)[0]
     capacity = None
     for row in rows:
         if not row["within_slo"]:
@@ -164,6 +207,9 @@ def sweep_summary(
         "first_preemption_predicted": predicted,
         "first_preemption_observed": observed,
         "slo_capacity": capacity,
+        "slo_capacity_exact": capacity is not None
+        and (capacity == rows[-1]["n"] or any(row["n"] == capacity + 1 for row in rows)),
+        "memory_budget_gib": None if budget is None else round(budget / 2**30, 3),
         "line": (
             f"the KV cache holds {first.held} sequences of {first.prompt} + {first.output} tokens "
             f"(max_num_seqs {plan.max_num_seqs}); vLLM first preempted at {observed} in flight (the ledger: "
@@ -171,7 +217,10 @@ def sweep_summary(
             + (
                 f"the SLOs hold at every step (up to {capacity} in flight)"
                 if capacity is not None and capacity == rows[-1]["n"]
-                else f"the SLOs hold up to {capacity} in flight"
+                else f"the SLOs hold up to {capacity} in flight, not at {capacity + 1}"
+                if capacity is not None and any(row["n"] == capacity + 1 for row in rows)
+                else f"the SLOs hold up to {capacity} in flight (the next step measured: "
+                f"{min((row['n'] for row in rows if (row['n'] or 0) > capacity), default='?')})"
                 if capacity is not None
                 else "the SLOs hold at no step"
             )
@@ -181,17 +230,45 @@ def sweep_summary(
     }
 
 
+def within_slo(run: RunData, f: RunFigures, slo: SloSection) -> bool:
+    """The step met the SLOs: requests answered, no error, TTFT and ITL p99 within (unset: not asked)."""
+    ttft99, itl99 = _pct(f.ttft_ms, 99), _pct(f.itl_ms, 99)
+    return (
+        any(r.ok for r in run.records)
+        and f.errors == 0
+        and (slo.ttft_p99_ms is None or (ttft99 is not None and ttft99 <= slo.ttft_p99_ms))
+        and (slo.itl_p99_ms is None or (itl99 is not None and itl99 <= slo.itl_p99_ms))
+    )
+
+
+def goodput(run: RunData, slo: SloSection) -> float | None:
+    """Requests a second that each met the SLOs (`vllm bench serve --goodput`'s sense: the request's own
+    TTFT and its mean ITL within the thresholds); None with no SLO set."""
+    if slo.ttft_p99_ms is None and slo.itl_p99_ms is None:
+        return None
+    spans, good = freeze_intervals(run), 0
+    for r in run.records:
+        if not r.ok or not r.output_tokens:
+            continue
+        sent = r.sent or 0.0
+        first, last = sent + r.chunk_times[0], sent + r.chunk_times[-1]
+        # the freeze's hold is the engine's pause, not the deployment's latency: taken out, as in the SLO checks
+        ttft = 1e3 * (first - sent - _paused(sent, first, spans))
+        tpot = 1e3 * (last - first - _paused(first, last, spans)) / max(r.output_tokens - 1, 1)
+        if slo.ttft_p99_ms is not None and ttft > slo.ttft_p99_ms:
+            continue
+        if slo.itl_p99_ms is not None and tpot > slo.itl_p99_ms:
+            continue
+        good += 1
+    return good / max(run.ended_at - run.started_at, 1e-9)
+
+
 def _row(run: RunData, step: Step | None, f: RunFigures, slo: SloSection) -> dict[str, Any]:
     elapsed = max(run.ended_at - run.started_at, 1e-9)
     ok = [r for r in run.records if r.ok]
     ttft99, itl99 = _pct(f.ttft_ms, 99), _pct(f.itl_ms, 99)
     q = hist_delta(run, "queue")
-    within = (
-        bool(ok)
-        and f.errors == 0
-        and (slo.ttft_p99_ms is None or (ttft99 is not None and ttft99 <= slo.ttft_p99_ms))
-        and (slo.itl_p99_ms is None or (itl99 is not None and itl99 <= slo.itl_p99_ms))
-    )
+    within = within_slo(run, f, slo)
     seen = _freeze_reading(run)
     return {
         "run": run.name,
@@ -211,5 +288,7 @@ def _row(run: RunData, step: Step | None, f: RunFigures, slo: SloSection) -> dic
         "itl_p50_ms": _pct(f.itl_ms, 50),
         "itl_p99_ms": itl99,
         "queue_mean_ms": 1e3 * q.sum / q.count if q is not None and q.count > 0 else None,
+        "goodput_requests_per_s": goodput(run, slo),
+        "peak_server_memory_gib": run.peak_memory_gib,
         "within_slo": within,
     }

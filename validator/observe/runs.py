@@ -4,6 +4,7 @@ watchdog that ends everything the moment a server kvgate started dies."""
 from __future__ import annotations
 
 import asyncio
+from collections.abc import Callable
 from pathlib import Path
 
 import aiohttp
@@ -27,13 +28,16 @@ async def execute(
     api_key: str | None = None,
     alive=None,
     pin: Pin | None = None,
+    more: Callable[[list[RunData]], list[RunSpec]] | None = None,
+    memory: Callable[[], float | None] | None = None,
 ) -> list[RunData]:
-    """Run the specs in order. With `alive` (a server kvgate started), a watchdog polls it every
+    """Run the specs in order, then what `more` asks for after them (given every run so far; a sweep's
+    bisection), until it asks for nothing. With `alive` (a server kvgate started), a watchdog polls it every
     0.1 s and cancels the runs the moment the process is gone: ServerDied within a fraction of a
     second, whatever the runs were doing (waiting on a request, a freeze, the counters)."""
     current: list[str] = ["start"]
     if alive is None:
-        return await _execute(specs, base_url, model, run_dir, profile, say, api_key, current, pin)
+        return await _execute(specs, base_url, model, run_dir, profile, say, api_key, current, pin, more, memory)
     died: list[bool] = []
     runs = asyncio.current_task()
     assert runs is not None  # called from a task (run_loop)
@@ -47,7 +51,7 @@ async def execute(
     # the runs stay in this task, so an interrupt (Terminated, Ctrl-C) propagates as before
     watchdog = asyncio.ensure_future(watch())
     try:
-        return await _execute(specs, base_url, model, run_dir, profile, say, api_key, current, pin)
+        return await _execute(specs, base_url, model, run_dir, profile, say, api_key, current, pin, more, memory)
     except asyncio.CancelledError:
         if died:
             raise ServerDied(current[0]) from None
@@ -57,7 +61,7 @@ async def execute(
         await asyncio.gather(watchdog, return_exceptions=True)  # collects an interrupt raised in it too
 
 
-async def _execute(specs, base_url, model, run_dir, profile, say, api_key, current, pin) -> list[RunData]:
+async def _execute(specs, base_url, model, run_dir, profile, say, api_key, current, pin, more, memory) -> list[RunData]:
     out: list[RunData] = []
     timeout = aiohttp.ClientTimeout(total=profile.observe.read_timeout_s + 5)
     # no ambient proxy, no redirect, only the addresses the loopback rule checked (loadgen.net)
@@ -68,6 +72,7 @@ async def _execute(specs, base_url, model, run_dir, profile, say, api_key, curre
             run_dir / "metrics.jsonl",
             interval=profile.observe.scrape_interval_s,
             timeout=profile.observe.read_timeout_s,
+            memory=memory,
         )
         transport = OpenAIStream(
             load_s,
@@ -93,7 +98,9 @@ async def _execute(specs, base_url, model, run_dir, profile, say, api_key, curre
         if api_key:
             load_args += ["--api-key-env", profile.vllm.api_key_env]
         try:
-            for spec in specs:
+            todo = list(specs)
+            while todo:
+                spec = todo.pop(0)
                 current[0] = spec.name
                 data = await one_run(
                     spec,
@@ -110,6 +117,8 @@ async def _execute(specs, base_url, model, run_dir, profile, say, api_key, curre
                 out.append(data)
                 if data.interrupted:
                     break
+                if not todo and more is not None:
+                    todo = more(out)
         finally:
             await sampler.stop()
             sampler.close()

@@ -6,11 +6,12 @@ import asyncio
 import json
 import time
 import warnings
+from collections.abc import Callable
 from pathlib import Path
 
 from loadgen import net
 from loadgen.safefile import open_append
-from validator.rundir.samples import Sample, missing, parse_metrics, wanted_lines
+from validator.rundir.samples import MEMORY, Sample, missing, parse_metrics, wanted_lines
 
 
 async def scrape_once(session, url: str, with_histograms: bool, timeout: float) -> tuple[Sample | None, str | None]:
@@ -35,8 +36,17 @@ class Sampler:
     `snapshot()` calls, which the caller makes at run boundaries.
     """
 
-    def __init__(self, session, base_url: str, path: Path | None = None, interval: float = 0.25, timeout: float = 5.0):
+    def __init__(
+        self,
+        session,
+        base_url: str,
+        path: Path | None = None,
+        interval: float = 0.25,
+        timeout: float = 5.0,
+        memory: Callable[[], float | None] | None = None,
+    ):
         self.session = session
+        self.memory = memory  # the server's memory now (validator.serve.memory), kept in each sample
         self.url = base_url.rstrip("/") + "/metrics"
         self.interval = interval
         self.timeout = timeout
@@ -55,6 +65,8 @@ class Sampler:
                 self._file.write(json.dumps(err) + "\n")
                 self._file.flush()
             return None
+        if self.memory is not None:
+            s.values[MEMORY] = self.memory()
         for m in missing(s):
             if m not in self._warned:
                 self._warned.add(m)

@@ -58,29 +58,46 @@ def sweep_runs(plan: PlanRecord, sweep: SweepSection, seed: int) -> list[RunSpec
     assert sweep.steps is not None
     prompt, out = shape(plan, sweep)
     held = held_at_full_length(plan, prompt, out)
-    specs = []
-    for n in steps_of(sweep.steps, held, plan.max_num_seqs):
-        w = near_limit(
-            plan.max_model_len,
-            n,
-            out,
-            margin=plan.max_model_len - prompt - out,
-            requests=sweep.waves * n,
-            seed=seed + n,
-            salt=new_salt(),
-            id_prefix=f"c{n}-",
-        )
-        run = admitted(plan, n, prompt)
-        specs.append(
-            RunSpec(
-                f"sweep-c{n}",
-                RunKind.SWEEP,
-                w,
-                n,
-                reset_cache=True,
-                freezes=[FreezePoint(name="freeze1", min_tokens=1, running=run, waiting=n - run)],
-                purpose=f"{n} in flight ({prompt} + {out} tokens): {run} run, {n - run} wait; the KV cache holds "
-                f"{held} to their last token",
-            )
-        )
-    return specs
+    return [step_spec(plan, sweep, seed, n) for n in steps_of(sweep.steps, held, plan.max_num_seqs)]
+
+
+def step_spec(plan: PlanRecord, sweep: SweepSection, seed: int, n: int, found_by: str = "") -> RunSpec:
+    """The run of one step: waves x n requests of the sweep's shape, n in flight, frozen once."""
+    prompt, out = shape(plan, sweep)
+    held = held_at_full_length(plan, prompt, out)
+    w = near_limit(
+        plan.max_model_len,
+        n,
+        out,
+        margin=plan.max_model_len - prompt - out,
+        requests=sweep.waves * n,
+        seed=seed + n,
+        salt=new_salt(),
+        id_prefix=f"c{n}-",
+    )
+    run = admitted(plan, n, prompt)
+    return RunSpec(
+        f"sweep-c{n}",
+        RunKind.SWEEP,
+        w,
+        n,
+        reset_cache=True,
+        freezes=[FreezePoint(name="freeze1", min_tokens=1, running=run, waiting=n - run)],
+        purpose=f"{n} in flight ({prompt} + {out} tokens): {run} run, {n - run} wait; the KV cache holds "
+        f"{held} to their last token{found_by}",
+    )
+
+
+def bisection_step(within: dict[int, bool]) -> int | None:
+    """The next concurrency to measure, from each measured step's SLO outcome: halfway between the
+    largest step up to which every step met the SLOs and the first that did not; None when they are
+    adjacent, or when every step met them (or none did)."""
+    ns = sorted(within)
+    good = None
+    for n in ns:
+        if not within[n]:
+            if good is None or n - good < 2:
+                return None
+            return (good + n) // 2
+        good = n
+    return None

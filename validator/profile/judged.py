@@ -88,3 +88,11 @@ class SweepSection:
         "under the running requests, so past the limit vLLM preempts).",
         minimum=1,
     )
+    bisect: int = spec(
+        "int",
+        3,
+        "Steps added by bisection between the largest concurrency within the SLOs and the next one measured, "
+        "so the SLO capacity is found to the request; 0: only the steps given.",
+        minimum=0,
+        maximum=8,
+    )

@@ -87,15 +87,16 @@ def summary_md(rep: dict) -> str:
 
 def _sweep_table(rows: list[dict]) -> str:
     head = (
-        "| in flight | running (predicted / at freeze) | waiting | preemptions | out tok/s | TTFT p99 ms | queue ms "
-        "| SLOs |"
+        "| in flight | running (predicted / at freeze) | waiting | preemptions | out tok/s | goodput req/s "
+        "| TTFT p99 ms | queue ms | peak memory GiB | SLOs |"
     )
-    out = [head, "|" + "---|" * 8]
+    out = [head, "|" + "---|" * 10]
     for r in rows:
         out.append(
             f"| {fmt(r['n'])} | {fmt(r['admitted_predicted'])} / {fmt(r['running_at_freeze'])} | "
             f"{fmt(r['waiting_at_freeze'])} | {fmt(r['preemptions'])} | {fmt(r['output_tokens_per_s'])} | "
-            f"{fmt(r['ttft_p99_ms'])} | {fmt(r['queue_mean_ms'])} | {'held' if r['within_slo'] else 'missed'} |"
+            f"{fmt(r.get('goodput_requests_per_s'))} | {fmt(r['ttft_p99_ms'])} | {fmt(r['queue_mean_ms'])} | "
+            f"{fmt(r.get('peak_server_memory_gib'))} | {'held' if r['within_slo'] else 'missed'} |"
         )
     return "\n".join(out)
 

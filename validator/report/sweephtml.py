@@ -22,7 +22,8 @@ def sweep_html(sw: dict | None) -> list[str]:
         return []
     rows = sw["steps"]
     head = ["in flight", "run (predicted / at freeze)", "wait at freeze", "KV blocks", "preemptions",
-            "req/s", "out tok/s", "TTFT p50 / p99", "ITL p99", "queue (mean)", "SLOs"]  # fmt: skip
+            "req/s", "goodput", "out tok/s", "TTFT p50 / p99", "ITL p99", "queue (mean)", "peak memory",
+            "SLOs"]  # fmt: skip
     body = "".join(
         "<tr>"
         + "".join(
@@ -34,10 +35,12 @@ def sweep_html(sw: dict | None) -> list[str]:
                 _n(r["kv_blocks_at_freeze"]),
                 f"{_n(r['preemptions'])} (ledger: {'>= 1' if r['preempts_predicted'] else '0'})",
                 _n(r["requests_per_s"]),
+                _n(r.get("goodput_requests_per_s")),
                 _n(r["output_tokens_per_s"]),
                 f"{_n(r['ttft_p50_ms'])} / {_n(r['ttft_p99_ms'])} ms",
                 f"{_n(r['itl_p99_ms'])} ms",
                 f"{_n(r['queue_mean_ms'])} ms",
+                f"{_n(r.get('peak_server_memory_gib'))} GiB",
                 "held" if r["within_slo"] else "missed",
             )
         )

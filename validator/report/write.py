@@ -20,9 +20,10 @@ def write_all(run_dir: Path, rep: dict, latency_values: dict | None = None) -> N
     write_text(run_dir / "report.html", report_html(rep, latency_values or {}))
 
 
-def write_bench_results(run_dir: Path, runs: list, model: str) -> None:
+def write_bench_results(run_dir: Path, runs: list, model: str, goodput: dict[str, float] | None = None) -> None:
     """Each measured run also as `vllm bench serve`'s result JSON (runs/<run>/vllm-bench-result.json),
-    for the scripts and dashboards built around it; detailed lists included."""
+    for the scripts and dashboards built around it; detailed lists included. `goodput`: the SLOs as
+    `vllm bench serve --goodput` takes them (ms), for request_goodput."""
     for r in runs:
         if not r.measured:
             continue
@@ -38,6 +39,7 @@ def write_bench_results(run_dir: Path, runs: list, model: str) -> None:
             percentile_metrics=("ttft", "tpot", "itl", "e2el"),
             percentiles=(50.0, 90.0, 99.0),
             detailed=True,
+            goodput=goodput or None,
             metadata={"kvgate_run": r.name, "cache": r.cache},
             date=time.strftime("%Y%m%d-%H%M%S", time.localtime(r.started_at)),
         )

@@ -18,7 +18,7 @@ from typing import Any
 
 from loadgen.results.records import RequestRecord, read_jsonl, read_records
 from validator.rundir.freezes import FreezePoint, FreezeRecord, read_freezes
-from validator.rundir.samples import Sample, read_samples
+from validator.rundir.samples import MEMORY, Sample, read_samples
 from validator.rundir.schedule import PlannedRun, RunKind, Schedule
 from validator.rundir.workload import read_audit_text, workload_item
 
@@ -61,6 +61,12 @@ class RunData:
     token_ids: dict[str, list[int]] = field(default_factory=dict)  # text and chat prompts: the server's ids
     audit_text: dict[str, dict] = field(default_factory=dict)  # audit_text.json: text where prompts differ (shown)
     server_started: bool | None = None  # plan.json: kvgate launched the server (None: an older directory)
+
+    @property
+    def peak_memory_gib(self) -> float | None:
+        """The largest server memory in the run's samples (GPU used, or engine RSS); None: not sampled."""
+        got = [v for s in self.samples if isinstance(v := s.values.get(MEMORY), (int, float))]
+        return round(max(got) / 2**30, 3) if got else None
 
     @property
     def served_ids(self) -> dict[str, list[int]]:

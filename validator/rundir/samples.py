@@ -38,6 +38,10 @@ HISTOGRAMS = {
 }
 
 
+# not a vLLM metric: the server's memory when the sample was taken (GPU used, or engine RSS), bytes
+MEMORY = "kvgate_server_memory_bytes"
+
+
 @dataclass
 class Histogram:
     buckets: list[tuple[float, float]]  # (upper bound, cumulative count), sorted; +Inf last

@@ -189,6 +189,15 @@ class Server:
             return False
         return len(running(self._core)) == len(self._core)
 
+    def processes(self) -> list[psutil.Process]:
+        """The API server and the engine processes it had when it became ready."""
+        if self.proc is None:
+            return []
+        try:
+            return [psutil.Process(self.proc.pid), *self._core]
+        except psutil.Error:
+            return list(self._core)
+
     def wait_ready(self) -> None:
         deadline = time.monotonic() + self.spec.startup_timeout_s
         while True:
