@@ -19,7 +19,7 @@ from pathlib import Path
 from loadgen import net
 from loadgen.safefile import make_dirs
 from validator.errors import EXIT_FAIL, EXIT_INFRA, EXIT_OK, InfraError, InputError
-from validator.judge.startup import cross_check
+from validator.judge.startup import cross_check, kv_shortfall
 from validator.judge.verdict import counts_line, counts_of, verdict_of
 from validator.judging import finish, judge_run_dir, meta_of, show
 from validator.observe.dataset import session_runs
@@ -32,12 +32,12 @@ from validator.redact import redact
 from validator.report.console import checks_lines
 from validator.report.text import plan_text
 from validator.rundir.files import redacted, run_dir_for, write_json, write_plan
-from validator.rundir.schedule import RunKind
 from validator.rundir.startup import StartupFacts
 from validator.serve.argv import api_key_of, launch_spec, plan_record
 from validator.serve.facts import server_facts, server_version
 from validator.serve.launch import Server, ServerFailed, install_signal_handlers, run_loop
 from validator.serve.owned import validate_command, validate_extra_args
+from validator.sweeping import sweep_bisection
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -213,51 +213,13 @@ def _with_server(
         from validator.serve.memory import nvml_used, rss_of
 
         memory = (nvml_used() if record.platform is Platform.GPU else None) or rss_of(server.processes)
-    more = _sweep_bisection(profile, record, specs, run_dir, server_started=server is not None)
+    more = sweep_bisection(profile, record, specs, run_dir, say, server_started=server is not None)
     run_loop(
         execute(
             specs, url, model, run_dir, profile, say, api_key=api_key, alive=alive, pin=pin, more=more, memory=memory
         )
     )
     return EXIT_OK  # the verdict is decided by judge_run_dir
-
-
-def _sweep_bisection(profile: Profile, record: PlanRecord, specs: list, run_dir: Path, server_started: bool):
-    """After a sweep's steps: up to sweep.bisect more, each halfway between the largest concurrency
-    within the SLOs and the first measured beyond it, so the SLO capacity is found to the request.
-    Each is written into plan.json's schedule before it runs: the directory must hold it."""
-    if profile.sweep.steps is None or profile.sweep.bisect == 0:
-        return None
-    from validator.judge.figures import run_figures
-    from validator.judge.sweep import within_slo
-    from validator.observe.sweep import bisection_step, step_spec
-
-    added: list[int] = []
-    concurrency = {sp.name: sp.concurrency for sp in specs}
-
-    def more(done: list) -> list:
-        if len(added) >= profile.sweep.bisect:
-            return []
-        within = {
-            concurrency[r.name]: within_slo(r, run_figures(r, record), profile.slo)
-            for r in done
-            if r.name in concurrency and r.kind is RunKind.SWEEP
-        }
-        n = bisection_step(within)
-        if n is None or n in within:
-            return []
-        spec = step_spec(record, profile.sweep, profile.workload.seed, n, found_by="; bisection for the SLO capacity")
-        added.append(n)
-        specs.append(spec)
-        concurrency[spec.name] = n
-        write_plan(run_dir, record, schedule_of(specs, server_started=server_started, freezes=profile.observe.freezes))
-        say(
-            f"sweep: the SLOs hold at {max(k for k, v in within.items() if v)} in flight, not at "
-            f"{min(k for k, v in within.items() if not v)}: measuring {n}"
-        )
-        return [spec]
-
-    return more
 
 
 def _model_name(profile: Profile, facts: StartupFacts, url: str) -> str:
@@ -321,6 +283,9 @@ def _pin(url: str) -> net.Pin:
 def _refusal(plan: Plan, facts: StartupFacts) -> dict:
     """When vLLM refuses to start, put what it said next to what the plan said."""
     said = facts.fatal_error or "no error line"
+    shortfall = kv_shortfall(plan.ledger, facts)
+    if shortfall:  # the headline: the log's negative "Available KV cache memory", term by term
+        say(shortfall)
     say(f"vLLM said: {said}")
     if facts.refused_estimated_max_model_len is not None:
         say(
@@ -329,6 +294,7 @@ def _refusal(plan: Plan, facts: StartupFacts) -> dict:
         )
     return {
         "vllm_said": said,
+        "kv_shortfall": shortfall,
         "vllm_estimated_max_model_len": facts.refused_estimated_max_model_len,
         "plan_fits": plan.fits,
         "plan_reasons": plan.reasons,

@@ -75,6 +75,9 @@ def gpu_memory_checks(plan: PlanRecord, facts: StartupFacts, started_here: bool 
         return []
     L = plan.ledger
     judged = started_here  # no log of a server kvgate did not start
+    rank = facts.figures_rank
+    # rank 0's lines are the ledger's; a log whose first lines of a figure came from another rank says so
+    where = f" (rank {rank}'s line)" if rank not in (None, "0") else ""
 
     def rel(name: str, exp: int | None, logged: float | None, what: str) -> Check:
         if exp is None:
@@ -104,7 +107,7 @@ def gpu_memory_checks(plan: PlanRecord, facts: StartupFacts, started_here: bool 
             observed=logged,
             passed=abs(logged - exp_g) <= MEMORY_REL_TOL * max(exp_g, 0.01),
             tolerance="3 %",
-            explanation=f"{what} (GiB): the ledger vs vLLM's start-up log",
+            explanation=f"{what} (GiB): the ledger vs vLLM's start-up log" + where,
         )
 
     out = [rel("startup.weights_gib", L.weights_bytes, facts.weights_gib, "Model loading took")]
@@ -165,3 +168,29 @@ def gpu_memory_checks(plan: PlanRecord, facts: StartupFacts, started_here: bool 
             )
         )
     return out
+
+
+def kv_shortfall(ledger: dict[str, Any], facts: StartupFacts) -> str | None:
+    """The refusal's headline when vLLM found no room for the KV cache (a negative "Available KV cache
+    memory"): what it found, what the plan expected, and the terms that differ, largest first."""
+    got = facts.available_kv_gib
+    if got is None or got >= 0:
+        return None
+    exp_b = ledger.get("kv_cache_bytes")
+    exp = None if exp_b is None else exp_b / GiB
+    head = f"vLLM found {got:.2f} GiB for the KV cache"
+    if exp is None:
+        return head + "; the plan has no KV budget of its own to compare"
+    terms = []
+    for what, planned, logged in (
+        ("weights", ledger.get("weights_bytes"), facts.weights_gib),
+        ("activation", ledger.get("activation_peak_bytes"), facts.activation_peak_gib),
+        ("CUDA graphs", ledger.get("cudagraph_bytes"), facts.cudagraph_estimated_gib),
+    ):
+        if planned is not None and logged is not None:
+            terms.append((logged - planned / GiB, what, planned / GiB, logged))
+    explained = sum(d for d, *_ in terms)
+    parts = [f"{what} {logged:.2f} logged vs {p:.2f} planned" for d, what, p, logged in sorted(terms, reverse=True)]
+    rest = (exp - got) - explained
+    parts.append(f"non-torch and the rest {rest:+.2f}")
+    return f"{head}: the plan expected {exp:.2f} GiB; the difference is {exp - got:.2f} GiB ({'; '.join(parts)})"

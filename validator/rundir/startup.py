@@ -30,6 +30,9 @@ class StartupFacts:
     cudagraph_estimated_gib: float | None = None
     cudagraph_actual_gib: float | None = None
     kv_reserved_gib: float | None = None  # --kv-cache-memory-bytes as vLLM took it
+    figures_rank: str | None = None  # the rank the memory figures above are from ("0": rank 0 or the engine)
+    per_rank: dict[str, dict[str, float]] | None = None  # every rank's first figure of each kind
+    cudagraph_wording: str | None = None  # startup_log.CgWording: the line that gave the estimate
 
     def to_json(self) -> dict:
         return asdict(self)
