@@ -57,6 +57,7 @@ class Stub:
         try:
             while True:
                 head = await reader.readuntil(b"\r\n\r\n")
+                got = time.perf_counter()  # the request's head is read: the stamp of its arrival
                 lines = head.decode("latin-1").split("\r\n")
                 method, path, _ = lines[0].split(" ", 2)
                 headers = {k.strip().lower(): v.strip() for k, _, v in (h.partition(":") for h in lines[1:] if h)}
@@ -78,15 +79,17 @@ class Stub:
                     writer.write(b"HTTP/1.1 404 Not Found\r\nContent-Length: 0\r\n\r\n")
                     continue
                 self.seen.append(headers.get("x-kvgate-request-id"))
-                await self.stream(json.loads(body), writer, headers.get("x-kvgate-request-id"))
+                await self.stream(json.loads(body), writer, headers.get("x-kvgate-request-id"), got)
                 await writer.drain()
         except (asyncio.IncompleteReadError, ConnectionError, ValueError):
             pass
         finally:
             writer.close()
 
-    async def stream(self, req: dict, writer: asyncio.StreamWriter, client_id: str | None = None) -> None:
-        got = time.perf_counter()  # the request is read: what the client's send cost up to here
+    async def stream(
+        self, req: dict, writer: asyncio.StreamWriter, client_id: str | None = None, got: float | None = None
+    ) -> None:
+        got = got if got is not None else time.perf_counter()  # when the request arrived
         self.n += 1
         fault = self.fault if self.n % self.fault_every == 0 else "none"
         rid = f"cmpl-{self.n}"
@@ -187,6 +190,7 @@ async def serve(stub: Stub, host: str = "127.0.0.1", port: int = 0, ready=None):
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--host", default="127.0.0.1")
+    ap.add_argument("--uvloop", action="store_true", help="run on uvloop (the lag benchmark's lean stub)")
     ap.add_argument("--port", type=int, default=0)
     ap.add_argument("--ttft-ms", type=float, default=0.0)
     ap.add_argument("--itl-ms", type=float, default=0.0)
@@ -215,7 +219,12 @@ def main() -> None:
 
     signal.signal(signal.SIGTERM, stop)
     try:
-        asyncio.run(run())
+        if a.uvloop:  # a leaner loop: less of the stub's own queueing in what it stamps
+            import uvloop
+
+            uvloop.run(run())
+        else:
+            asyncio.run(run())
     except KeyboardInterrupt:
         pass
     finally:

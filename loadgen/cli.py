@@ -97,6 +97,19 @@ def build_parser() -> argparse.ArgumentParser:
     ap.add_argument("--api-key-env", help="environment variable holding the API key")
     ap.add_argument("--timeout", type=float, default=300.0, help="seconds per request in all")
     ap.add_argument("--read-timeout", type=float, default=60.0, help="seconds without a byte before a request fails")
+    ap.add_argument(
+        "--transport",
+        choices=("fast", "aiohttp"),
+        default="fast",
+        help="fast: pooled plain sockets, a request stamped when its bytes are written (http); aiohttp: the "
+        "aiohttp client (https always uses it)",
+    )
+    ap.add_argument(
+        "--event-loop",
+        choices=("auto", "uvloop", "asyncio"),
+        default="auto",
+        help="auto: uvloop when installed, else asyncio's own loop",
+    )
     ap.add_argument("--out", help="directory for records.jsonl and summary.json (default: runs/loadgen-<time>)")
     ap.add_argument("--quiet", action="store_true", help="no progress line")
     ap.add_argument(
@@ -272,6 +285,8 @@ def parse(argv: list[str]) -> LoadRun:
         api_key_env=a.api_key_env,
         timeout=a.timeout,
         read_timeout=a.read_timeout,
+        transport=a.transport,
+        event_loop=a.event_loop,
         out=a.out,
         quiet=a.quiet,
         max_memory=budget,

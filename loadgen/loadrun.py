@@ -54,6 +54,8 @@ class LoadRun:
     api_key_env: str | None = None
     timeout: float = 300.0
     read_timeout: float = 60.0
+    transport: str = "fast"  # loadgen.transport.fast.TRANSPORTS
+    event_loop: str = "auto"  # loadgen.eventloop.LOOPS
     out: str | None = None
     quiet: bool = False
     max_memory: int = 1 << 30

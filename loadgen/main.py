@@ -5,12 +5,11 @@ all, 130 interrupted."""
 
 from __future__ import annotations
 
-import asyncio
 import sys
 import time
 from pathlib import Path
 
-from loadgen import cli, lifeline, shard
+from loadgen import cli, eventloop, lifeline, shard
 from loadgen.loadrun import LoadRun, UsageError
 from loadgen.redaction import redact_url
 from loadgen.results.merge import merge
@@ -79,7 +78,7 @@ def main(argv: list[str] | None = None) -> int:
         if run.scaled_out:
             summary = with_workers(run, cfg, out)
         else:
-            summary = asyncio.run(shard.run_shard(run, workload, cfg, out))
+            summary = eventloop.run(shard.run_shard(run, workload, cfg, out), run.event_loop)
     except UsageError as e:  # a worker could not run, or Ray could not be reached
         print(f"loadgen: error: {e}", file=sys.stderr)
         return 2

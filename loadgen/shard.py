@@ -30,7 +30,8 @@ from loadgen.schedule.workload import (
 from loadgen.sources.entries import DatasetError
 from loadgen.sources.read import Pending, read_dataset
 from loadgen.sources.resolve import resolve
-from loadgen.transport.client import PREPARE_BYTES, OpenAIStream, connector
+from loadgen.transport.client import PREPARE_BYTES, connector
+from loadgen.transport.fast import close_transport, make_transport
 from loadgen.transport.tokenize import ServerTokenizer
 
 DURATION_MAX_REQUESTS = 10_000_000  # a run bounded by --duration only: at most this many (and what fits)
@@ -153,14 +154,24 @@ async def run_shard(run: LoadRun, workload: Workload | Pending, cfg: RunConfig, 
                 raise UsageError(f"--dataset-path: no request is left to send ({drops.line()})")
             # every request of what is left (a conversation is one request a turn; --requests was applied when reading)
             cfg.max_requests = sum(len(x.user_turns) + 1 if isinstance(x, Conversation) else 1 for x in workload.items)
-        transport = OpenAIStream(
-            session, run.url, run.model, api_key=key, request_timeout=run.timeout, read_timeout=run.read_timeout
+        transport = make_transport(
+            run.transport,
+            session,
+            run.url,
+            run.model,
+            pin=run.pin,
+            api_key=key,
+            request_timeout=run.timeout,
+            read_timeout=run.read_timeout,
         )
-        with RecordWriter(out / "records.jsonl") as w:
-            runner = Runner(transport, w, name="loadgen", progress=progress_printer(run.quiet))
-            if run.worker_start is not None:  # --workers: every shard begins at the same instant
-                await asyncio.sleep(max(run.worker_start - time.perf_counter(), 0.0))
-            result = await runner.run(workload, cfg)
+        try:
+            with RecordWriter(out / "records.jsonl") as w:
+                runner = Runner(transport, w, name="loadgen", progress=progress_printer(run.quiet))
+                if run.worker_start is not None:  # --workers: every shard begins at the same instant
+                    await asyncio.sleep(max(run.worker_start - time.perf_counter(), 0.0))
+                result = await runner.run(workload, cfg)
+        finally:
+            await close_transport(transport)
     return write_outputs(
         run,
         cfg,

@@ -467,8 +467,12 @@ def test_on_cpu_the_percentiles_are_judged_against_vllms_per_request_timing():
 
         return f
 
-    assert broken(shift(0.1), cpu)["cold.ttft_p99_client_vs_server"].status == "fail"
-    assert broken(shift(-0.0096), cpu)["cold.ttft_p50_client_vs_server"].status == "fail"  # before the engine
+    late = broken(shift(0.1), cpu)
+    assert late["cold.ttft_p50_client_vs_server"].status == "fail"  # the median share 107.6 ms > 80
+    assert late["cold.ttft_p99_client_vs_server"].status == "pass"  # the tail may be long: 250 ms
+    assert broken(shift(0.25), cpu)["cold.ttft_p99_client_vs_server"].status == "fail"
+    early = broken(shift(-0.0096), cpu)  # the first token before the engine made it
+    assert early["cold.ttft_p50_client_vs_server"].status == early["cold.ttft_p99_client_vs_server"].status == "fail"
 
     def stretched(run):
         for r in run.records:

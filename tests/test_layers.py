@@ -150,6 +150,7 @@ LOADGEN_ROOMS = [
             "loadgen.redaction",
             "loadgen.loadrun",
             "loadgen.dataset_options",
+            "loadgen.eventloop",
         ),
     ),
     ("results", ("loadgen.results",)),

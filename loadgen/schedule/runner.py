@@ -195,8 +195,8 @@ class Runner:
         for item, at in zip(items, times):
             if at > duration or not self._can_issue():
                 break
-            delay = self.t0 + at - time.perf_counter()
-            if delay > 0:
+            # never before its time: uvloop's timers keep milliseconds and may wake up to 1 ms early
+            while (delay := self.t0 + at - time.perf_counter()) > 0:
                 await asyncio.sleep(delay)
             await sem.acquire()
             task = asyncio.create_task(self._execute(item, at))

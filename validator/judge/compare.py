@@ -71,7 +71,7 @@ def _kv_checks(run: RunData, f: RunFigures, plan: PlanRecord, tol: TolerancesSec
 def _latency_checks(run: RunData, f: RunFigures, tol: TolerancesSection, platform: Platform) -> list[Check]:
     """Client percentiles against the server's histogram buckets (cold, warm and latency runs)."""
     if platform is Platform.CPU:
-        judged = per_request_latency_checks(run, tol.api_share_ms)
+        judged = per_request_latency_checks(run, tol.api_share_ms, tol.api_share_p99_ms)
         if judged is not None:
             return judged
     out = []

