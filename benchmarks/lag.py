@@ -24,11 +24,10 @@ import tempfile
 import time
 from pathlib import Path
 
-import numpy as np
-
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 from benchmarks.bench_loadgen import PY, pinned  # noqa: E402
+from benchmarks.both_ends import dist  # noqa: E402
 
 TTFT_MS, ITL_MS, TOKENS = 50.0, 20.0, 20
 
@@ -75,18 +74,7 @@ def lags(pairs: list[tuple[list[float], list[float]]]) -> dict:
         first.append((got[0] - sent[0]) * 1e3)
         rest += [(g - s) * 1e3 for s, g in zip(sent[1:n], got[1:n])]
 
-    def d(v):
-        if not v:
-            return None
-        a = np.asarray(v)
-        return {
-            "p50": round(float(np.percentile(a, 50)), 2),
-            "p99": round(float(np.percentile(a, 99)), 2),
-            "max": round(float(a.max()), 2),
-            "count": int(a.size),
-        }
-
-    return {"ttft_lag_ms": d(first), "itl_lag_ms": d(rest), "paired": len(first)}
+    return {"ttft_lag_ms": dist(first), "itl_lag_ms": dist(rest), "paired": len(first)}
 
 
 def run_loadgen(streams: int, n: int, work: Path, workers: int = 1, cores: str = "0", prompt: int = 16) -> dict:
