@@ -122,7 +122,7 @@ def test_vllms_own_sweep_plot_reads_the_sweep_directory(sweep_run, tmp_path):
     assert all(r["request_goodput"] is not None and r["request_goodput"] <= r["request_throughput"] for r in rows)
 
 
-def test_chromium_finds_the_three_sweep_plots(sweep_run, tmp_path):
+def test_chromium_finds_the_four_sweep_plots(sweep_run, tmp_path):
     import re
     import subprocess
     import tempfile
@@ -140,11 +140,14 @@ def test_chromium_finds_the_three_sweep_plots(sweep_run, tmp_path):
     titles = re.findall(r"<title>([^<]+)</title>", block.group(1))
     assert titles == [
         "Running vs in flight: the ledger and the engine",
+        "KV blocks vs in flight: the ledger and the engine",
         "Throughput vs TTFT p99 (one point a step)",
         "Queue time vs in flight",
     ]
     steps = json.loads((out / "report.json").read_text())["sweep"]["steps"]
-    assert block.group(1).count('class="marker"') == len(steps) >= 4  # each step's reading at its freeze
+    # each step's running and its KV blocks, read at its freeze, drawn on the ledger's lines
+    assert block.group(1).count('class="marker"') == 2 * len(steps) >= 8
+    assert all(s["kv_blocks_at_freeze"] == s["kv_blocks_predicted"] for s in steps)
     png = tmp_path / "sweep.png"
     subprocess.run([*args, "--window-size=1280,800", f"--screenshot={png}", url], capture_output=True, timeout=120)
     assert png.stat().st_size > 30_000

@@ -279,6 +279,7 @@ def _row(run: RunData, step: Step | None, f: RunFigures, slo: SloSection) -> dic
         "running_at_freeze": seen["running"] if seen else None,
         "waiting_at_freeze": seen["waiting"] if seen else None,
         "kv_blocks_at_freeze": f.freezes[0]["observed"] if f.freezes else None,
+        "kv_blocks_predicted": f.freezes[0]["expected"] if f.freezes else None,
         "preempts_predicted": step.preempts if step else None,
         "preemptions": f.preemptions,
         "requests_per_s": len(ok) / elapsed,

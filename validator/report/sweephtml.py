@@ -1,7 +1,8 @@
-"""The sweep in report.html: one row a step, and three plots, two to a row (all three on one 800-pixel
-screen): throughput against TTFT (the Pareto curve), who runs against the concurrency
-(the ledger's prediction as a line, the freezes' readings as points, what the KV cache holds at
-full length drawn), and queue time against the concurrency."""
+"""The sweep in report.html: one row a step, and four plots, two to a row (all four on one 800-pixel
+screen): who runs against the concurrency and the KV blocks held at the freeze (each with the
+ledger's prediction as a line, the freezes' readings as points, and the limit drawn: what the KV
+cache holds at full length, the usable blocks), throughput against TTFT (the Pareto curve), and
+queue time against the concurrency."""
 
 from __future__ import annotations
 
@@ -73,6 +74,23 @@ def sweep_html(sw: dict | None) -> list[str]:
         hline=(f"the KV cache holds {sw['kv_holds']} at full length", sw["kv_holds"] or 0),
         markers=("running at the freeze",),
     )
+    blocks = svg.lines(
+        "KV blocks vs in flight: the ledger and the engine",
+        [
+            (
+                "predicted at the freeze",
+                [(r["n"], r["kv_blocks_predicted"]) for r in pts if r.get("kv_blocks_predicted") is not None],
+            ),
+            (
+                "read at the freeze",
+                [(r["n"], r["kv_blocks_at_freeze"]) for r in pts if r["kv_blocks_at_freeze"] is not None],
+            ),
+        ],
+        "requests in flight",
+        "blocks",
+        hline=(f"{sw['usable_blocks']} usable blocks", sw["usable_blocks"] or 0),
+        markers=("read at the freeze",),
+    )
     queue = svg.lines(
         "Queue time vs in flight",
         [("mean queue time", [(r["n"], r["queue_mean_ms"]) for r in pts if r["queue_mean_ms"] is not None])],
@@ -82,6 +100,6 @@ def sweep_html(sw: dict | None) -> list[str]:
     return [
         "<h2>Capacity sweep</h2>",
         f"<p><b>{html.escape(sw['line'])}</b></p>",
-        f"<div class='sweep'>{running}{pareto}{queue}</div>",
+        f"<div class='sweep'>{running}{blocks}{pareto}{queue}</div>",
         table,
     ]
