@@ -90,10 +90,13 @@ def loadgen(url: str, streams: int, n: int, tokens: int, transport: str, out: Pa
     return json.loads((out / "summary.json").read_text())
 
 
-def bench(cmd: list[str], url: str, streams: int, n: int, tokens: int, tokenizer: str, out: Path) -> dict:
+def bench(
+    cmd: list[str], url: str, streams: int, n: int, tokens: int, tokenizer: str, out: Path, prompt: int = 16
+) -> dict:
+    """`vllm bench serve` or `vllm-rs bench serve` (cmd) against the stub, detailed result JSON at out."""
     args = [*pinned(0), *cmd, "bench", "serve", "--backend", "openai", "--base-url", url]
     args += ["--endpoint", "/v1/completions", "--model", "stub", "--tokenizer", tokenizer]
-    args += ["--dataset-name", "random", "--random-input-len", "16", "--random-output-len", str(tokens)]
+    args += ["--dataset-name", "random", "--random-input-len", str(prompt), "--random-output-len", str(tokens)]
     args += ["--num-prompts", str(n), "--max-concurrency", str(streams), "--ignore-eos", "--num-warmups", "0"]
     args += ["--disable-tqdm", "--save-result", "--save-detailed", "--result-dir", str(out.parent)]
     args += ["--result-filename", out.name]

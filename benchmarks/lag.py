@@ -27,7 +27,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 from benchmarks.bench_loadgen import PY, pinned  # noqa: E402
-from benchmarks.both_ends import dist  # noqa: E402
+from benchmarks.both_ends import bench, dist  # noqa: E402
 
 TTFT_MS, ITL_MS, TOKENS = 50.0, 20.0, 20
 
@@ -129,52 +129,10 @@ def run_vllm_bench(streams: int, n: int, work: Path, tokenizer: str, prompt: int
     log = work / "vb-stamps.jsonl"
     p, url = stub(log)
     try:
-        subprocess.run(
-            [
-                *pinned(0),
-                PY,
-                str(ROOT / "benchmarks" / "vllm_cli.py"),
-                "bench",
-                "serve",
-                "--backend",
-                "openai",
-                "--base-url",
-                url,
-                "--endpoint",
-                "/v1/completions",
-                "--model",
-                "stub",
-                "--tokenizer",
-                tokenizer,
-                "--dataset-name",
-                "random",
-                "--random-input-len",
-                str(prompt),
-                "--random-output-len",
-                str(TOKENS),
-                "--num-prompts",
-                str(n),
-                "--max-concurrency",
-                str(streams),
-                "--ignore-eos",
-                "--num-warmups",
-                "0",
-                "--disable-tqdm",
-                "--save-result",
-                "--save-detailed",
-                "--result-dir",
-                str(work),
-                "--result-filename",
-                "vb.json",
-            ],
-            check=True,
-            capture_output=True,
-            timeout=900,
-            cwd=ROOT,
-        )
+        cmd = [PY, str(ROOT / "benchmarks" / "vllm_cli.py")]
+        res = bench(cmd, url, streams, n, TOKENS, tokenizer, work / "vb.json", prompt=prompt)
     finally:
         stop(p)
-    res = json.loads((work / "vb.json").read_text())
     sent = {s["tag"]: s["sent"] for s in stamps(log)}
     pairs = []
     for start, ttft, itl, text in zip(res["start_times"], res["ttfts"], res["itls"], res["generated_texts"]):

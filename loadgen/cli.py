@@ -14,10 +14,12 @@ from typing import NoReturn
 
 from loadgen import __version__, net
 from loadgen.cli_datasets import add_dataset_flags, dataset_options
+from loadgen.eventloop import LOOPS
 from loadgen.loadrun import BenchResult, LoadRun, UsageError
 from loadgen.results import benchjson
 from loadgen.schedule import memory
 from loadgen.schedule.shards import parse_shard
+from loadgen.transport.fast import TRANSPORTS
 
 DESCRIPTION = "Streaming load against any OpenAI-compatible server on this machine."
 
@@ -99,14 +101,14 @@ def build_parser() -> argparse.ArgumentParser:
     ap.add_argument("--read-timeout", type=float, default=60.0, help="seconds without a byte before a request fails")
     ap.add_argument(
         "--transport",
-        choices=("fast", "aiohttp"),
+        choices=TRANSPORTS,
         default="fast",
         help="fast: pooled plain sockets, a request stamped when its bytes are written (http); aiohttp: the "
         "aiohttp client (https always uses it)",
     )
     ap.add_argument(
         "--event-loop",
-        choices=("auto", "uvloop", "asyncio"),
+        choices=LOOPS,
         default="auto",
         help="auto: uvloop when installed, else asyncio's own loop",
     )

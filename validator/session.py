@@ -212,7 +212,8 @@ def _with_server(
     if server is not None:
         from validator.serve.memory import nvml_used, rss_of
 
-        memory = (nvml_used() if record.platform is Platform.GPU else None) or rss_of(server.processes)
+        # a GPU's memory only through NVML (without it: not measured), never the host RSS in its place
+        memory = nvml_used() if record.platform is Platform.GPU else rss_of(server.processes)
     more = sweep_bisection(profile, record, specs, run_dir, say, server_started=server is not None)
     run_loop(
         execute(

@@ -35,7 +35,7 @@ ERROR_BODY = 2000  # bytes of a non-200 body kept for the error text
 class _Exchange:
     """One request's response, fed by the connection's reads."""
 
-    __slots__ = ("sse", "sent", "status", "error_body", "done", "complete", "last_read", "parser")
+    __slots__ = ("sse", "sent", "status", "error_body", "done", "last_read", "parser")
 
     def __init__(self, sse: StreamParser, sent: float, done: asyncio.Future) -> None:
         self.sse = sse
@@ -43,7 +43,6 @@ class _Exchange:
         self.status: int | None = None
         self.error_body = bytearray()
         self.done = done
-        self.complete = False
         self.last_read = sent
         self.parser: Any = None
 
@@ -60,7 +59,6 @@ class _Exchange:
                 self.done.set_result(None)  # enough of an error body: the connection is not reused
 
     def on_message_complete(self) -> None:
-        self.complete = True
         if not self.done.done():
             self.done.set_result(None)
 
@@ -75,7 +73,6 @@ class _Conn(asyncio.Protocol):
         self.parser = None
         self.closed = False
         self.idle_since = 0.0
-        self.lost: BaseException | None = None
 
     def connection_made(self, transport) -> None:
         self.transport = transport

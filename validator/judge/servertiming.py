@@ -16,11 +16,8 @@ CLOCK_MS = 1.0  # two clocks of 1 ms resolution or better: a share below -1 ms i
 
 def shares_ms(run: RunData) -> list[float]:
     """Each successful request's client TTFT less the engine's queue time and TTFT, in ms."""
-    return [
-        1e3 * r.chunk_times[0] - (r.server_queue_ms + r.server_ttft_ms)
-        for r in run.records
-        if r.ok and r.chunk_times and r.server_queue_ms is not None and r.server_ttft_ms is not None
-    ]
+    client, server, _ = _pair(run, "ttft")
+    return [c - s for c, s in zip(client, server)]
 
 
 def server_timing_check(run: RunData, median_ms: float) -> Check:

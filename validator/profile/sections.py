@@ -7,6 +7,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
+from loadgen.transport.fast import TRANSPORTS
+
 
 @dataclass(frozen=True)
 class Field:
@@ -240,7 +242,7 @@ class ObserveSection:
         "fast",
         "fast: the load over pooled plain sockets, each request stamped when its bytes are written "
         "(http); aiohttp: the aiohttp client (a server at https:// always uses it).",
-        choices=("fast", "aiohttp"),
+        choices=TRANSPORTS,
     )
     freezes: bool = spec(
         "bool",
