@@ -129,6 +129,16 @@ def test_our_http_parser_reads_chunks_split_anywhere():
 
     with pytest.raises(HttpError):
         PyResponseParser(Cb()).feed_data(b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\nzz\r\n")
+    # a server that never ends a line cannot make the parser hold more than a few KiB
+    p = PyResponseParser(Cb())
+    p.feed_data(b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n")
+    with pytest.raises(HttpError, match="over 4 KiB"):
+        for _ in range(10):
+            p.feed_data(b"0" * 1000)
+    with pytest.raises(HttpError, match="headers over 64 KiB"):
+        q = PyResponseParser(Cb())
+        for _ in range(100):
+            q.feed_data(b"X-A: " + b"a" * 1000)
 
 
 async def test_a_cancelled_request_is_recorded_and_its_connection_dropped():
@@ -158,3 +168,14 @@ def test_the_event_loop_is_uvloop_unless_asyncio_is_asked_for():
     assert eventloop.run(which(), "auto").startswith("uvloop")  # installed with vLLM (uvicorn[standard])
     assert eventloop.run(which(), "uvloop").startswith("uvloop")
     assert eventloop.run(which(), "asyncio").startswith("asyncio")
+
+
+def test_an_event_that_never_ends_is_an_error_and_memory_stays_bounded():
+    from loadgen.transport import sse
+
+    p = sse.StreamParser()
+    piece = b"data: {" + b"x" * (1 << 20)
+    for _ in range(3 * (sse.EVENT_MAX >> 20)):
+        p.feed(piece, 0.0)
+        assert len(p._buf) <= sse.EVENT_MAX + len(piece)
+    assert p.error is not None and "without an end" in p.error

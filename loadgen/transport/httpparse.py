@@ -15,6 +15,9 @@ except ImportError:  # pragma: no cover - exercised by tests through PyResponseP
         pass
 
 
+LINE_MAX = 4096  # a chunk-size or trailer line longer than this is not HTTP/1.1 from vLLM
+
+
 class PyResponseParser:
     """Status line, headers, then a chunked, sized or until-close body."""
 
@@ -47,6 +50,8 @@ class PyResponseParser:
             elif st == "size":
                 end = buf.find(b"\r\n")
                 if end < 0:
+                    if len(buf) > LINE_MAX:  # a size line that never ends: memory stays bounded
+                        raise HttpError("chunk size line over 4 KiB")
                     self.buf = buf
                     return
                 try:
@@ -76,6 +81,8 @@ class PyResponseParser:
             elif st == "trailer":
                 end = buf.find(b"\r\n")
                 if end < 0:
+                    if len(buf) > LINE_MAX:
+                        raise HttpError("trailer line over 4 KiB")
                     self.buf = buf
                     return
                 line, buf = buf[:end], buf[end + 2 :]

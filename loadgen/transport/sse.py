@@ -18,6 +18,9 @@ import json
 from array import array
 from itertools import repeat
 
+# one event's bytes at most (vLLM's largest: a first event with a long prompt's token ids, about 7 MB
+# for a million tokens)
+EVENT_MAX = 64 << 20
 _TOKEN_MARKS = (b'"choices":[{', b'"choices": [{')
 _EMPTY_TEXT = (b'"text":""', b'"text": ""', b'"content":""', b'"content": ""')
 # events that need decoding: usage, finish reason, [DONE], errors
@@ -62,6 +65,9 @@ class StreamParser:
         buf = self._buf + data if self._buf else data
         end = buf.rfind(b"\n\n")
         if end < 0:
+            if len(buf) > EVENT_MAX:  # an event that never ends: recorded, and memory stays bounded
+                self.error = self.error or f"an SSE event over {EVENT_MAX >> 20} MiB without an end"
+                buf = b""
             self._buf = buf
             return
         block = buf[:end]
