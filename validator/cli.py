@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import sys
 from typing import Any
 
@@ -67,6 +68,19 @@ def build_parser() -> argparse.ArgumentParser:
         "(profile: sweep.steps)",
     )
     g = ap.add_argument_group("plan overrides (flags win over the profile)")
+    g.add_argument(
+        "--enforce-eager",
+        action="store_true",
+        default=None,
+        help="serve without CUDA graphs (vLLM --enforce-eager): the plan drops the CUDA-graph memory term "
+        "(profile: vllm.extra_args)",
+    )
+    g.add_argument(
+        "--gpu-arch",
+        choices=profiles.SCHEMA["hardware"]["gpu_arch"].choices,
+        default=None,
+        help="GPU generation, for MXFP4 experts' kernel padding (profile: hardware.gpu_arch)",
+    )
     for flag, (section, name) in PLAN_FLAGS.items():
         f = profiles.SCHEMA[section][name]
         kind: Any = {"bytes": _bytes(flag), "int": int, "float": float}.get(f.kind)
@@ -133,6 +147,10 @@ def resolve_profile(args) -> profiles.Profile:
         raise InputError("--profile: give a profile, or --model with the plan flags")
     changes = {field: getattr(args, flag[2:].replace("-", "_")) for flag, field in PLAN_FLAGS.items()}
     changes[("sweep", "steps")] = args.sweep
+    changes[("hardware", "gpu_arch")] = args.gpu_arch
+    extra = list(prof.vllm.extra_args or [])
+    if args.enforce_eager and "--enforce-eager" not in extra:
+        changes[("vllm", "extra_args")] = [*extra, "--enforce-eager"]
     given = {
         name: getattr(args, f"ds_{name}") for name in DATASET_FLAGS.values() if getattr(args, f"ds_{name}") is not None
     }
@@ -186,4 +204,7 @@ def main(argv: list[str] | None = None) -> int:
     except KeyboardInterrupt:
         print("validate: interrupted (Ctrl-C); vLLM stopped, partial results kept", file=sys.stderr)
         code = 130
+    except BrokenPipeError:  # `validate --plan-only | head`: the reader left; no traceback
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        code = 0
     sys.exit(code)

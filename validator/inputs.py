@@ -3,6 +3,7 @@ model built first when model.build asks for one), the installed vLLM's version."
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import os
 import struct
@@ -12,6 +13,7 @@ from validator.errors import InputError
 from validator.plan.gpu_memory import DEFAULT_VLLM_VERSION
 from validator.plan.ledger import PlanInput
 from validator.plan.model_shape import shape_from_config
+from validator.plan.quant import MXFP4_ALIGN, Mxfp4
 from validator.plan.weights import count_weights
 from validator.profile import Profile
 
@@ -27,6 +29,9 @@ def plan_input_from_profile(profile: Profile) -> PlanInput:
 
         ensure_tiny_model(profile.model.build, p)
     shape = shape_from_config(load_config(p))
+    if isinstance(shape.quant, Mxfp4) and profile.hardware.platform == "gpu":
+        h, i = MXFP4_ALIGN.get(profile.hardware.gpu_arch or "", (1, 1))
+        shape = dataclasses.replace(shape, quant=dataclasses.replace(shape.quant, hidden_align=h, intermediate_align=i))
     weights = profile.model.weights_bytes
     source: str | None = "model.weights_bytes"
     if weights is None:
@@ -43,7 +48,7 @@ def plan_input_from_profile(profile: Profile) -> PlanInput:
             "estimated from config.json (parameter count: "
             + ("MoE experts, " if shape.num_experts else "")
             + ("tied embeddings, " if shape.tie_word_embeddings else "")
-            + (f"{shape.quant_method} weights, " if shape.quant_method else "")
+            + (f"{count.format_label}, " if shape.quant or shape.quant_method else "")
             + "split by TP/PP)"
         )
     extra = profile.vllm.extra_args or []
@@ -78,7 +83,30 @@ def plan_input_from_profile(profile: Profile) -> PlanInput:
         workspace_given=profile.cache.workspace is not None,
         pin_kv_cache=bool(profile.cache.pin_kv_cache),
         overcommit=profile.sweep.steps is not None,
+        enable_prefix_caching=bool(profile.cache.enable_prefix_caching),
+        mamba_ssm_cache_dtype=_ssm_cache_dtype(profile),
     )
+
+
+def _ssm_cache_dtype(profile: Profile) -> str:
+    """--mamba-ssm-cache-dtype as vLLM resolves it. On a CPU with AVX-512 BF16, vLLM 0.32 stores the
+    recurrent state in float32 unless told bfloat16/float16 (platforms/cpu.py); elsewhere auto."""
+    given = profile.cache.mamba_ssm_cache_dtype
+    if given == "auto" and profile.hardware.platform == "cpu" and "avx512_bf16" in cpu_flags():
+        return "float32"
+    return given
+
+
+def cpu_flags() -> set[str]:
+    """This host's CPU feature flags (Linux /proc/cpuinfo; empty elsewhere)."""
+    try:
+        with open("/proc/cpuinfo", encoding="utf-8", errors="replace") as f:
+            for line in f:
+                if line.startswith("flags"):
+                    return set(line.split(":", 1)[1].split())
+    except OSError:
+        pass
+    return set()
 
 
 def installed_vllm_version() -> str:

@@ -12,8 +12,8 @@ from dataclasses import dataclass
 from functools import cached_property
 
 from validator.errors import InputError, NotModelled
-from validator.plan.kv_spec import FullAttentionSpec, KVSpec, MLASpec, SlidingWindowSpec
-from validator.plan.model_shape import DTYPE_BYTES, FULL, SLIDING, ModelShape
+from validator.plan.kv_spec import FullAttentionSpec, KVSpec, MambaSpec, MLASpec, SlidingWindowSpec
+from validator.plan.model_shape import DTYPE_BYTES, FULL, LINEAR, NO_CACHE, SLIDING, ModelShape
 from validator.units import cdiv
 
 # the --kv-cache-dtype values modelled (their sizes are in DTYPE_BYTES)
@@ -43,13 +43,63 @@ def kv_heads_per_rank(shape: ModelShape, tp: int) -> int:
     return max(1, h // tp)
 
 
-def layer_specs(shape: ModelShape, block_size: int, kv_cache_dtype: str = "auto", tp: int = 1) -> list[KVSpec]:
-    """One spec per decoder layer that holds KV, as one rank sees it."""
+# the smallest kernel block of the attention backend vLLM 0.32 picks: CPU attention MultipleOf(32),
+# FlashAttention (the GPU default) MultipleOf(16)
+KERNEL_BLOCK = {"cpu": 32, "gpu": 16}
+
+
+@dataclass(frozen=True)
+class StateSetup:
+    """How vLLM stores per-request state for a model with LINEAR layers."""
+
+    platform: str = "cpu"
+    prefix_caching: bool = True  # vLLM's "align" mode keeps block-boundary states
+    ssm_dtype: str = "auto"  # --mamba-ssm-cache-dtype as resolved (auto: the model's dtype)
+
+
+def hybrid_block_size(attn_bytes_per_token: int, state_bytes: int, block_size: int, platform: str) -> int:
+    """vLLM's Platform.update_block_size_for_backend: the smallest attention block, a multiple of
+    the kernel block, whose page holds one layer's state (the state is then padded to it)."""
+    align = max(KERNEL_BLOCK[platform], block_size)
+    need = align * cdiv(state_bytes, align * attn_bytes_per_token)
+    return max(block_size, need)
+
+
+def _state_specs(
+    shape: ModelShape, block_size: int, kv_bytes: int, tp: int, setup: StateSetup
+) -> tuple[int, MambaSpec]:
+    """The attention block size and the state layers' spec (one rank)."""
+    assert shape.state is not None
+    conv = DTYPE_BYTES[shape.dtype]  # --mamba-cache-dtype auto: the model's dtype
+    ssm = setup.ssm_dtype if setup.ssm_dtype != "auto" else (shape.ssm_dtype or shape.dtype)
+    state = shape.state.bytes(tp, conv, DTYPE_BYTES[ssm])
+    if FULL not in shape.layer_kinds and SLIDING not in shape.layer_kinds:
+        # attention-free (Mamba): prefix caching off, one state per request, mamba_block_size =
+        # max_model_len (block_size 0 here: the plan reports max_model_len)
+        return 0, MambaSpec(block_size=0, state_bytes=state, page_bytes=state, blocks_held=1)
+    per_token = 2 * kv_heads_per_rank(shape, tp) * shape.head_dim * kv_bytes
+    block = hybrid_block_size(per_token, state, block_size, setup.platform)
+    held = 2 + shape.state.prefill_checkpoint_blocks if setup.prefix_caching else 1
+    return block, MambaSpec(block_size=block, state_bytes=state, page_bytes=block * per_token, blocks_held=held)
+
+
+def layer_specs(
+    shape: ModelShape, block_size: int, kv_cache_dtype: str = "auto", tp: int = 1, setup: StateSetup | None = None
+) -> list[KVSpec]:
+    """One spec per decoder layer that holds KV or state, as one rank sees it."""
     if shape.kv_shared_layers:
         raise NotModelled("cross-layer KV sharing (num_kv_shared_layers)")
     b = kv_dtype_bytes(kv_cache_dtype, shape.dtype)
     specs: list[KVSpec] = []
+    state_spec = None
+    if LINEAR in shape.layer_kinds and shape.state is not None and shape.mla is None:
+        block_size, state_spec = _state_specs(shape, block_size, b, tp, setup or StateSetup())
     for kind in shape.layer_kinds:
+        if kind == NO_CACHE:
+            continue
+        if kind == LINEAR and state_spec is not None:
+            specs.append(state_spec)
+            continue
         if kind not in (FULL, SLIDING):
             raise NotModelled(
                 f"{kind} layers ({shape.architecture}: per-request state "
@@ -176,6 +226,9 @@ class KVLayout:
         total = 0
         for g in self.groups:
             held = tokens
+            if isinstance(g.spec, MambaSpec):  # one state per request, whatever its length
+                total += g.num_layers * g.spec.state_bytes
+                continue
             if isinstance(g.spec, SlidingWindowSpec):
                 held = min(tokens, g.spec.sliding_window)
             total += g.num_layers * g.spec.bytes_per_token * held

@@ -40,7 +40,8 @@ CUDAGRAPH_SUBTRACTED_FROM = (0, 21)  # VLLM_MEMORY_PROFILER_ESTIMATE_CUDAGRAPHS,
 
 
 def parse_version(text: str) -> tuple[int, int, int]:
-    m = re.fullmatch(r"v?(\d+)\.(\d+)(?:\.(\d+))?(?:[.+\-].*)?", (text or "").strip())
+    # 0.19.0, v0.19.0, 0.11.2.post1, 0.10.1+cu128, 0.33.0rc2, 0.28.1rc1.dev50+g1234abc
+    m = re.fullmatch(r"v?(\d+)\.(\d+)(?:\.(\d+))?((?:rc|a|b|post|dev|[.+\-])\S*)?", (text or "").strip())
     if not m:
         raise InputError(f"--vllm-version: cannot read {text!r}; write e.g. 0.19.0")
     return int(m.group(1)), int(m.group(2)), int(m.group(3) or 0)

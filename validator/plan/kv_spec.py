@@ -82,3 +82,29 @@ class MLASpec(KVSpec):
 
     def blocks_per_request(self, max_model_len: int, max_in_flight_tokens: int) -> int:
         return cdiv(max_model_len, self.block_size)
+
+
+@dataclass(frozen=True)
+class MambaSpec(KVSpec):
+    """A state-space or linear-attention layer: a fixed state per request, whatever its length.
+
+    The state is padded to the attention page (``page_bytes``) so that one pool serves both kinds.
+    A request holds ``blocks_held`` pages: 1 without prefix caching; with it (vLLM's "align" mode)
+    the running state, the last block-boundary state, and for Mamba-2 mixers a prefill checkpoint.
+    For a model without attention ``block_size`` is ``max_model_len`` (vLLM's mamba_block_size).
+    """
+
+    state_bytes: int  # the state's own bytes (vLLM: real_page_size_bytes)
+    page_bytes: int  # padded to the attention page
+    blocks_held: int
+
+    @property
+    def bytes_per_token(self) -> int:
+        return 0  # the state does not grow with the context
+
+    @property
+    def page_size_bytes(self) -> int:
+        return self.page_bytes
+
+    def blocks_per_request(self, max_model_len: int, max_in_flight_tokens: int) -> int:
+        return self.blocks_held

@@ -8,7 +8,7 @@ from typing import Any, NamedTuple
 
 from validator.errors import InputError
 from validator.plan import bandwidth
-from validator.plan.capacity import KVLayout, layer_specs
+from validator.plan.capacity import KVLayout, StateSetup, layer_specs
 from validator.plan.gpu_memory import parse_version
 from validator.plan.ledger import (
     DEFAULT_BLOCK_SIZE,
@@ -149,10 +149,20 @@ def make_plan(inp: PlanInput, explore: bool = True) -> Plan:
     if platform == "cpu" and async_sched:
         notes.append("vLLM turns async scheduling off on the CPU")
         async_sched = False
+    setup = StateSetup(platform=platform, prefix_caching=inp.enable_prefix_caching, ssm_dtype=inp.mamba_ssm_cache_dtype)
     layout = KVLayout.from_specs(
-        layer_specs(shape, block, inp.kv_cache_dtype, inp.tensor_parallel_size),
+        layer_specs(shape, block, inp.kv_cache_dtype, inp.tensor_parallel_size, setup),
         max_concurrent_batches=2 if async_sched else 1,
     )
+    attention_free = layout.block_size == 0
+    if layout.block_size and layout.block_size != block:
+        notes.append(
+            f"block_size {layout.block_size}: vLLM raises the attention block until one page holds a layer's "
+            f"state (asked {block})"
+        )
+        block = layout.block_size
+    if attention_free:
+        notes.append("no attention layers: one state per request, no prefix caching (vLLM's default for them)")
 
     # on a GPU the activation peak grows with max_num_seqs and max_num_batched_tokens, which may be
     # derived from the budget it shrinks: settle on limits that hold with their own peak
@@ -221,7 +231,7 @@ def make_plan(inp: PlanInput, explore: bool = True) -> Plan:
         inp=inp,
         layout=layout,
         kv_bytes_per_token=layout.kv_bytes_per_token,
-        block_size=block,
+        block_size=mml if attention_free else block,  # vLLM's mamba_block_size is max_model_len then
         num_blocks=num_blocks,
         usable_blocks=usable,
         max_model_len=mml,

@@ -10,11 +10,23 @@ from dataclasses import dataclass
 from typing import Any
 
 from validator.errors import InputError
+from validator.plan.quant import QuantFormat, format_from_config
+from validator.plan.ssm_state import (
+    ATTENTION,
+    HYBRID_MODEL_TYPES,
+    STATE,
+    LayerState,
+    hybrid_defaults,
+    layer_roles,
+    layer_state,
+)
+from validator.plan.ssm_state import ssm_dtype_from_config as _ssm_dtype
 
 FULL = "full"
 SLIDING = "sliding"
 LINEAR = "linear"  # Mamba / linear attention / short conv: per-request state
 CHUNKED = "chunked"  # chunked local attention (Llama 4)
+NO_CACHE = "none"  # an MLP or MoE block of a hybrid: no cache at all
 
 # layer_types values used by transformers configs
 _LAYER_TYPE_KIND = {
@@ -84,6 +96,10 @@ class ModelShape:
     first_dense_layers: int = 0  # leading dense layers of an MoE model (DeepSeek's first_k_dense_replace)
     quant_method: str | None = None  # config.json quantization_config.quant_method
     quant_bits: int | None = None  # bits per quantized linear weight, when the config says
+    quant: QuantFormat | None = None  # the linear weights' format (config.json quantization_config)
+    attention_bias: bool = False  # q/k/v (and gpt-oss's o) projections carry biases
+    state: LayerState | None = None  # the per-request state of the LINEAR layers (hybrids, SSMs)
+    ssm_dtype: str | None = None  # the recurrent state's dtype when the model fixes it
 
 
 Config = dict[str, Any]  # a config.json as read
@@ -131,6 +147,10 @@ def shape_from_config(cfg: Config) -> ModelShape:
         merged = {k: v for k, v in cfg.items() if k != "text_config"}
         merged.update(text)
         cfg = merged
+    roles = layer_roles(cfg) if cfg.get("model_type") in HYBRID_MODEL_TYPES else None
+    state = layer_state(cfg) if roles is not None and STATE in roles else None
+    if roles is not None:
+        cfg = hybrid_defaults(cfg, roles)
     archs = cfg.get("architectures") or []
     arch = archs[0] if isinstance(archs, list) and archs and isinstance(archs[0], str) else "unknown"
     model_type = str(cfg.get("model_type", "unknown"))
@@ -182,7 +202,10 @@ def shape_from_config(cfg: Config) -> ModelShape:
         isinstance(sliding_window, bool) or not isinstance(sliding_window, int) or not 0 < sliding_window <= 1 << 40
     ):
         raise InputError(f"config.json: sliding_window must be a positive integer or null, got {sliding_window!r}")
-    kinds = _layer_kinds(cfg, layers, sliding_window)
+    if roles is not None:
+        kinds = [FULL if r == ATTENTION else LINEAR if r == STATE else NO_CACHE for r in roles]
+    else:
+        kinds = _layer_kinds(cfg, layers, sliding_window)
     if SLIDING not in kinds:
         sliding_window = None
     elif sliding_window is None:
@@ -240,6 +263,10 @@ def shape_from_config(cfg: Config) -> ModelShape:
         first_dense_layers=dense_first if isinstance(dense_first, int) and 0 <= dense_first <= layers else 0,
         quant_method=qmethod,
         quant_bits=qbits,
+        quant=format_from_config(quant) if quant else None,
+        attention_bias=bool(cfg.get("attention_bias")) or model_type == "qwen2",
+        state=state,
+        ssm_dtype=_ssm_dtype(cfg),
     )
 
 

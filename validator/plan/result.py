@@ -91,4 +91,9 @@ def _runs(kinds: tuple[str, ...]) -> str:
             out[-1][1] += 1
         else:
             out.append([k, 1])
+    # a repeating pattern (gpt-oss: sliding, full, sliding, ...; Jamba: 3 Mamba, 1 attention)
+    for period in range(1, len(out) // 2 + 1):
+        unit = out[:period]
+        if len(out) % period == 0 and period < len(out) and all(out[i] == unit[i % period] for i in range(len(out))):
+            return f"({', '.join(f'{k} x{n}' for k, n in unit)}) x{len(out) // period}"
     return ", ".join(f"{k} x{n}" for k, n in out)

@@ -1,10 +1,11 @@
 """Weight bytes of a decoder from its config.json, per GPU rank (pure; no checkpoint needed).
 
 Counts what vLLM loads: the embedding table, per layer the attention projections (q, k, v, o,
-plus Qwen3's q/k norms), the MLP (dense gate/up/down, or routed experts + router + shared
-experts for MoE layers), the two norms, the final norm and an untied LM head. Quantized
-linear weights (config.json's quantization_config) take their bits; embeddings, norms and the
-LM head stay in the checkpoint dtype.
+their biases where the family has them, Qwen3's q/k norms, gpt-oss's sinks), the MLP (dense
+gate/up/down, or routed experts + router + shared experts for MoE layers), the two norms, the
+final norm and an untied LM head. Quantized matrices take their format's bytes (plan/quant.py:
+packed weights, scales, zero points); embeddings, norms, biases and the LM head stay in the
+checkpoint dtype.
 
 Split: tensor parallelism divides every layer and the vocabulary; pipeline parallelism gives
 each stage num_layers / pp layers, the embeddings to the first stage and the final norm and
@@ -16,46 +17,30 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from validator.plan.model_shape import DTYPE_BYTES, LINEAR, ModelShape
+from validator.plan.quant import Matrix, Mxfp4, QuantFormat, Role, online_format
 from validator.units import cdiv
-
-# bits per linear weight by quant_method when the config gives no `bits`
-_QUANT_BITS = {
-    "fp8": 8,
-    "fbgemm_fp8": 8,
-    "compressed-tensors": 8,
-    "awq": 4,
-    "gptq": 4,
-    "gptq_marlin": 4,
-    "awq_marlin": 4,
-    "bitsandbytes": 4,
-    "mxfp4": 4,
-}
 
 
 @dataclass(frozen=True, kw_only=True)
 class WeightCount:
-    """Parameters by where they live (whole model)."""
+    """Bytes by where they live (whole model)."""
 
     embedding: int  # input embedding table
     lm_head: int  # 0 when tied to the embeddings
-    per_layer_linear: tuple[int, ...]  # quantizable matrices, one entry per decoder layer
-    per_layer_other: int  # norms and biases per layer (checkpoint dtype)
+    per_layer: tuple[int, ...]  # one entry per decoder layer: matrices + norms + biases
     final_norm: int
-    linear_bits: int  # bits per linear weight
-    dtype_bytes: int  # checkpoint dtype bytes
+    format_label: str  # how the linear weights are stored
 
     def rank_bytes(self, tp: int = 1, pp: int = 1, stage: int = 0) -> int:
         """Bytes held by one GPU: tensor rank of pipeline stage `stage`."""
-        layers = len(self.per_layer_linear)
+        layers = len(self.per_layer)
         per_stage = cdiv(layers, pp)
         lo, hi = stage * per_stage, min((stage + 1) * per_stage, layers)
-        linear = sum(self.per_layer_linear[lo:hi])
-        b = linear * self.linear_bits // 8 + (hi - lo) * self.per_layer_other * self.dtype_bytes
-        b = cdiv(b, tp)
+        b = cdiv(sum(self.per_layer[lo:hi]), tp)
         if stage == 0:
-            b += cdiv(self.embedding * self.dtype_bytes, tp)
+            b += cdiv(self.embedding, tp)
         if stage == pp - 1:
-            b += cdiv(self.lm_head * self.dtype_bytes, tp) + self.final_norm * self.dtype_bytes
+            b += cdiv(self.lm_head, tp) + self.final_norm
         return b
 
     @property
@@ -63,37 +48,75 @@ class WeightCount:
         return self.rank_bytes()
 
 
-def count_weights(shape: ModelShape, dtype: str | None = None) -> WeightCount | None:
-    """The parameter count of a Llama/Qwen/Mistral-style decoder, dense or MoE; None for shapes it does
-    not describe (MLA, linear-attention hybrids, missing sizes)."""
+def layer_matrices(shape: ModelShape, layer: int) -> list[Matrix] | None:
+    h = shape.hidden_size
+    assert h is not None
+    q = shape.num_attention_heads * shape.head_dim
+    kv = shape.num_kv_heads * shape.head_dim
+    out = [
+        Matrix(q, h, 1, Role.ATTENTION),
+        Matrix(kv, h, 2, Role.ATTENTION),
+        Matrix(h, q, 1, Role.ATTENTION),
+    ]
+    if shape.num_experts and layer >= shape.first_dense_layers:
+        inter = shape.moe_intermediate_size or shape.intermediate_size
+        if inter is None:
+            return None
+        e = shape.num_experts
+        out += [Matrix(inter, h, 2 * e, Role.EXPERT), Matrix(h, inter, e, Role.EXPERT), Matrix(e, h, 1, Role.ROUTER)]
+        s = shape.shared_expert_intermediate_size
+        if s:
+            out += [Matrix(s, h, 2, Role.SHARED_EXPERT), Matrix(h, s, 1, Role.SHARED_EXPERT)]
+    else:
+        if shape.intermediate_size is None:
+            return None
+        i = shape.intermediate_size
+        out += [Matrix(i, h, 2, Role.MLP), Matrix(h, i, 1, Role.MLP)]
+    return out
+
+
+def _other_params(shape: ModelShape) -> int:
+    """Per-layer parameters outside the matrices: norms, biases, sinks (checkpoint dtype)."""
+    h = shape.hidden_size or 0
+    q = shape.num_attention_heads * shape.head_dim
+    kv = shape.num_kv_heads * shape.head_dim
+    n = 2 * h
+    if shape.model_type.startswith("qwen3"):
+        n += 2 * shape.head_dim  # q/k norms
+    if shape.attention_bias:
+        n += q + 2 * kv + (h if shape.model_type == "gpt_oss" else 0)
+    if shape.model_type == "gpt_oss":
+        inter = shape.intermediate_size or 0
+        n += shape.num_attention_heads + shape.num_experts * (1 + 2 * inter + h)  # sinks, router + expert biases
+    return n
+
+
+def count_weights(shape: ModelShape, dtype: str | None = None, fmt: QuantFormat | None = None) -> WeightCount | None:
+    """The bytes of a Llama/Qwen/Mistral/gpt-oss-style decoder, dense or MoE, quantized or not;
+    None for shapes it does not describe (MLA, state-space hybrids, missing sizes)."""
     h, v = shape.hidden_size, shape.vocab_size
     if shape.mla or LINEAR in shape.layer_kinds or h is None or v is None:
         return None
-    q = shape.num_attention_heads * shape.head_dim
-    kv = shape.num_kv_heads * shape.head_dim
-    attn = h * q + 2 * h * kv + q * h
-    other = 2 * h + (2 * shape.head_dim if shape.model_type.startswith("qwen3") else 0)
+    dt = DTYPE_BYTES[dtype or shape.dtype]
+    fmt = fmt or shape.quant or online_format(shape.quant_method)
     per_layer = []
     for i in range(shape.num_layers):
-        if shape.num_experts and i >= shape.first_dense_layers:
-            inter = shape.moe_intermediate_size or shape.intermediate_size
-            if inter is None:
-                return None
-            mlp = shape.num_experts * 3 * h * inter + h * shape.num_experts  # experts + router
-            mlp += 3 * h * shape.shared_expert_intermediate_size
-        else:
-            if shape.intermediate_size is None:
-                return None
-            mlp = 3 * h * shape.intermediate_size
-        per_layer.append(attn + mlp)
-    dt = DTYPE_BYTES[dtype or shape.dtype]
-    bits = shape.quant_bits or _QUANT_BITS.get(shape.quant_method or "", dt * 8)
+        mats = layer_matrices(shape, i)
+        if mats is None:
+            return None
+        b = _other_params(shape) * dt
+        for m in mats:
+            if fmt is None or not fmt.applies(m.role):
+                b += m.count * m.out * m.inp * dt
+            elif isinstance(fmt, Mxfp4):
+                b += m.count * fmt.matrix_bytes(*fmt.padded(m.out, m.inp, h))
+            else:
+                b += m.count * fmt.matrix_bytes(m.out, m.inp)
+        per_layer.append(b)
     return WeightCount(
-        embedding=v * h,
-        lm_head=0 if shape.tie_word_embeddings else v * h,
-        per_layer_linear=tuple(per_layer),
-        per_layer_other=other,
-        final_norm=h,
-        linear_bits=bits,
-        dtype_bytes=dt,
+        embedding=v * h * dt,
+        lm_head=0 if shape.tie_word_embeddings else v * h * dt,
+        per_layer=tuple(per_layer),
+        final_norm=h * dt,
+        format_label=fmt.label if fmt is not None else f"{dt * 8}-bit",
     )

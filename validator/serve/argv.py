@@ -10,6 +10,7 @@ from dataclasses import dataclass, field
 
 from loadgen import net
 from validator.errors import InputError
+from validator.plan.kv_spec import MambaSpec
 from validator.plan.record import PlanRecord
 from validator.plan.result import Plan
 from validator.redact import register, secret_name
@@ -41,6 +42,17 @@ def vllm_flags(plan: Plan) -> tuple[list[str], dict[str, str]]:
         args += ["--dtype", inp.dtype]
     if inp.kv_cache_dtype != "auto":
         args += ["--kv-cache-dtype", inp.kv_cache_dtype]
+    if not inp.enable_prefix_caching:
+        args += ["--no-enable-prefix-caching"]
+    if (
+        inp.mamba_ssm_cache_dtype != "auto"
+        and plan.layout.groups
+        and any(isinstance(g.spec, MambaSpec) for g in plan.layout.groups)
+    ):
+        args += ["--mamba-ssm-cache-dtype", inp.mamba_ssm_cache_dtype]
+    if plan.layout.block_size == 0:  # no attention layers: vLLM sizes the state's block itself
+        i = args.index("--block-size")
+        del args[i : i + 2]
     if inp.tensor_parallel_size > 1:
         args += ["--tensor-parallel-size", str(inp.tensor_parallel_size)]
     if inp.pipeline_parallel_size > 1:

@@ -1,0 +1,159 @@
+"""Hybrid and state-space models, quantized checkpoints planned from config.json alone, and the
+plan flags issue 26 added. The recorded truths themselves are in tests/vllm_cases.py."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from tests.conftest import run_validate as validate
+from tests.vllm_cases import CASES, profile_for
+from validator.errors import InputError
+from validator.inputs import plan_input_from_profile
+from validator.plan.gpu_memory import parse_version
+from validator.plan.limits import make_plan
+from validator.plan.model_shape import shape_from_config
+from validator.profile import from_dict
+
+
+def _plan(path, **cache):
+    case = CASES["granite4-b128"]
+    return make_plan(plan_input_from_profile(from_dict(profile_for(path, *case[1:8], **cache))))
+
+
+def test_the_host_decides_the_recurrent_state_dtype(tiny_model, monkeypatch):
+    """vLLM 0.32 on a CPU with AVX-512 BF16 keeps the Mamba state in float32 (recorded: block 384);
+    without it the state stays bfloat16 and the attention block needed to hold it halves."""
+    import validator.inputs as inputs
+
+    path = tiny_model("tiny-granite4")
+    monkeypatch.setattr(inputs, "cpu_flags", lambda: {"avx512f", "avx512_bf16"})
+    assert _plan(path).block_size == 384
+    monkeypatch.setattr(inputs, "cpu_flags", lambda: {"avx512f"})
+    p = _plan(path)
+    assert (p.block_size, p.num_blocks) == (256, 16384)
+    assert _plan(path, mamba_ssm_cache_dtype="float32").block_size == 384  # said: the host does not matter
+
+
+def _nemotron(**over):
+    cfg = json.loads(json.dumps(NEMOTRON))
+    cfg.update(over)
+    return cfg
+
+
+NEMOTRON = {
+    "architectures": ["NemotronHForCausalLM"],
+    "model_type": "nemotron_h",
+    "hybrid_override_pattern": "M-M*",
+    "num_hidden_layers": 4,
+    "hidden_size": 128,
+    "num_attention_heads": 4,
+    "num_key_value_heads": 2,
+    "head_dim": 32,
+    "mamba_num_heads": 8,
+    "mamba_head_dim": 32,
+    "ssm_state_size": 64,
+    "n_groups": 1,
+    "conv_kernel": 4,
+    "expand": 2,
+    "torch_dtype": "bfloat16",
+}
+
+
+def test_nemotron_pattern_and_block_type_list_agree():
+    a = shape_from_config(_nemotron())
+    listed = _nemotron(layers_block_type=["mamba", "mlp", "mamba", "attention"])
+    del listed["hybrid_override_pattern"], listed["num_hidden_layers"]  # transformers 5 writes only the list
+    b = shape_from_config(listed)
+    assert a.layer_kinds == b.layer_kinds == ("linear", "none", "linear", "full") and a.state == b.state
+
+
+@pytest.mark.parametrize(
+    "over,needle",
+    [
+        ({"num_hidden_layers": 6}, "num_hidden_layers (6) differs from the 4 layers"),
+        ({"hybrid_override_pattern": "M-X*"}, "unknown layer marks 'X'"),
+        ({"ssm_state_size": 0}, "ssm_state_size must be a positive integer"),
+    ],
+)
+def test_bad_hybrid_configs_name_the_field(over, needle):
+    with pytest.raises(InputError, match=needle.replace("(", r"\(").replace(")", r"\)")):
+        shape_from_config(_nemotron(**over))
+
+
+def test_a_tp_that_splits_the_state_unevenly_is_refused(tmp_path):
+    (tmp_path / "config.json").write_text(json.dumps(_nemotron(mamba_num_heads=6, mamba_head_dim=32)))
+    r = validate(
+        "--plan-only",
+        "--model",
+        str(tmp_path),
+        "--platform",
+        "gpu",
+        "--kv-cache-bytes",
+        "10GiB",
+        "--max-model-len",
+        "4096",
+        "--tensor-parallel-size",
+        "4",
+    )
+    assert r.returncode == 2 and "tensor_parallel_size: 4 does not divide" in r.stderr, r.stderr
+
+
+def test_an_unmodelled_state_is_still_refused_by_name(tmp_path):
+    cfg = dict(NEMOTRON, model_type="lfm2", layer_types=["conv", "conv", "conv", "full_attention"])
+    del cfg["hybrid_override_pattern"]
+    (tmp_path / "config.json").write_text(json.dumps(cfg))
+    r = validate("--plan-only", "--model", str(tmp_path), "--kv-cache-bytes", "1GiB", "--max-model-len", "1024")
+    assert r.returncode == 2 and r.stderr.startswith("validate: error: not modelled: linear layers")
+
+
+@pytest.mark.parametrize(
+    "text,version",
+    [
+        ("0.28.1rc1.dev50+g1234abc", (0, 28, 1)),
+        ("v0.19.0", (0, 19, 0)),
+        ("0.11.2.post1", (0, 11, 2)),
+        ("0.33.0rc2", (0, 33, 0)),
+        ("0.10.1+cu128", (0, 10, 1)),
+    ],
+)
+def test_version_strings_as_pip_and_the_logs_write_them(text, version):
+    assert parse_version(text) == version
+
+
+def test_a_version_that_is_not_one_is_bad_input():
+    r = validate("--plan-only", "--profile", "profiles/qwen3-8b.yaml", "--vllm-version", "0.28x")
+    assert r.returncode == 2 and "--vllm-version: cannot read '0.28x'" in r.stderr
+
+
+def _ledger(*flags):
+    r = validate("--plan-only", "--json", "--profile", "profiles/qwen3-8b.yaml", "--vllm-version", "0.32.0", *flags)
+    return json.loads(r.stdout)["ledger"]
+
+
+def test_enforce_eager_drops_the_cuda_graph_term_from_the_plan():
+    graphs, eager = _ledger(), _ledger("--enforce-eager")
+    assert graphs["cudagraph_subtracted"] and graphs["cudagraph_bytes"] > 0
+    assert eager["cudagraph_bytes"] == 0 and not eager["cudagraph_subtracted"]
+    assert eager["kv_cache_bytes"] - graphs["kv_cache_bytes"] == graphs["cudagraph_bytes"]
+
+
+def test_gpt_oss_20b_profile_is_planned_with_every_term_sourced():
+    r = validate("--plan-only", "--json", "--profile", "profiles/gpt-oss-20b.yaml")
+    assert r.returncode == 0, r.stderr
+    p = json.loads(r.stdout)
+    ledger = p["ledger"]
+    for term in ("weights_bytes", "activation_peak_bytes", "non_torch_bytes", "cudagraph_bytes", "kv_cache_bytes"):
+        assert ledger[term] is not None and ledger["sources"][term], term
+    assert "MXFP4 experts (intermediate to a multiple of 256" in ledger["sources"]["weights_bytes"]
+    # 13.45 GiB: the experts at 4.25 bits on the Hopper tile, bf16 attention and embeddings; an
+    # unquantized count would be 38.96 GiB and leave 25.5 GiB less for the KV cache
+    assert 13.40 < ledger["weights_bytes"] / 2**30 < 13.50
+    assert p["max_model_len"] == 131072 and p["max_num_seqs"] == 18
+
+
+def test_gpt_oss_20b_on_an_a100_takes_marlins_tile():
+    r = validate("--plan-only", "--json", "--profile", "profiles/gpt-oss-20b.yaml", "--gpu-arch", "ampere")
+    ampere = json.loads(r.stdout)["ledger"]["weights_bytes"] / 2**30
+    assert 13.6 < ampere < 13.75  # Marlin's tile: 13.72 GiB logged on an A100 (tests/data/vllm-gpu-starts)

@@ -1,0 +1,275 @@
+"""Bytes of a quantized linear weight, from config.json's quantization_config (pure).
+
+One frozen value per storage format, one formula each, for the formats vLLM 0.32 loads for the
+families kvgate plans: FP8 (per tensor, per channel, 128 x 128 blocks), integer groups (AWQ,
+GPTQ, compressed-tensors pack-quantized, with their scales, zero points and act-order index),
+bitsandbytes (NF4/FP4 with absmax, int8 with row scales) and MXFP4 (gpt-oss experts: 4-bit
+blocks, one E8M0 scale per 32 weights, padded to the MoE kernel's tile). A matrix is
+``out x in`` (rows x columns as a Linear stores it); groups run along ``in``.
+
+With the checkpoint on disk the safetensors headers give the exact bytes and this module is not
+used (the ledger names its source); it exists for planning before the download.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from enum import Enum
+from typing import Any
+
+from validator.errors import InputError
+from validator.units import cdiv
+
+
+class Role(Enum):
+    """Where a matrix sits; a format's skip list leaves whole roles unquantized."""
+
+    ATTENTION = "attention"
+    MLP = "mlp"  # dense MLP
+    EXPERT = "expert"  # routed experts
+    SHARED_EXPERT = "shared_expert"
+    ROUTER = "router"
+
+
+@dataclass(frozen=True)
+class Matrix:
+    out: int
+    inp: int
+    count: int
+    role: Role
+
+
+@dataclass(frozen=True)
+class QuantFormat:
+    """Bytes of one ``out x in`` matrix in this format."""
+
+    skip: frozenset[Role] = frozenset({Role.ROUTER})  # left in the checkpoint dtype
+
+    def applies(self, role: Role) -> bool:
+        return role not in self.skip
+
+    def matrix_bytes(self, out: int, inp: int) -> int:
+        raise NotImplementedError
+
+    @property
+    def label(self) -> str:
+        raise NotImplementedError
+
+
+@dataclass(frozen=True)
+class Fp8(QuantFormat):
+    """8-bit floats; scale: one per tensor (granularity 0), per output row (-1), or per block."""
+
+    block: tuple[int, int] | None = None  # weight_block_size (out, in)
+    per_channel: bool = False
+    scale_bytes: int = 4
+
+    def matrix_bytes(self, out: int, inp: int) -> int:
+        if self.block is not None:
+            scales = cdiv(out, self.block[0]) * cdiv(inp, self.block[1])
+        else:
+            scales = out if self.per_channel else 1
+        return out * inp + scales * self.scale_bytes
+
+    @property
+    def label(self) -> str:
+        if self.block:
+            return f"FP8, {self.block[0]}x{self.block[1]} block scales"
+        return "FP8, per-channel scales" if self.per_channel else "FP8, per-tensor scale"
+
+
+@dataclass(frozen=True)
+class IntGroups(QuantFormat):
+    """b-bit integers packed in int32, a 16-bit scale per group of ``group_size`` inputs (per row
+    when -1), packed zero points when asymmetric, and GPTQ's int32 act-order index per input."""
+
+    bits: int = 4
+    group_size: int = 128
+    zero_points: bool = True
+    g_idx: bool = False
+    scale_bytes: int = 2
+
+    def matrix_bytes(self, out: int, inp: int) -> int:
+        groups = 1 if self.group_size <= 0 else cdiv(inp, self.group_size)
+        b = cdiv(out * inp * self.bits, 32) * 4 + out * groups * self.scale_bytes
+        if self.zero_points:
+            b += cdiv(out * self.bits, 32) * 4 * groups
+        if self.g_idx:
+            b += inp * 4
+        return b
+
+    @property
+    def label(self) -> str:
+        return f"int{self.bits}, groups of {self.group_size}" + (", zero points" if self.zero_points else "")
+
+
+@dataclass(frozen=True)
+class Int8Channel(QuantFormat):
+    """8-bit integers with one scale per output row (compressed-tensors W8A8, bitsandbytes int8)."""
+
+    scale_bytes: int = 4
+
+    def matrix_bytes(self, out: int, inp: int) -> int:
+        return out * inp + out * self.scale_bytes
+
+    @property
+    def label(self) -> str:
+        return "int8, per-channel scales"
+
+
+@dataclass(frozen=True)
+class Bnb4(QuantFormat):
+    """bitsandbytes NF4/FP4: two weights a byte, an absmax per 64 (a byte with double quantization,
+    plus one float32 per 256 of those; float32 without)."""
+
+    blocksize: int = 64
+    double_quant: bool = False
+
+    def matrix_bytes(self, out: int, inp: int) -> int:
+        n = out * inp
+        blocks = cdiv(n, self.blocksize)
+        absmax = blocks + cdiv(blocks, 256) * 4 if self.double_quant else blocks * 4
+        return cdiv(n, 2) + absmax
+
+    @property
+    def label(self) -> str:
+        return "bitsandbytes 4-bit" + (", double quantization" if self.double_quant else "")
+
+
+@dataclass(frozen=True)
+class Mxfp4(QuantFormat):
+    """OCP MX FP4 (gpt-oss): the routed experts only; a byte per two weights and an E8M0 scale per
+    32, on matrices padded to the MoE kernel's tile (``pad_out``/``pad_in`` per dimension role)."""
+
+    skip: frozenset[Role] = frozenset({Role.ATTENTION, Role.MLP, Role.SHARED_EXPERT, Role.ROUTER})
+    hidden_align: int = 1
+    intermediate_align: int = 1
+
+    def padded(self, out: int, inp: int, hidden: int) -> tuple[int, int]:
+        """An expert matrix is hidden x intermediate one way or the other: pad each side by its role."""
+
+        def up(n: int, a: int) -> int:
+            return cdiv(n, a) * a
+
+        if inp == hidden:  # gate/up: out is the intermediate side
+            return up(out, self.intermediate_align), up(inp, self.hidden_align)
+        return up(out, self.hidden_align), up(inp, self.intermediate_align)
+
+    def matrix_bytes(self, out: int, inp: int) -> int:
+        return cdiv(out * inp, 2) + out * cdiv(inp, 32)
+
+    @property
+    def label(self) -> str:
+        pads = [
+            f"{n} to a multiple of {a}"
+            for n, a in (("hidden", self.hidden_align), ("intermediate", self.intermediate_align))
+            if a > 1
+        ]
+        return "MXFP4 experts" + (f" ({', '.join(pads)}: the MoE kernel's tile)" if pads else "")
+
+
+# MoE kernel tiles for MXFP4 experts (vLLM fused_moe/oracle/mxfp4.py): Marlin on GPUs without
+# native FP4 (Ampere, Ada: A100, A40, L40S, RTX 4090) pads hidden to 256, intermediate to 128;
+# Hopper's Triton kernels pad the intermediate size to 256 (gpt-oss-120b on an H100: 64.38 GiB
+# logged, 64.55 predicted, 60.77 unpadded)
+MXFP4_ALIGN = {"ampere": (256, 128), "ada": (256, 128), "hopper": (1, 256)}
+
+_SKIP_WORDS = {
+    "attn": Role.ATTENTION,
+    "self_attn": Role.ATTENTION,
+    "attention": Role.ATTENTION,
+    "shared_expert": Role.SHARED_EXPERT,
+    "mlp.gate": Role.ROUTER,
+    "router": Role.ROUTER,
+}
+
+
+def _skip_roles(items: Any, base: frozenset[Role]) -> frozenset[Role]:
+    roles = set(base)
+    if isinstance(items, list):
+        for s in items:
+            if not isinstance(s, str):
+                continue
+            for word, role in _SKIP_WORDS.items():
+                if word in s and not (word == "mlp.gate" and "gate_proj" in s):
+                    roles.add(role)
+    return frozenset(roles)
+
+
+def _pos_int(qc: dict[str, Any], key: str, default: int) -> int:
+    v = qc.get(key, default)
+    if v is None:
+        return default
+    if isinstance(v, bool) or not isinstance(v, int) or not -1 <= v <= 1 << 20:
+        raise InputError(f"config.json: quantization_config.{key} must be an integer, got {v!r:.40}")
+    return v
+
+
+def format_from_config(qc: dict[str, Any], gpu_arch: str | None = None) -> QuantFormat | None:
+    """The linear weights' format, or None when the method is not one kvgate models."""
+    method = qc.get("quant_method")
+    if method in ("fp8", "fbgemm_fp8"):
+        block = qc.get("weight_block_size")
+        skip = _skip_roles(qc.get("ignored_layers") or qc.get("modules_to_not_convert"), frozenset({Role.ROUTER}))
+        if isinstance(block, list) and len(block) == 2 and all(isinstance(b, int) and b > 0 for b in block):
+            return Fp8(skip=skip, block=(block[0], block[1]))
+        return Fp8(skip=skip, per_channel=method == "fbgemm_fp8")
+    if method in ("awq", "awq_marlin"):
+        return IntGroups(
+            skip=_skip_roles(qc.get("modules_to_not_convert"), frozenset({Role.ROUTER})),
+            bits=_pos_int(qc, "bits", _pos_int(qc, "w_bit", 4)),
+            group_size=_pos_int(qc, "group_size", _pos_int(qc, "q_group_size", 128)),
+            zero_points=bool(qc.get("zero_point", True)),
+        )
+    if method in ("gptq", "gptq_marlin"):
+        return IntGroups(
+            skip=_skip_roles(qc.get("modules_to_not_convert"), frozenset({Role.ROUTER})),
+            bits=_pos_int(qc, "bits", 4),
+            group_size=_pos_int(qc, "group_size", 128),
+            zero_points=True,  # GPTQ checkpoints carry qzeros even when symmetric
+            g_idx=True,
+        )
+    if method == "bitsandbytes":
+        skip = _skip_roles(qc.get("llm_int8_skip_modules"), frozenset({Role.ROUTER}))
+        if qc.get("load_in_8bit"):
+            return Int8Channel(skip=skip)
+        return Bnb4(skip=skip, double_quant=bool(qc.get("bnb_4bit_use_double_quant")))
+    if method == "mxfp4":
+        h, i = MXFP4_ALIGN.get(gpu_arch or "", (1, 1))
+        return Mxfp4(hidden_align=h, intermediate_align=i)
+    if method == "compressed-tensors":
+        return _compressed_tensors(qc)
+    return None
+
+
+def _compressed_tensors(qc: dict[str, Any]) -> QuantFormat | None:
+    groups = qc.get("config_groups")
+    if not isinstance(groups, dict) or not groups:
+        return None
+    first = next(iter(groups.values()))
+    w = first.get("weights") if isinstance(first, dict) else None
+    if not isinstance(w, dict):
+        return None
+    skip = _skip_roles(qc.get("ignore"), frozenset({Role.ROUTER}))
+    bits, kind, strategy = w.get("num_bits"), w.get("type"), w.get("strategy")
+    if bits == 8 and kind == "float":
+        block = w.get("block_structure")
+        if strategy == "block" and isinstance(block, list) and len(block) == 2:
+            return Fp8(skip=skip, block=(int(block[0]), int(block[1])), scale_bytes=4)
+        return Fp8(skip=skip, per_channel=strategy == "channel", scale_bytes=4)
+    if bits == 8 and kind == "int":
+        return Int8Channel(skip=skip)
+    if isinstance(bits, int) and kind == "int" and bits in (2, 3, 4, 8):
+        gs = w.get("group_size")
+        return IntGroups(
+            skip=skip,
+            bits=bits,
+            group_size=gs if isinstance(gs, int) and strategy == "group" else -1,
+            zero_points=not w.get("symmetric", True),
+        )
+    return None
+
+
+def online_format(method: str | None) -> QuantFormat | None:
+    """vLLM's --quantization applied at load time to an unquantized checkpoint (fp8: per-tensor)."""
+    return Fp8() if method == "fp8" else None

@@ -1,0 +1,253 @@
+"""Per-request state of linear-attention and state-space layers, and which layers have it.
+
+Mirrors vLLM 0.32's ``MambaStateShapeCalculator`` (``model_executor/layers/mamba/mamba_utils.py``)
+and each hybrid model's ``get_mamba_state_shape_from_config``, without importing either: one
+frozen value per state kind, its bytes a derived figure, one formula each. A request holds a
+fixed number of these pages whatever its length (see ``kv_spec.MambaSpec``).
+
+Pure: reads a config.json's contents only.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from enum import Enum
+from typing import Any, ClassVar
+
+from validator.errors import InputError
+
+
+class StateKind(Enum):
+    MAMBA1 = "mamba1"
+    MAMBA2 = "mamba2"
+    GATED_DELTA_NET = "gated_delta_net"
+
+
+def _split(n: int, tp: int, what: str) -> int:
+    if n % tp:
+        raise InputError(f"tensor_parallel_size: {tp} does not divide the model's {what} ({n}); pick a divisor")
+    return n // tp
+
+
+@dataclass(frozen=True)
+class LayerState:
+    """One layer's state for one request: a convolution window and a recurrent (temporal) state."""
+
+    kind: ClassVar[StateKind]
+    # align mode (prefix caching on) keeps this many extra pages per request beyond the running
+    # and the last block-boundary state: Mamba-2 mixers export a prefill checkpoint (1), others 0
+    prefill_checkpoint_blocks: ClassVar[int] = 0
+
+    def conv_elements(self, tp: int) -> int:
+        raise NotImplementedError
+
+    def temporal_elements(self, tp: int) -> int:
+        raise NotImplementedError
+
+    def bytes(self, tp: int, conv_bytes: int, temporal_bytes: int) -> int:
+        """vLLM's ``MambaSpec.page_size_bytes`` before padding, for one rank."""
+        return self.conv_elements(tp) * conv_bytes + self.temporal_elements(tp) * temporal_bytes
+
+
+@dataclass(frozen=True)
+class Mamba1State(LayerState):
+    """Mamba (Jamba's mixer): conv (d_inner, kernel - 1), SSM (d_inner, d_state)."""
+
+    kind: ClassVar[StateKind] = StateKind.MAMBA1
+    intermediate_size: int
+    state_size: int
+    conv_kernel: int
+
+    def conv_elements(self, tp: int) -> int:
+        return _split(self.intermediate_size, tp, "mamba intermediate size") * (self.conv_kernel - 1)
+
+    def temporal_elements(self, tp: int) -> int:
+        return _split(self.intermediate_size, tp, "mamba intermediate size") * self.state_size
+
+
+@dataclass(frozen=True)
+class Mamba2State(LayerState):
+    """Mamba-2 (Granite-4, Nemotron-H, Mamba2): conv over x, B and C; SSM (heads, head_dim, d_state)."""
+
+    kind: ClassVar[StateKind] = StateKind.MAMBA2
+    prefill_checkpoint_blocks: ClassVar[int] = 1
+    intermediate_size: int
+    n_groups: int
+    num_heads: int
+    head_dim: int
+    state_size: int
+    conv_kernel: int
+
+    def conv_elements(self, tp: int) -> int:
+        # groups are replicated up to the TP size when they do not divide it
+        groups = self.n_groups if self.n_groups % tp == 0 else tp
+        conv_dim = self.intermediate_size + 2 * groups * self.state_size
+        return _split(conv_dim, tp, "mamba conv width") * (self.conv_kernel - 1)
+
+    def temporal_elements(self, tp: int) -> int:
+        return _split(self.num_heads, tp, "mamba heads") * self.head_dim * self.state_size
+
+
+@dataclass(frozen=True)
+class GatedDeltaNetState(LayerState):
+    """Gated DeltaNet (Qwen3-Next): conv over q, k and v; state (v heads, v dim, k dim)."""
+
+    kind: ClassVar[StateKind] = StateKind.GATED_DELTA_NET
+    num_k_heads: int
+    num_v_heads: int
+    head_k_dim: int
+    head_v_dim: int
+    conv_kernel: int
+
+    def conv_elements(self, tp: int) -> int:
+        conv_dim = 2 * self.head_k_dim * self.num_k_heads + self.head_v_dim * self.num_v_heads
+        return _split(conv_dim, tp, "linear-attention conv width") * (self.conv_kernel - 1)
+
+    def temporal_elements(self, tp: int) -> int:
+        return _split(self.num_v_heads, tp, "linear value heads") * self.head_v_dim * self.head_k_dim
+
+
+# ---- which layers hold state, from config.json ------------------------------------------------
+
+ATTENTION, STATE, NO_CACHE = "attention", "state", "no_cache"
+
+_BLOCK_TYPE = {
+    "attention": ATTENTION,
+    "full_attention": ATTENTION,
+    "mamba": STATE,
+    "mamba2": STATE,
+    "linear_attention": STATE,
+    "mlp": NO_CACHE,
+    "moe": NO_CACHE,
+}
+_PATTERN_CHAR = {"*": ATTENTION, "M": STATE, "-": NO_CACHE, "E": NO_CACHE}
+
+# model_type -> how its layers and state are described (the families vLLM 0.32 serves on the CPU)
+HYBRID_MODEL_TYPES = ("mamba", "mamba2", "jamba", "nemotron_h", "granitemoehybrid", "qwen3_next")
+
+
+def _int(cfg: dict[str, Any], key: str) -> int:
+    v = cfg.get(key)
+    if isinstance(v, bool) or not isinstance(v, int) or v <= 0:
+        mt = cfg.get("model_type")
+        raise InputError(f"config.json: {key} must be a positive integer for a {mt} model, got {v!r:.60}")
+    return v
+
+
+def _roles_from_list(cfg: dict[str, Any], key: str) -> list[str]:
+    types = cfg.get(key)
+    if not isinstance(types, list) or not types:
+        raise InputError(f"config.json: {key} must list one type per layer")
+    roles = []
+    for t in types:
+        if not isinstance(t, str) or t not in _BLOCK_TYPE:
+            raise InputError(f"config.json: unknown layer type {t!r:.40} in {key} (known: {', '.join(_BLOCK_TYPE)})")
+        roles.append(_BLOCK_TYPE[t])
+    return roles
+
+
+def layer_roles(cfg: dict[str, Any]) -> list[str] | None:
+    """ATTENTION / STATE / NO_CACHE per decoder layer, or None when the model is not a hybrid kvgate models."""
+    mt = cfg.get("model_type")
+    if mt in ("mamba", "mamba2"):
+        return [STATE] * _int(cfg, "num_hidden_layers")
+    if mt == "jamba":
+        n, period, offset = _int(cfg, "num_hidden_layers"), _int(cfg, "attn_layer_period"), cfg.get("attn_layer_offset")
+        if isinstance(offset, bool) or not isinstance(offset, int) or not 0 <= offset < period:
+            raise InputError(
+                f"config.json: attn_layer_offset must be an integer in [0, attn_layer_period), got {offset!r:.40}"
+            )
+        return [ATTENTION if i % period == offset else STATE for i in range(n)]
+    if mt == "nemotron_h":
+        pattern = cfg.get("hybrid_override_pattern")
+        if isinstance(pattern, str) and pattern:
+            bad = sorted(set(pattern) - set(_PATTERN_CHAR))
+            if bad:
+                raise InputError(f"config.json: hybrid_override_pattern has unknown layer marks {''.join(bad)!r}")
+            return [_PATTERN_CHAR[c] for c in pattern]
+        return _roles_from_list(cfg, "layers_block_type")
+    if mt in ("granitemoehybrid", "qwen3_next"):
+        if "layer_types" in cfg:
+            return _roles_from_list(cfg, "layer_types")
+        if mt == "qwen3_next":  # older configs: every full_attention_interval-th layer is attention
+            n, every = _int(cfg, "num_hidden_layers"), _int(cfg, "full_attention_interval")
+            return [ATTENTION if (i + 1) % every == 0 else STATE for i in range(n)]
+        return _roles_from_list(cfg, "layers_block_type")
+    return None
+
+
+def hybrid_defaults(cfg: dict[str, Any], roles: list[str]) -> dict[str, Any]:
+    """A hybrid's config as the attention reader expects it: the layer count from its pattern
+    (Nemotron-H may give only the pattern), and, for a model without attention (Mamba), a
+    placeholder head so that the attention fields are not demanded."""
+    layers = cfg.get("num_hidden_layers")
+    if layers is not None and layers != len(roles):
+        raise InputError(
+            f"config.json: num_hidden_layers ({layers!r:.20}) differs from the {len(roles)} layers its pattern lists"
+        )
+    out = dict(cfg, num_hidden_layers=len(roles))
+    if ATTENTION not in roles:
+        out.update(num_attention_heads=1, num_key_value_heads=1, head_dim=1)  # the state's own sizes: layer_state
+    return out
+
+
+def layer_state(cfg: dict[str, Any]) -> LayerState:
+    """The state of one stateful layer of a model whose layer_roles is not None."""
+    mt = cfg.get("model_type")
+    if mt == "mamba":
+        return Mamba1State(
+            intermediate_size=_int(cfg, "intermediate_size"),
+            state_size=_int(cfg, "state_size"),
+            conv_kernel=_int(cfg, "conv_kernel"),
+        )
+    if mt == "jamba":
+        return Mamba1State(
+            intermediate_size=_int(cfg, "mamba_expand") * _int(cfg, "hidden_size"),
+            state_size=_int(cfg, "mamba_d_state"),
+            conv_kernel=_int(cfg, "mamba_d_conv"),
+        )
+    if mt == "mamba2":
+        return Mamba2State(
+            intermediate_size=_int(cfg, "expand") * _int(cfg, "hidden_size"),
+            n_groups=_int(cfg, "n_groups"),
+            num_heads=_int(cfg, "num_heads"),
+            head_dim=_int(cfg, "head_dim"),
+            state_size=_int(cfg, "state_size"),
+            conv_kernel=_int(cfg, "conv_kernel"),
+        )
+    if mt == "nemotron_h":
+        return Mamba2State(
+            intermediate_size=_int(cfg, "mamba_num_heads") * _int(cfg, "mamba_head_dim"),
+            n_groups=_int(cfg, "n_groups"),
+            num_heads=_int(cfg, "mamba_num_heads"),
+            head_dim=_int(cfg, "mamba_head_dim"),
+            state_size=_int(cfg, "ssm_state_size"),
+            conv_kernel=_int(cfg, "conv_kernel"),
+        )
+    if mt == "granitemoehybrid":
+        return Mamba2State(
+            intermediate_size=_int(cfg, "mamba_expand") * _int(cfg, "hidden_size"),
+            n_groups=_int(cfg, "mamba_n_groups"),
+            num_heads=_int(cfg, "mamba_n_heads"),
+            head_dim=_int(cfg, "mamba_d_head"),
+            state_size=_int(cfg, "mamba_d_state"),
+            conv_kernel=_int(cfg, "mamba_d_conv"),
+        )
+    if mt == "qwen3_next":
+        return GatedDeltaNetState(
+            num_k_heads=_int(cfg, "linear_num_key_heads"),
+            num_v_heads=_int(cfg, "linear_num_value_heads"),
+            head_k_dim=_int(cfg, "linear_key_head_dim"),
+            head_v_dim=_int(cfg, "linear_value_head_dim"),
+            conv_kernel=_int(cfg, "linear_conv_kernel_dim"),
+        )
+    raise InputError(f"config.json: model_type {mt!r} has no state layers kvgate knows")
+
+
+def ssm_dtype_from_config(cfg: dict[str, Any]) -> str | None:
+    """The recurrent state's dtype when the model fixes it (Nemotron-H: float32 unless its config
+    says otherwise; vLLM's NemotronHForCausalLMConfig); None: vLLM's default applies."""
+    if cfg.get("model_type") != "nemotron_h":
+        return None
+    v = cfg.get("mamba_ssm_cache_dtype")
+    return v if isinstance(v, str) and v != "auto" else "float32"
