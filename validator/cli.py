@@ -67,6 +67,15 @@ def build_parser() -> argparse.ArgumentParser:
         help="load steps across the KV limit instead of the near-limit runs: auto, or concurrencies as 1,2,4,8 "
         "(profile: sweep.steps)",
     )
+    ap.add_argument(
+        "--quality",
+        nargs="?",
+        const="fp8",
+        metavar="DTYPE",
+        help="quality A/B instead of the load runs: the deployment launched with cache.kv_cache_dtype and with "
+        "DTYPE (default fp8), the same prompts greedy with logprobs, compared token for token "
+        "(profile: quality.candidate_kv_cache_dtype)",
+    )
     g = ap.add_argument_group("plan overrides (flags win over the profile)")
     g.add_argument(
         "--enforce-eager",
@@ -148,6 +157,7 @@ def resolve_profile(args) -> profiles.Profile:
     changes = {field: getattr(args, flag[2:].replace("-", "_")) for flag, field in PLAN_FLAGS.items()}
     changes[("sweep", "steps")] = args.sweep
     changes[("hardware", "gpu_arch")] = args.gpu_arch
+    changes[("quality", "candidate_kv_cache_dtype")] = args.quality
     extra = list(prof.vllm.extra_args or [])
     if args.enforce_eager and "--enforce-eager" not in extra:
         changes[("vllm", "extra_args")] = [*extra, "--enforce-eager"]

@@ -13,6 +13,7 @@ from validator import provenance
 from validator.errors import EXIT_FAIL, EXIT_INFRA, EXIT_OK
 from validator.judge.check import Check
 from validator.judge.compare import judge
+from validator.judge.quality_run import judge_quality
 from validator.judge.startup import cross_check
 from validator.judge.sweep import sweep_summary
 from validator.judge.verdict import counts_line
@@ -20,10 +21,11 @@ from validator.plan.record import PlanRecord
 from validator.profile import from_dict
 from validator.redact import redact
 from validator.report.console import checks_lines
-from validator.report.markdown import DEV_MODE_NOTE, dev_mode_of
+from validator.report.markdown import DEV_MODE_NOTE, dev_mode_of, quality_line
 from validator.report.summary import build
 from validator.report.write import write_all, write_bench_results
 from validator.rundir.files import keep_original_report
+from validator.rundir.quality import read_quality
 from validator.rundir.rundata import load_runs
 from validator.rundir.saved import Saved, read_saved
 from validator.rundir.startup import StartupFacts
@@ -73,14 +75,17 @@ def judge_run_dir(run_dir: Path, meta: dict | None = None, rejudged: dict | None
         if runs
         else ([], {})
     )
-    all_checks = startup_checks(saved) + checks
+    quality = read_quality(run_dir)  # a quality A/B (validate --quality): its own checks
+    q_checks, q_figures = judge_quality(quality, profile.quality) if quality is not None else ([], None)
+    all_checks = startup_checks(saved) + checks + q_checks
     error = saved.startup_error
-    if not error and not runs:
+    if not error and not runs and quality is None:
         error = "no run was recorded"
     rep = build(
         saved.record, saved.startup or None, runs, figures, all_checks, error, saved.profile_name, rejudged, saved.notes
     )
     rep["sweep"] = sweep_summary(runs, figures, saved.record, profile.slo) if runs else None
+    rep["quality"] = q_figures
     rep["meta"] = meta
     latency = {r.name: {"ttft": figures[r.name].ttft_ms, "itl": figures[r.name].itl_ms} for r in runs}
     write_all(run_dir, rep, latency)
@@ -98,6 +103,8 @@ def finish(rep: dict, run_dir: Path, as_json: bool) -> int:
         lines += [f"prompt-template audit ({r['name']}): {r['audit']['line']}" for r in rep["runs"] if r.get("audit")]
         if rep.get("sweep"):
             lines.append(f"sweep: {rep['sweep']['line']}")
+        if rep.get("quality"):
+            lines.append(f"quality: {quality_line(rep['quality'])}")
         lines.append(
             f"verdict: {rep['verdict']}"
             + (f" ({rep['error']})" if rep.get("error") else "")

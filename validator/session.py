@@ -34,7 +34,7 @@ from validator.report.text import plan_text
 from validator.rundir.files import redacted, run_dir_for, write_json, write_plan
 from validator.rundir.startup import StartupFacts
 from validator.serve.argv import api_key_of, launch_spec, plan_record
-from validator.serve.facts import server_facts, server_version
+from validator.serve.facts import model_name, server_facts, server_version
 from validator.serve.launch import Server, ServerFailed, install_signal_handlers, run_loop
 from validator.serve.owned import validate_command, validate_extra_args
 from validator.sweeping import sweep_bisection
@@ -65,6 +65,12 @@ def say(msg: str) -> None:
 
 
 def run_session(opts: RunOptions, profile: Profile, plan: Plan) -> int:
+    if profile.quality.candidate_kv_cache_dtype:
+        if profile.sweep.steps is not None:
+            raise InputError("--quality: the A/B replaces the load runs, as --sweep does; ask for one of the two")
+        from validator.abtest import run_quality
+
+        return run_quality(opts, profile, plan, say)
     url = opts.url.rstrip("/") if opts.url else None
     pin = None
     if url:
@@ -172,7 +178,7 @@ def _with_server(
         pin=pin,
     )
     outcome.startup["facts"] = facts.to_json()
-    model = _model_name(profile, facts, url)  # before any load: a name the server does not serve is bad input
+    model = model_name(profile, facts, url)  # before any load: a name the server does not serve is bad input
     outcome.startup["vllm_version"] = server_version(url, pin)
     checks = cross_check(record, facts, started_here=server is not None)
     outcome.startup_checks = [c.to_json() for c in checks]
@@ -221,25 +227,6 @@ def _with_server(
         )
     )
     return EXIT_OK  # the verdict is decided by judge_run_dir
-
-
-def _model_name(profile: Profile, facts: StartupFacts, url: str) -> str:
-    """The name the runs send: the profile's, which the server must serve (else exit 2 naming both),
-    or the one model the server serves."""
-    want, served = profile.model.served_name, facts.served_models
-    if served is None:  # /v1/models could not be read (said in startup.max_model_len)
-        return want or profile.model.path or "model"
-    if want is not None and want not in served:
-        raise InputError(
-            f"model.served_name: the server at {url} serves {', '.join(map(repr, served)) or 'no model'}, "
-            f"not {want!r}; set model.served_name to the name it serves"
-        )
-    if want is None and len(served) != 1:
-        raise InputError(
-            f"model.served_name: the server at {url} serves {', '.join(map(repr, served)) or 'no model'}; "
-            "name the one to validate in model.served_name"
-        )
-    return want or served[0]
 
 
 def _plan_for_server_version(url: str, profile: Profile, plan: Plan, pin: net.Pin) -> Plan:

@@ -104,3 +104,43 @@ class SweepSection:
         minimum=0,
         maximum=8,
     )
+
+
+@dataclass(frozen=True, kw_only=True)
+class QualitySection:
+    """`quality:` (or `validate --quality`): the same deployment with the reference KV dtype and with a
+    candidate (an 8-bit KV cache), the same prompts greedy with logprobs, compared token for token."""
+
+    candidate_kv_cache_dtype: str | None = spec(
+        "choice",
+        None,
+        "The KV dtype to compare with cache.kv_cache_dtype (the reference); empty: no quality A/B.",
+        choices=("fp8", "fp8_e4m3", "fp8_e5m2"),
+    )
+    dataset_path: str | None = spec(
+        "path",
+        None,
+        'Prompts as JSON lines ({"prompt": ..., optional "answer" and "id"}); default: the built-in '
+        "set (pass-key retrieval at 3 depths, exact copy, multi-step sums, each at 3 lengths up to the limit).",
+    )
+    max_tokens: int = spec("int", 16, "Greedy output tokens per prompt.", minimum=1, maximum=4096)
+    logprobs: int = spec("int", 5, "Top logprobs asked per position.", minimum=1, maximum=20)
+    max_prompt_tokens: int | None = spec(
+        "int", None, "Longest built-in prompt; default max_model_len - max_tokens.", minimum=16
+    )
+    min_ab_exact_match: float | None = spec(
+        "float", 0.8, "Least share of prompts whose candidate output equals the reference's.", minimum=0, maximum=1
+    )
+    min_top1_agreement: float | None = spec(
+        "float",
+        0.98,
+        "Least share of compared positions with the same greedy token (up to each prompt's first divergence).",
+        minimum=0,
+        maximum=1,
+    )
+    max_mean_abs_logprob_delta: float | None = spec(
+        "float", 0.1, "Largest mean |logprob of the reference token, reference - candidate|.", minimum=0
+    )
+    max_answer_accuracy_drop: float | None = spec(
+        "float", 0.1, "Largest loss of known answers (reference accuracy - candidate accuracy).", minimum=0, maximum=1
+    )

@@ -14,7 +14,7 @@ import yaml
 from validator.cpulist import parse_cpus
 from validator.errors import InputError
 from validator.profile.dataset import DATASET_RULES
-from validator.profile.judged import SloSection, SweepSection, TolerancesSection
+from validator.profile.judged import QualitySection, SloSection, SweepSection, TolerancesSection
 from validator.profile.schema import SCHEMA, SECTIONS
 from validator.profile.sections import (
     CacheSection,
@@ -47,6 +47,7 @@ class Profile:
     observe: ObserveSection = field(init=False)
     tolerances: TolerancesSection = field(init=False)
     sweep: SweepSection = field(init=False)
+    quality: QualitySection = field(init=False)
 
     def __post_init__(self) -> None:
         for name, cls in SECTIONS.items():

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from dataclasses import fields
 
-from validator.profile.judged import SloSection, SweepSection, TolerancesSection
+from validator.profile.judged import QualitySection, SloSection, SweepSection, TolerancesSection
 from validator.profile.sections import (
     CacheSection,
     Field,
@@ -29,6 +29,7 @@ SECTIONS: dict[str, type] = {
     "observe": ObserveSection,
     "tolerances": TolerancesSection,
     "sweep": SweepSection,
+    "quality": QualitySection,
 }
 
 # every field's rule by section ("" for the top level), read from the section classes

@@ -11,6 +11,7 @@ from validator.judge.verdict import STATUS_WORD, counts_line
 from validator.report import svg
 from validator.report.markdown import DEV_MODE_NOTE, dev_mode_of, freeze_summary
 from validator.report.numbers import fmt
+from validator.report.qualityhtml import quality_html
 from validator.report.sweephtml import STYLE as SWEEP_STYLE
 from validator.report.sweephtml import sweep_html
 from validator.units import GiB
@@ -250,6 +251,7 @@ def report_html(rep: dict, latency_values: dict | None = None) -> str:
     parts = _header(rep)
     parts.append(_plan(p))
     parts += sweep_html(rep.get("sweep"))
+    parts += quality_html(rep.get("quality"))
     if rep["runs"]:
         parts.append("<h2>Predicted vs observed</h2>")
         for r in rep["runs"]:

@@ -75,6 +75,8 @@ def summary_md(rep: dict) -> str:
     sw = rep.get("sweep")
     if sw:
         lines += ["", f"Capacity sweep: {md(sw['line'])}", "", _sweep_table(sw["steps"])]
+    if rep.get("quality"):
+        lines += ["", f"KV cache quality: {md(quality_line(rep['quality']))}"]
     missing = [c for c in rep["checks"] if c["status"] == "not_measured"]
     lines += ["", checks_table(rep["checks"]), ""]
     if failed:
@@ -111,4 +113,16 @@ def freeze_summary(r: dict) -> str:
         f"{sum(1 for f in fz if f['settled'])} freeze(s) at "
         + ", ".join(f"{fmt(f['observed'])}" for f in fz)
         + " blocks"
+    )
+
+
+def quality_line(qf: dict) -> str:
+    def g(v):
+        return "not measured" if v is None else f"{v:.4g}"
+
+    return (
+        f"reference vs {qf.get('candidate_kv_cache_dtype')} on {qf['prompts']} prompts: control "
+        f"{'identical' if qf['control_identical'] else 'NOT identical (A/B not judged)'}, identical outputs "
+        f"{g(qf['ab_exact_match'])}, top-1 agreement {g(qf['top1_agreement'])}, mean |delta logprob| "
+        f"{g(qf['mean_abs_logprob_delta'])}, first divergence in {qf['first_divergence']['count']} prompts"
     )

@@ -111,8 +111,9 @@ def launch_spec(profile, plan: Plan) -> LaunchSpec:
 
 def dev_mode_wanted(profile) -> bool:
     """Dev mode only when a feature needs it: freeze-frames (and with them the cache reset; without
-    it the cold run is isolated by a fresh salt)."""
-    return bool(profile.observe.freezes)
+    it the cold run is isolated by a fresh salt), and the quality A/B's cache reset between the
+    reference and its repeat."""
+    return bool(profile.observe.freezes) or bool(profile.quality.candidate_kv_cache_dtype)
 
 
 ALL_INTERFACES = ("0.0.0.0", "::")

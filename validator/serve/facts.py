@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import json
 import socket
+from typing import Any
 
 from loadgen import net
 from loadgen.net import Pin
@@ -110,3 +111,22 @@ def port_in_use(host: str, port: int) -> bool:
     with socket.socket(socket.AF_INET6 if ":" in host else socket.AF_INET) as s:
         s.settimeout(0.5)
         return s.connect_ex((host, port)) == 0
+
+
+def model_name(profile: Any, facts: StartupFacts, url: str) -> str:
+    """The name the runs send: the profile's, which the server must serve (else exit 2 naming both),
+    or the one model the server serves."""
+    want, served = profile.model.served_name, facts.served_models
+    if served is None:  # /v1/models could not be read (said in startup.max_model_len)
+        return want or profile.model.path or "model"
+    if want is not None and want not in served:
+        raise InputError(
+            f"model.served_name: the server at {url} serves {', '.join(map(repr, served)) or 'no model'}, "
+            f"not {want!r}; set model.served_name to the name it serves"
+        )
+    if want is None and len(served) != 1:
+        raise InputError(
+            f"model.served_name: the server at {url} serves {', '.join(map(repr, served)) or 'no model'}; "
+            "name the one to validate in model.served_name"
+        )
+    return want or served[0]
