@@ -41,16 +41,15 @@ def predictable(r) -> bool:
 
 def shape_for(r):
     """The row's model as vLLM loaded it: --quantization fp8 applied, MXFP4 experts padded to the
-    kernel tile of the row's GPU (the two in the rows: H100 and A100)."""
-    from validator.plan.quant import MXFP4_ALIGN, Mxfp4
+    kernel tile of the row's GPU and version (a row without a version predates 0.19)."""
+    from validator.plan.quant import with_tile
 
     shape = shape_from_config({k: v for k, v in CONFIGS[r["model"]].items() if not k.startswith("_")})
     if r["quantization"] == "fp8":
         shape = dataclasses.replace(shape, quant_method="fp8")  # --quantization fp8 on a bf16 checkpoint
-    if isinstance(shape.quant, Mxfp4):
-        h, i = MXFP4_ALIGN["hopper" if r["gpu"].startswith("H100") else "ampere"]
-        shape = dataclasses.replace(shape, quant=dataclasses.replace(shape.quant, hidden_align=h, intermediate_align=i))
-    return shape
+    arch = "hopper" if r["gpu"].startswith("H100") else "ampere"  # the two GPUs of the quantized rows
+    version = parse_version(r["vllm_version"]) if r["vllm_version"] else (0, 0, 0)
+    return dataclasses.replace(shape, quant=with_tile(shape.quant, arch, version, int(r["tp"] or 1)))
 
 
 def predict(r):
@@ -79,7 +78,7 @@ PREDICTABLE = [r for r in ROWS if predictable(r)]
 
 
 def test_the_data_has_the_rows_it_claims():
-    assert len(ROWS) == 85 and len(PREDICTABLE) >= 33
+    assert len(ROWS) == 86 and len(PREDICTABLE) >= 38
     held_out = [r for r in PREDICTABLE if r["model"] in HELD_OUT]
     assert len({r["model"] for r in held_out}) >= 9 and {r["tp"] for r in held_out} >= {"1", "2", "4"}
 
@@ -181,7 +180,7 @@ def test_quantized_weights_from_config_alone_match_the_logs(row):
 
 
 def test_quantized_rows_are_all_read():
-    assert len(QUANTIZED) >= 12 and {"mxfp4 (checkpoint)", "gptq_marlin", "compressed-tensors", "fp8"} <= {
+    assert len(QUANTIZED) >= 13 and {"mxfp4 (checkpoint)", "gptq_marlin", "compressed-tensors", "fp8"} <= {
         r["quantization"] for r in QUANTIZED
     }
 

@@ -10,10 +10,10 @@ import struct
 from pathlib import Path
 
 from validator.errors import InputError
-from validator.plan.gpu_memory import DEFAULT_VLLM_VERSION
+from validator.plan.gpu_memory import DEFAULT_VLLM_VERSION, parse_version
 from validator.plan.ledger import PlanInput
 from validator.plan.model_shape import shape_from_config
-from validator.plan.quant import MXFP4_ALIGN, Mxfp4
+from validator.plan.quant import with_tile
 from validator.plan.weights import count_weights
 from validator.profile import Profile
 
@@ -29,9 +29,12 @@ def plan_input_from_profile(profile: Profile) -> PlanInput:
 
         ensure_tiny_model(profile.model.build, p)
     shape = shape_from_config(load_config(p))
-    if isinstance(shape.quant, Mxfp4) and profile.hardware.platform == "gpu":
-        h, i = MXFP4_ALIGN.get(profile.hardware.gpu_arch or "", (1, 1))
-        shape = dataclasses.replace(shape, quant=dataclasses.replace(shape.quant, hidden_align=h, intermediate_align=i))
+    version = profile.vllm.version or installed_vllm_version()
+    if profile.hardware.platform == "gpu":
+        tp = profile.hardware.tensor_parallel_size
+        shape = dataclasses.replace(
+            shape, quant=with_tile(shape.quant, profile.hardware.gpu_arch, parse_version(version), tp)
+        )
     weights = profile.model.weights_bytes
     source: str | None = "model.weights_bytes"
     if weights is None:
@@ -76,7 +79,7 @@ def plan_input_from_profile(profile: Profile) -> PlanInput:
         workload_len=wl_len,
         workload_concurrency=profile.workload.concurrency,
         workload_request=(wl_p, wl_o) if wl_p and wl_o else None,
-        vllm_version=profile.vllm.version or installed_vllm_version(),
+        vllm_version=version,
         pipeline_parallel_size=pp,
         enforce_eager="--enforce-eager" in extra,
         weights_rank_bytes=rank,

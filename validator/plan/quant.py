@@ -139,11 +139,13 @@ class Bnb4(QuantFormat):
 @dataclass(frozen=True)
 class Mxfp4(QuantFormat):
     """OCP MX FP4 (gpt-oss): the routed experts only; a byte per two weights and an E8M0 scale per
-    32, on matrices padded to the MoE kernel's tile (``pad_out``/``pad_in`` per dimension role)."""
+    32, on matrices padded to the MoE kernel's tile: the hidden side to `hidden_align`, each
+    tensor-parallel rank's share of the intermediate side to `intermediate_align`."""
 
     skip: frozenset[Role] = frozenset({Role.ATTENTION, Role.MLP, Role.SHARED_EXPERT, Role.ROUTER})
     hidden_align: int = 1
     intermediate_align: int = 1
+    tp: int = 1  # the intermediate side is padded per rank
 
     def padded(self, out: int, inp: int, hidden: int) -> tuple[int, int]:
         """An expert matrix is hidden x intermediate one way or the other: pad each side by its role."""
@@ -151,9 +153,12 @@ class Mxfp4(QuantFormat):
         def up(n: int, a: int) -> int:
             return cdiv(n, a) * a
 
+        def inter(n: int) -> int:
+            return up(cdiv(n, self.tp), self.intermediate_align) * self.tp
+
         if inp == hidden:  # gate/up: out is the intermediate side
-            return up(out, self.intermediate_align), up(inp, self.hidden_align)
-        return up(out, self.hidden_align), up(inp, self.intermediate_align)
+            return inter(out), up(inp, self.hidden_align)
+        return up(out, self.hidden_align), inter(inp)
 
     def matrix_bytes(self, out: int, inp: int) -> int:
         return cdiv(out * inp, 2) + out * cdiv(inp, 32)
@@ -162,17 +167,25 @@ class Mxfp4(QuantFormat):
     def label(self) -> str:
         pads = [
             f"{n} to a multiple of {a}"
-            for n, a in (("hidden", self.hidden_align), ("intermediate", self.intermediate_align))
+            for n, a in (("hidden", self.hidden_align), ("intermediate per rank", self.intermediate_align))
             if a > 1
         ]
         return "MXFP4 experts" + (f" ({', '.join(pads)}: the MoE kernel's tile)" if pads else "")
 
 
-# MoE kernel tiles for MXFP4 experts (vLLM fused_moe/oracle/mxfp4.py): Marlin on GPUs without
-# native FP4 (Ampere, Ada: A100, A40, L40S, RTX 4090) pads hidden to 256, intermediate to 128;
-# Hopper's Triton kernels pad the intermediate size to 256 (gpt-oss-120b on an H100: 64.38 GiB
-# logged, 64.55 predicted, 60.77 unpadded)
-MXFP4_ALIGN = {"ampere": (256, 128), "ada": (256, 128), "hopper": (1, 256)}
+def mxfp4_tile(gpu_arch: str | None, version: tuple[int, int, int]) -> tuple[int, int] | None:
+    """(hidden, intermediate-per-rank) alignment of vLLM's MXFP4 MoE kernel (fused_moe/oracle/mxfp4.py),
+    from the logs: Marlin (hidden 256, intermediate 128) on Ampere and Ada (gpt-oss-20b on an A100,
+    vLLM 0.19: 13.67 GiB predicted, 13.72 logged) and on Hopper from 0.19 (gpt-oss-20b at TP 2:
+    7.06 vs 7.01); before, Hopper's Triton kernel padded only the intermediate side, to 256
+    (gpt-oss-120b on an H100, 2025: 64.55 vs 64.38). None: not known (Blackwell, or no GPU given):
+    the checkpoint's own sizes."""
+    if gpu_arch in ("ampere", "ada"):
+        return 256, 128
+    if gpu_arch == "hopper":
+        return (256, 128) if version >= (0, 19) else (1, 256)
+    return None
+
 
 _SKIP_WORDS = {
     "attn": Role.ATTENTION,
@@ -205,7 +218,7 @@ def _pos_int(qc: dict[str, Any], key: str, default: int) -> int:
     return v
 
 
-def format_from_config(qc: dict[str, Any], gpu_arch: str | None = None) -> QuantFormat | None:
+def format_from_config(qc: dict[str, Any]) -> QuantFormat | None:
     """The linear weights' format, or None when the method is not one kvgate models."""
     method = qc.get("quant_method")
     if method in ("fp8", "fbgemm_fp8"):
@@ -235,8 +248,7 @@ def format_from_config(qc: dict[str, Any], gpu_arch: str | None = None) -> Quant
             return Int8Channel(skip=skip)
         return Bnb4(skip=skip, double_quant=bool(qc.get("bnb_4bit_use_double_quant")))
     if method == "mxfp4":
-        h, i = MXFP4_ALIGN.get(gpu_arch or "", (1, 1))
-        return Mxfp4(hidden_align=h, intermediate_align=i)
+        return Mxfp4()  # the tile is the GPU's: with_tile()
     if method == "compressed-tensors":
         return _compressed_tensors(qc)
     return None
@@ -273,3 +285,15 @@ def _compressed_tensors(qc: dict[str, Any]) -> QuantFormat | None:
 def online_format(method: str | None) -> QuantFormat | None:
     """vLLM's --quantization applied at load time to an unquantized checkpoint (fp8: per-tensor)."""
     return Fp8() if method == "fp8" else None
+
+
+def with_tile(
+    fmt: QuantFormat | None, gpu_arch: str | None, version: tuple[int, int, int], tp: int
+) -> QuantFormat | None:
+    """MXFP4 experts as the GPU's MoE kernel lays them out; any other format unchanged."""
+    if not isinstance(fmt, Mxfp4):
+        return fmt
+    tile = mxfp4_tile(gpu_arch, version)
+    if tile is None:
+        return fmt
+    return Mxfp4(skip=fmt.skip, hidden_align=tile[0], intermediate_align=tile[1], tp=tp)
