@@ -217,3 +217,49 @@ def test_version_parsing():
 
     with pytest.raises(InputError, match="--vllm-version"):
         parse_version("latest")
+
+
+def test_capture_sizes_as_the_logs_count_them():
+    """ "Profiling CUDA graph memory: PIECEWISE=51 (largest=512)" at vLLM's defaults (1024 sequences,
+    8192 batched tokens); gpt-oss raises the ceiling: "PIECEWISE=83 (largest=1024)" (the TP 2 row)."""
+    from validator.plan.gpu_memory import capture_sizes
+
+    s = capture_sizes(1024, 8192)
+    assert (len(s), s[-1]) == (51, 512)
+    s = capture_sizes(1024, 8192, "gpt_oss")
+    assert (len(s), s[-1]) == (83, 1024)
+    assert capture_sizes(22, 2048) == [1, 2, 4, 8, 16, 22, 24, 32, 40]  # up to 2 x max_num_seqs, and 22 itself
+
+
+def test_cuda_graph_estimate_follows_the_capture_sizes():
+    """The logged estimate: 0.84 GiB for 7-8B models at the defaults, 1.09 for gpt-oss-20b's 83
+    sizes, and "PIECEWISE=3, FULL=2: 0.27 GiB" for a 4-sequence server; a plan of 22 sequences
+    deducts far less than the 0.84 GiB constant did."""
+    from validator.plan.gpu_memory import capture_sizes, cudagraph
+
+    def gib(sizes, seqs, hidden=4096):
+        return cudagraph((0, 32, 0), False, sizes, seqs, hidden)[0].bytes / GiB
+
+    assert abs(gib(capture_sizes(1024, 8192), 1024) - 0.84) < 0.01
+    assert abs(gib(capture_sizes(1024, 8192, "gpt_oss"), 1024, 2880) - 1.09) < 0.15
+    assert abs(gib([1, 2, 4], 2) - 0.27) < 0.01
+    assert gib(capture_sizes(22, 2048), 22) < 0.4
+
+
+def test_cuda_graph_estimate_beats_the_constant_on_the_logged_rows():
+    """Every 0.19 row with a config and a logged estimate: the capture-size and hidden-size model
+    against the 0.84 GiB constant it replaces."""
+    from validator.plan.gpu_memory import capture_sizes, cudagraph
+
+    errs, const = [], []
+    for r in ROWS:
+        if r["model"] not in CONFIGS or not r["cudagraph_estimated_gib"] or not r["vllm_version"]:
+            continue
+        shape = shape_for(r)
+        seqs, tokens = int(r["max_num_seqs"] or 1024), int(r["max_num_batched_tokens"] or 8192)
+        sizes = capture_sizes(seqs, tokens, shape.model_type)
+        est = cudagraph((0, 19, 0), False, sizes, seqs, shape.hidden_size)[0].bytes / GiB
+        logged = _f(r["cudagraph_estimated_gib"])
+        errs.append(abs(est - logged))
+        const.append(abs(0.84 - logged))
+    assert len(errs) >= 20 and statistics.mean(errs) < statistics.mean(const)

@@ -4,6 +4,7 @@ plan flags issue 26 added. The recorded truths themselves are in tests/vllm_case
 from __future__ import annotations
 
 import json
+from pathlib import Path
 
 import pytest
 
@@ -162,3 +163,23 @@ def test_gpt_oss_20b_before_vllm_0_19_takes_the_older_hopper_tile():
     old = json.loads(r.stdout)["ledger"]["weights_bytes"] / 2**30
     # intermediate padded to 256, hidden not: gpt-oss-120b on an H100 then, 64.55 GiB for 64.38 logged
     assert 13.40 < old < 13.50
+
+
+def test_a_config_without_torch_dtype_is_served_in_16_bit(tmp_path):
+    """vLLM reads a missing torch_dtype as float32 and serves it in bfloat16 with --dtype auto: the
+    weights are counted as held (Llama-3.1-8B: 14.96 GiB; 14.99 logged for the bf16 checkpoint)."""
+    cfg = json.loads(
+        (Path(__file__).parent / "data/vllm-gpu-starts/configs/meta-llama__Llama-3.1-8B-Instruct.json").read_text()
+    )
+    cfg = {k: v for k, v in cfg.items() if not k.startswith("_") and k != "torch_dtype"}
+    (tmp_path / "m").mkdir()
+    (tmp_path / "m" / "config.json").write_text(json.dumps(cfg))
+    for dtype, gib in (("auto", 14.96), ("float32", 29.92)):
+        prof = {
+            "model": {"path": str(tmp_path / "m"), "dtype": dtype},
+            "hardware": {"platform": "gpu", "gpu_memory": "79.19GiB"},
+            "limits": {"max_model_len": 8192},
+        }
+        (tmp_path / "p.yaml").write_text(json.dumps(prof))
+        r = validate("--plan-only", "--json", "--profile", str(tmp_path / "p.yaml"))
+        assert round(json.loads(r.stdout)["ledger"]["weights_bytes"] / 2**30, 2) == gib, (dtype, r.stderr)

@@ -40,9 +40,14 @@ def plan_input_from_profile(profile: Profile) -> PlanInput:
     if weights is None:
         weights = weight_bytes_from_checkpoint(p)
         source = "safetensors headers" if weights is not None else None
-    if weights is None and count_weights(shape) is None:
+    # the weights as vLLM holds them: --dtype when given, else the checkpoint's, a float32 one (or a
+    # config.json without torch_dtype, which vLLM reads as float32) served in bfloat16
+    served = {"half": "float16", "float": "float32"}.get(profile.model.dtype, profile.model.dtype)
+    if served == "auto":
+        served = "bfloat16" if shape.dtype == "float32" else shape.dtype
+    count = count_weights(shape, served)
+    if weights is None and count is None:
         source = "unknown"
-    count = count_weights(shape)
     tp, pp = profile.hardware.tensor_parallel_size, profile.hardware.pipeline_parallel_size
     rank = None
     if weights is None and count is not None:
@@ -52,6 +57,7 @@ def plan_input_from_profile(profile: Profile) -> PlanInput:
             + ("MoE experts, " if shape.num_experts else "")
             + ("tied embeddings, " if shape.tie_word_embeddings else "")
             + (f"{count.format_label}, " if shape.quant or shape.quant_method else "")
+            + (f"float32 checkpoint held in {served}, " if shape.dtype == "float32" and served != "float32" else "")
             + "split by TP/PP)"
         )
     extra = profile.vllm.extra_args or []

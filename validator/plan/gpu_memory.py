@@ -18,7 +18,7 @@ from dataclasses import dataclass
 
 from validator.errors import InputError
 from validator.plan.model_shape import DTYPE_BYTES, ModelShape
-from validator.units import GiB
+from validator.units import GiB, MiB
 
 DEFAULT_VLLM_VERSION = "0.32.0"
 # the activation peak of the profile run follows the sampler warm-up: this many times the fp32
@@ -34,8 +34,13 @@ NON_TORCH_TP1 = 0.25 * GiB  # >= 0.18; 0.13 GiB before (Qwen3-14B 0.15-0.17)
 NON_TORCH_TP1_OLD = 0.13 * GiB
 NON_TORCH_TP = 2.1 * GiB  # TP >= 2: NCCL buffers (2.07-2.21 GiB logged)
 NON_TORCH_PP = 0.07 * GiB  # a pipeline stage at TP 1
-# "Estimated CUDA graph memory" in the 0.19 logs: 0.49-1.82 GiB per rank, 0.84 for 7-8B at TP 1
-CUDAGRAPH_ESTIMATE = 0.84 * GiB
+# "Estimated CUDA graph memory" in the logs = the larger first capture (piecewise or full) + a graph
+# for each further piecewise size and each further full (decode) size: Llama-3.1-8B at 1024
+# sequences 260 + 50 x 6 + 50 x 6 MiB = 0.84 GiB; gpt-oss-20b at TP 2 128 + 82 x 6 + 82 x 6 = 1.09 GiB;
+# 3 piecewise and 2 full sizes: 0.27 GiB (258 + 3 x 6); first captures 100-522 MiB (262 for the
+# dense 7-9B models), graphs 4-26 MiB
+CUDAGRAPH_FIRST = 260 * MiB
+CUDAGRAPH_PER_GRAPH = 6 * MiB  # at hidden size 4096, and in proportion above (70B at 8192: 12-20 MiB)
 CUDAGRAPH_SUBTRACTED_FROM = (0, 21)  # VLLM_MEMORY_PROFILER_ESTIMATE_CUDAGRAPHS, on by default
 
 
@@ -107,13 +112,42 @@ def non_torch(tp: int, pp: int, version: tuple[int, int, int]) -> Term:
     return Term(bytes=int(NON_TORCH_TP1_OLD), source="TP 1: 0.13 GiB in the logs (vLLM < 0.18)")
 
 
-def cudagraph(version: tuple[int, int, int], enforce_eager: bool) -> tuple[Term, bool]:
+def capture_sizes(max_num_seqs: int, max_num_batched_tokens: int, model_type: str = "") -> list[int]:
+    """The batch sizes vLLM captures CUDA graphs for by default (0.32 config/vllm.py): up to
+    min(2 x max_num_seqs, 512) tokens (gpt-oss raises the ceiling to 1024), never past
+    max_num_batched_tokens; 1, 2, 4, then every 8 to 256, every 16 above, plus max_num_seqs and
+    max_num_batched_tokens when they fit."""
+    ceiling = 1024 if model_type == "gpt_oss" else min(2 * max_num_seqs, 512)
+    top = min(max_num_batched_tokens, ceiling)
+    sizes = [i for i in (1, 2, 4) if i <= top]
+    sizes += list(range(8, min(top + 1, 256), 8)) if top >= 8 else []
+    sizes += list(range(256, top + 1, 16)) if top >= 256 else []
+    sizes += [n for n in (max_num_batched_tokens, max_num_seqs) if n <= top]
+    return sorted(set(sizes))
+
+
+def cudagraph(
+    version: tuple[int, int, int],
+    enforce_eager: bool,
+    sizes: list[int] | None = None,
+    max_num_seqs: int = 1024,
+    hidden_size: int | None = None,
+) -> tuple[Term, bool]:
+    """vLLM's "Estimated CUDA graph memory": the larger first capture plus a graph for each further
+    capture size, piecewise for every size and full for the decode sizes (those up to max_num_seqs),
+    as the logs print it term by term."""
     if enforce_eager:
         return Term(bytes=0, source="--enforce-eager: no CUDA graphs"), False
     subtracted = version >= CUDAGRAPH_SUBTRACTED_FROM
+    sizes = sizes if sizes is not None else capture_sizes(1024, 8192)
+    n_pw, n_full = len(sizes), sum(1 for n in sizes if n <= max_num_seqs)
+    per_graph = int(CUDAGRAPH_PER_GRAPH * max(1.0, (hidden_size or 4096) / 4096))
+    est = CUDAGRAPH_FIRST + (max(n_pw - 1, 0) + max(n_full - 1, 0)) * per_graph
     return Term(
-        bytes=int(CUDAGRAPH_ESTIMATE),
-        source="estimate: 0.84 GiB (7-8B at TP 1 in the 0.19 logs; 0.49-1.82 GiB seen) - "
+        bytes=int(est),
+        source=f"estimate: {CUDAGRAPH_FIRST / MiB:.0f} MiB first capture + ({n_pw} - 1) piecewise + ({n_full} - 1) "
+        f"full graphs x {per_graph / MiB:.0f} MiB (6 MiB per 4,096 of hidden size; the 0.19 logs: 0.84 GiB at "
+        "51 + 51 sizes for 7-8B) - "
         + (
             "subtracted from the KV budget (vLLM >= 0.21)"
             if subtracted
@@ -139,7 +173,8 @@ def startup_memory(
 ) -> StartupMemory:
     v = parse_version(version)
     act = activation_peak(shape, max_num_seqs, max_num_batched_tokens, v, has_lm_head=pp == 1, dtype=dtype)
-    cg, subtracted = cudagraph(v, enforce_eager)
+    sizes = capture_sizes(max_num_seqs, max_num_batched_tokens, shape.model_type)
+    cg, subtracted = cudagraph(v, enforce_eager, sizes, max_num_seqs, shape.hidden_size)
     return StartupMemory(
         version=".".join(map(str, v)),
         requested=Term(
