@@ -183,3 +183,19 @@ def test_a_config_without_torch_dtype_is_served_in_16_bit(tmp_path):
         (tmp_path / "p.yaml").write_text(json.dumps(prof))
         r = validate("--plan-only", "--json", "--profile", str(tmp_path / "p.yaml"))
         assert round(json.loads(r.stdout)["ledger"]["weights_bytes"] / 2**30, 2) == gib, (dtype, r.stderr)
+
+
+def test_pcie_gpus_keep_the_nccl_buffers_out_of_the_ledger():
+    """TP 2: 2.1 GiB of non-torch memory per GPU over NVLink (the H100 logs), 0.2 over PCIe."""
+    base = ("--plan-only", "--json", "--profile", "profiles/qwen3-8b.yaml", "--tensor-parallel-size", "2")
+    nvlink = json.loads(validate(*base).stdout)["ledger"]
+    prof = Path("profiles/qwen3-8b.yaml").read_text().replace("platform: gpu", "platform: gpu\n  interconnect: pcie")
+    tmp = Path("profiles") / "qwen3-8b.yaml"
+    import tempfile
+
+    with tempfile.TemporaryDirectory() as d:
+        (Path(d) / "models").symlink_to(tmp.resolve().parent / "models")
+        (Path(d) / "p.yaml").write_text(prof)
+        pcie = json.loads(validate(*base[:3], str(Path(d) / "p.yaml"), *base[4:]).stdout)["ledger"]
+    assert round(nvlink["non_torch_bytes"] / 2**30, 2) == 2.1 and round(pcie["non_torch_bytes"] / 2**30, 2) == 0.2
+    assert "PCIe" in pcie["sources"]["non_torch_bytes"]

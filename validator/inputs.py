@@ -93,6 +93,7 @@ def plan_input_from_profile(profile: Profile) -> PlanInput:
         pin_kv_cache=bool(profile.cache.pin_kv_cache),
         overcommit=profile.sweep.steps is not None,
         enable_prefix_caching=bool(profile.cache.enable_prefix_caching),
+        interconnect=profile.hardware.interconnect,
         mamba_ssm_cache_dtype=_ssm_cache_dtype(profile),
     )
 

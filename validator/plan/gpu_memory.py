@@ -32,7 +32,8 @@ SAMPLER_FACTOR_OLD = 9.73
 FORWARD_FACTOR = 5
 NON_TORCH_TP1 = 0.25 * GiB  # >= 0.18; 0.13 GiB before (Qwen3-14B 0.15-0.17)
 NON_TORCH_TP1_OLD = 0.13 * GiB
-NON_TORCH_TP = 2.1 * GiB  # TP >= 2: NCCL buffers (2.07-2.21 GiB logged)
+NON_TORCH_TP = 2.1 * GiB  # TP >= 2 over NVLink (H100 SXM): NCCL buffers (2.07-2.21 GiB logged)
+NON_TORCH_TP_PCIE = 0.2 * GiB  # TP >= 2 over PCIe without NVLink: no NVLink buffers (0.20 GiB logged)
 NON_TORCH_PP = 0.07 * GiB  # a pipeline stage at TP 1
 # "Estimated CUDA graph memory" in the logs = the larger first capture (piecewise or full) + a graph
 # for each further piecewise size and each further full (decode) size: Llama-3.1-8B at 1024
@@ -102,9 +103,16 @@ def activation_peak(
     return Term(bytes=forward, source=fwd_src)
 
 
-def non_torch(tp: int, pp: int, version: tuple[int, int, int]) -> Term:
+def non_torch(tp: int, pp: int, version: tuple[int, int, int], interconnect: str | None = None) -> Term:
+    if tp >= 2 and interconnect == "pcie":
+        return Term(
+            bytes=int(NON_TORCH_TP_PCIE),
+            source="TP >= 2 over PCIe without NVLink: 0.20 GiB per GPU (RTX 3090s, vllm-project/vllm#14447)",
+        )
     if tp >= 2:
-        return Term(bytes=int(NON_TORCH_TP), source="TP >= 2: NCCL buffers, 2.07-2.21 GiB per GPU in the logs")
+        return Term(
+            bytes=int(NON_TORCH_TP), source="TP >= 2 over NVLink: NCCL buffers, 2.07-2.21 GiB per GPU in the logs"
+        )
     if pp >= 2:
         return Term(bytes=int(NON_TORCH_PP), source="pipeline stage at TP 1: 0.07 GiB in the logs")
     if version >= (0, 18):
@@ -170,6 +178,7 @@ def startup_memory(
     version: str = DEFAULT_VLLM_VERSION,
     enforce_eager: bool = False,
     dtype: str | None = None,
+    interconnect: str | None = None,
 ) -> StartupMemory:
     v = parse_version(version)
     act = activation_peak(shape, max_num_seqs, max_num_batched_tokens, v, has_lm_head=pp == 1, dtype=dtype)
@@ -182,7 +191,7 @@ def startup_memory(
         ),
         weights=Term(bytes=weights_rank, source=weights_source),
         activation_peak=act,
-        non_torch=non_torch(tp, pp, v),
+        non_torch=non_torch(tp, pp, v, interconnect),
         cudagraph=cg,
         cudagraph_subtracted=subtracted,
     )

