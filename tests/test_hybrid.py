@@ -199,3 +199,16 @@ def test_pcie_gpus_keep_the_nccl_buffers_out_of_the_ledger():
         pcie = json.loads(validate(*base[:3], str(Path(d) / "p.yaml"), *base[4:]).stdout)["ledger"]
     assert round(nvlink["non_torch_bytes"] / 2**30, 2) == 2.1 and round(pcie["non_torch_bytes"] / 2**30, 2) == 0.2
     assert "PCIe" in pcie["sources"]["non_torch_bytes"]
+
+
+def test_prefix_caching_off_is_planned_but_not_load_tested(tmp_path):
+    import yaml
+
+    prof = yaml.safe_load(Path("profiles/tiny-cpu.yaml").read_text())
+    prof["model"]["path"] = str(Path("models/tiny-gqa").resolve())
+    prof["cache"]["enable_prefix_caching"] = False
+    (tmp_path / "p.yaml").write_text(yaml.safe_dump(prof))
+    r = validate("--profile", str(tmp_path / "p.yaml"), "--out", str(tmp_path / "run"))
+    assert r.returncode == 2 and "cache.enable_prefix_caching: false is planned and cross-checked" in r.stderr
+    assert not (tmp_path / "run").exists()
+    assert validate("--plan-only", "--profile", str(tmp_path / "p.yaml")).returncode == 0

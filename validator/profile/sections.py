@@ -136,7 +136,10 @@ class CacheSection:
         "int", None, "Force vLLM's block count (--num-gpu-blocks-override).", minimum=2, maximum=1099511627776
     )
     enable_prefix_caching: bool = spec(
-        "bool", True, "vLLM's prefix cache (on by default in vLLM); false passes --no-enable-prefix-caching."
+        "bool",
+        True,
+        "vLLM's prefix cache (on by default in vLLM); false passes --no-enable-prefix-caching (--plan-only, "
+        "--launch-only and --quality; the load runs are judged with it on).",
     )
     mamba_ssm_cache_dtype: str = spec(
         "str",
