@@ -167,14 +167,15 @@ def test_gpt_oss_20b_before_vllm_0_19_takes_the_older_hopper_tile():
 
 def test_a_config_without_torch_dtype_is_served_in_16_bit(tmp_path):
     """vLLM reads a missing torch_dtype as float32 and serves it in bfloat16 with --dtype auto: the
-    weights are counted as held (Llama-3.1-8B: 14.96 GiB; 14.99 logged for the bf16 checkpoint)."""
+    weights are counted as held, with vLLM's rotary cache (Llama-3.1-8B: 14.99 GiB, as logged for the
+    bf16 checkpoint)."""
     cfg = json.loads(
         (Path(__file__).parent / "data/vllm-gpu-starts/configs/meta-llama__Llama-3.1-8B-Instruct.json").read_text()
     )
     cfg = {k: v for k, v in cfg.items() if not k.startswith("_") and k != "torch_dtype"}
     (tmp_path / "m").mkdir()
     (tmp_path / "m" / "config.json").write_text(json.dumps(cfg))
-    for dtype, gib in (("auto", 14.96), ("float32", 29.92)):
+    for dtype, gib in (("auto", 14.99), ("float32", 29.98)):
         prof = {
             "model": {"path": str(tmp_path / "m"), "dtype": dtype},
             "hardware": {"platform": "gpu", "gpu_memory": "79.19GiB"},
