@@ -5,7 +5,8 @@ at a set pace) and injecting faults on demand.
 Plain asyncio HTTP/1.1 with keep-alive and chunked SSE, events shaped exactly like
 vLLM 0.32's. Run: python benchmarks/stub_server.py --port 0 [--ttft-ms 0 --itl-ms 0]
 (prints "listening on PORT"). Faults: --fault 5xx|malformed|cut|slow-headers|more-tokens|
-fewer-tokens|error-event|drop [--fault-every N] (drop: the request is read, then the
+fewer-tokens|error-event|drop [--fault-every N: the requests whose id ends in a number n with (n + 1)
+% N == 0, else every N-th to arrive] (drop: the request is read, then the
 connection closed with no answer). Every request's X-Kvgate-Request-Id is kept in `seen`.
 """
 
@@ -14,6 +15,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import json
+import re
 import sys
 import time
 
@@ -91,7 +93,11 @@ class Stub:
     ) -> None:
         got = got if got is not None else time.perf_counter()  # when the request arrived
         self.n += 1
-        fault = self.fault if self.n % self.fault_every == 0 else "none"
+        # the fault follows the request, not its arrival: with several in flight two requests may
+        # arrive in either order, and a comparison of two clients must fault the same ones
+        m = re.search(r"(\d+)$", client_id or "")
+        key = int(m.group(1)) + 1 if m else self.n
+        fault = self.fault if key % self.fault_every == 0 else "none"
         rid = f"cmpl-{self.n}"
         model = req.get("model", "stub")
         prompt = req.get("prompt", "")
