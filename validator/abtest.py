@@ -16,6 +16,7 @@ candidate-startup.json and candidate/vllm.log.
 
 from __future__ import annotations
 
+import json
 import time
 from dataclasses import replace
 from pathlib import Path
@@ -33,6 +34,7 @@ from validator.observe.schedule import schedule_of
 from validator.plan.limits import make_plan
 from validator.plan.result import Plan
 from validator.profile import Profile
+from validator.quality.prompts import Prompt, TaskKind
 from validator.report.text import plan_text
 from validator.rundir.files import redacted, run_dir_for, write_json, write_plan
 from validator.serve.argv import api_key_of, launch_spec, plan_record
@@ -115,8 +117,6 @@ def run_quality(opts: Any, profile: Profile, plan: Plan, say) -> int:
 
 
 def _note_error(path: Path, error: str) -> None:
-    import json
-
     try:
         d = json.loads(path.read_text()) if path.exists() else {}
     except ValueError:
@@ -183,11 +183,7 @@ async def _generate(url, pin, model, profile, qdir: Path, label, budget, prompts
                 },
             )
         else:
-            import json
-
             saved = json.loads((qdir / "prompts.json").read_text())["prompts"]
-            from validator.quality.prompts import Prompt, TaskKind
-
             prompts = [Prompt(p["id"], TaskKind(p["kind"]), p["text"], p["answer"], p["target_tokens"]) for p in saved]
         runs = ("reference", "control") if label == "reference" else ("candidate",)
         for name in runs:

@@ -233,15 +233,21 @@ def quality_checks(f: QualityFigures, q: Any, candidate: str) -> list[Check]:
     not_judged = None if f.control_identical else f"not judged: {control_why}"
     note = f" ({len(f.missing)} prompts missing from a run: {', '.join(f.missing[:5])})" if f.missing else ""
 
-    def ab(name: str, observed: float | None, bound: float | None, higher_is_better: bool, what: str) -> Check:
+    def ab(
+        name: str,
+        observed: float | None,
+        bound: float | None,
+        higher_is_better: bool,
+        what: str,
+        unmeasured: str = "no prompt compared",
+    ) -> Check:
         if not_judged:
             return Check(
                 name=name, expected=bound, observed=observed, passed=None, explanation=not_judged, judged=False
             )
         if observed is None:
-            why = "the server returned no logprobs" if "logprob" in name else "no prompt compared"
             return Check(
-                name=name, expected=bound, observed=None, passed=None, explanation=f"not measured: {why}{note}"
+                name=name, expected=bound, observed=None, passed=None, explanation=f"not measured: {unmeasured}{note}"
             )
         if bound is None:
             return Check(
@@ -288,6 +294,7 @@ def quality_checks(f: QualityFigures, q: Any, candidate: str) -> list[Check]:
             q.max_mean_abs_logprob_delta,
             False,
             "mean |logprob of the reference token, reference - candidate|",
+            unmeasured="the server returned no logprobs",
         )
     )
     ra, ca = f.accuracy("reference"), f.accuracy("candidate")

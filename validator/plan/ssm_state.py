@@ -191,57 +191,40 @@ def hybrid_defaults(cfg: dict[str, Any], roles: list[str]) -> dict[str, Any]:
     return out
 
 
+# model_type -> the state's class and, per field, the config.json key (a pair: their product) that
+# gives it, as each model's get_mamba_state_shape_from_config reads them in vLLM 0.32
+_STATE_FIELDS: dict[str, tuple[type[LayerState], dict[str, str | tuple[str, str]]]] = {
+    "mamba": (Mamba1State, {"intermediate_size": "intermediate_size", "state_size": "state_size",
+                            "conv_kernel": "conv_kernel"}),
+    "jamba": (Mamba1State, {"intermediate_size": ("mamba_expand", "hidden_size"), "state_size": "mamba_d_state",
+                            "conv_kernel": "mamba_d_conv"}),
+    "mamba2": (Mamba2State, {"intermediate_size": ("expand", "hidden_size"), "n_groups": "n_groups",
+                             "num_heads": "num_heads", "head_dim": "head_dim", "state_size": "state_size",
+                             "conv_kernel": "conv_kernel"}),
+    "nemotron_h": (Mamba2State, {"intermediate_size": ("mamba_num_heads", "mamba_head_dim"), "n_groups": "n_groups",
+                                 "num_heads": "mamba_num_heads", "head_dim": "mamba_head_dim",
+                                 "state_size": "ssm_state_size", "conv_kernel": "conv_kernel"}),
+    "granitemoehybrid": (Mamba2State, {"intermediate_size": ("mamba_expand", "hidden_size"),
+                                       "n_groups": "mamba_n_groups", "num_heads": "mamba_n_heads",
+                                       "head_dim": "mamba_d_head", "state_size": "mamba_d_state",
+                                       "conv_kernel": "mamba_d_conv"}),
+    "qwen3_next": (GatedDeltaNetState, {"num_k_heads": "linear_num_key_heads", "num_v_heads": "linear_num_value_heads",
+                                        "head_k_dim": "linear_key_head_dim", "head_v_dim": "linear_value_head_dim",
+                                        "conv_kernel": "linear_conv_kernel_dim"}),
+}  # fmt: skip
+
+
 def layer_state(cfg: dict[str, Any]) -> LayerState:
     """The state of one stateful layer of a model whose layer_roles is not None."""
     mt = cfg.get("model_type")
-    if mt == "mamba":
-        return Mamba1State(
-            intermediate_size=_int(cfg, "intermediate_size"),
-            state_size=_int(cfg, "state_size"),
-            conv_kernel=_int(cfg, "conv_kernel"),
-        )
-    if mt == "jamba":
-        return Mamba1State(
-            intermediate_size=_int(cfg, "mamba_expand") * _int(cfg, "hidden_size"),
-            state_size=_int(cfg, "mamba_d_state"),
-            conv_kernel=_int(cfg, "mamba_d_conv"),
-        )
-    if mt == "mamba2":
-        return Mamba2State(
-            intermediate_size=_int(cfg, "expand") * _int(cfg, "hidden_size"),
-            n_groups=_int(cfg, "n_groups"),
-            num_heads=_int(cfg, "num_heads"),
-            head_dim=_int(cfg, "head_dim"),
-            state_size=_int(cfg, "state_size"),
-            conv_kernel=_int(cfg, "conv_kernel"),
-        )
-    if mt == "nemotron_h":
-        return Mamba2State(
-            intermediate_size=_int(cfg, "mamba_num_heads") * _int(cfg, "mamba_head_dim"),
-            n_groups=_int(cfg, "n_groups"),
-            num_heads=_int(cfg, "mamba_num_heads"),
-            head_dim=_int(cfg, "mamba_head_dim"),
-            state_size=_int(cfg, "ssm_state_size"),
-            conv_kernel=_int(cfg, "conv_kernel"),
-        )
-    if mt == "granitemoehybrid":
-        return Mamba2State(
-            intermediate_size=_int(cfg, "mamba_expand") * _int(cfg, "hidden_size"),
-            n_groups=_int(cfg, "mamba_n_groups"),
-            num_heads=_int(cfg, "mamba_n_heads"),
-            head_dim=_int(cfg, "mamba_d_head"),
-            state_size=_int(cfg, "mamba_d_state"),
-            conv_kernel=_int(cfg, "mamba_d_conv"),
-        )
-    if mt == "qwen3_next":
-        return GatedDeltaNetState(
-            num_k_heads=_int(cfg, "linear_num_key_heads"),
-            num_v_heads=_int(cfg, "linear_num_value_heads"),
-            head_k_dim=_int(cfg, "linear_key_head_dim"),
-            head_v_dim=_int(cfg, "linear_value_head_dim"),
-            conv_kernel=_int(cfg, "linear_conv_kernel_dim"),
-        )
-    raise InputError(f"config.json: model_type {mt!r} has no state layers kvgate knows")
+    if mt not in _STATE_FIELDS:
+        raise InputError(f"config.json: model_type {mt!r} has no state layers kvgate knows")
+    cls, keys = _STATE_FIELDS[mt]
+
+    def value(key: str | tuple[str, str]) -> int:
+        return _int(cfg, key[0]) * _int(cfg, key[1]) if isinstance(key, tuple) else _int(cfg, key)
+
+    return cls(**{f: value(k) for f, k in keys.items()})
 
 
 def ssm_dtype_from_config(cfg: dict[str, Any]) -> str | None:
