@@ -149,3 +149,21 @@ def test_bad_quality_requests_are_one_line_errors(args, needle, tmp_path):
     r = run_validate("--profile", "profiles/tiny-cpu.yaml", "--out", str(tmp_path / "run"), *args)
     assert r.returncode == 2 and needle in r.stderr and "Traceback" not in r.stderr, r.stderr
     assert not (tmp_path / "run").exists()  # refused before anything is written
+
+
+def test_an_ab_too_large_to_hold_is_refused(tmp_path):
+    """The three runs' generations are held until judged: more than a million logprob entries a run
+    is refused before anything starts."""
+    import yaml
+
+    from tests.conftest import ROOT, run_validate
+
+    f = tmp_path / "p.jsonl"
+    f.write_text("".join(json.dumps({"prompt": f"p{i}"}) + "\n" for i in range(500)))
+    p = yaml.safe_load((ROOT / "profiles" / "tiny-cpu.yaml").read_text())
+    p["model"]["path"] = str(ROOT / "models" / "tiny-gqa")
+    p["quality"] = {"candidate_kv_cache_dtype": "fp8", "dataset_path": str(f), "max_tokens": 400, "logprobs": 20}
+    (tmp_path / "q.yaml").write_text(yaml.safe_dump(p))
+    r = run_validate("--profile", str(tmp_path / "q.yaml"), "--out", str(tmp_path / "run"))
+    assert r.returncode == 2 and "quality: 500 prompts x 400 tokens x 21 logprobs" in r.stderr, r.stderr
+    assert not (tmp_path / "run").exists()

@@ -101,3 +101,20 @@ def test_a_doctored_control_fails_and_the_ab_is_not_judged(ab_run, tmp_path):
     code, c = _rejudge(ab_run[1], tmp_path / "control", edit=_change_control)
     assert code == 1 and c["quality.control"]["passed"] is False
     assert c["quality.top1_agreement"]["status"] == "not_judged"
+
+
+def _doctor_candidate_blocks(q):
+    d = json.loads((q / "candidate-startup.json").read_text())
+    d["facts"]["num_gpu_blocks"] += 1
+    (q / "candidate-startup.json").write_text(json.dumps(d))
+
+
+def test_a_doctored_candidate_start_up_fails(ab_run, tmp_path):
+    code, c = _rejudge(ab_run[1], tmp_path / "cand", edit=_doctor_candidate_blocks)
+    assert code == 1 and c["quality.candidate.startup.num_gpu_blocks"]["passed"] is False
+
+
+def test_an_ab_cut_short_never_re_judges_as_pass(ab_run, tmp_path):
+    """kvgate killed before the candidate ran: its files are missing, the A/B is not measured."""
+    code, c = _rejudge(ab_run[1], tmp_path / "cut", edit=lambda q: (q / "candidate.json").unlink())
+    assert code != 0 and c["quality.control"]["status"] == "not_measured"

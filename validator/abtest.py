@@ -34,13 +34,16 @@ from validator.observe.schedule import schedule_of
 from validator.plan.limits import make_plan
 from validator.plan.result import Plan
 from validator.profile import Profile
-from validator.quality.prompts import Prompt, TaskKind
+from validator.quality.prompts import Prompt, TaskKind, builtin_tasks
 from validator.report.text import plan_text
 from validator.rundir.files import redacted, run_dir_for, write_json, write_plan
 from validator.serve.argv import api_key_of, launch_spec, plan_record
 from validator.serve.facts import model_name, server_facts, server_version
 from validator.serve.launch import Server, ServerFailed, install_signal_handlers, run_loop
 from validator.serve.startup_log import parse_log
+
+# a run's generations are held whole (a few hundred bytes an entry): at most about 1 GiB for three runs
+MAX_LOGPROB_ENTRIES = 1_000_000
 
 
 def candidate_plan(profile: Profile, plan: Plan) -> Plan:
@@ -71,6 +74,14 @@ def run_quality(opts: Any, profile: Profile, plan: Plan, say) -> int:
             say(f"the {label} plan does not fit: not launching (exit 1)")
             return EXIT_FAIL
     prompts_given = q.prompts_from_file(profile.quality.dataset_path) if profile.quality.dataset_path else None
+    n_prompts = len(prompts_given) if prompts_given is not None else len(builtin_tasks())
+    entries = n_prompts * profile.quality.max_tokens * (profile.quality.logprobs + 1)
+    if entries > MAX_LOGPROB_ENTRIES:  # the three runs' records are held in memory until judged
+        raise InputError(
+            f"quality: {n_prompts} prompts x {profile.quality.max_tokens} tokens x {profile.quality.logprobs + 1} "
+            f"logprobs = {entries:,} entries a run, over {MAX_LOGPROB_ENTRIES:,}; use fewer prompts, "
+            "quality.max_tokens or quality.logprobs"
+        )
     specs = (launch_spec(profile, plan), launch_spec(profile, cand))  # bad input refused before anything is written
     record = plan_record(plan)
     run_dir = run_dir_for(opts.out, profile.name)
