@@ -111,3 +111,39 @@ def test_a_request_larger_than_the_pool_is_not_replayed():
     except Overflow:
         return
     raise AssertionError("a request of 10 blocks cannot run in 8")
+
+
+def _growth(b_first: float, budget: int | None, lead: float | None = None):
+    """The range case above, B's first token at b_first (vLLM scheduled it `lead` s before): A's
+    decode takes X's second block at 0.43 (the step for A's token 34) and A has its token 36 at 0.46."""
+    x, a = ids(96, 10), ids(160, 300)
+    b = SimRequest("B", x, 1, 0.30, (b_first,), None, lead)
+    reqs = [req("X", x, 1, 0.0, 0.01), req("A", a, 40, 0.1, 0.11, step=0.01), b]
+    return {p.id: p for p in simulate(reqs, BS, 8, max_running=2, max_num_batched_tokens=budget)}["B"]
+
+
+def test_a_decode_step_well_before_the_first_token_is_certain_one_near_it_is_not():
+    """With every prompt prefilled in one step (96 + 160 tokens within a budget of 2,048), B was looked
+    up in the step of its first token: A's allocation three steps before that came first, B hits 1
+    block, exactly. A first token within two of A's steps of that allocation leaves the order open."""
+    assert (_growth(0.52, 2048).hits, _growth(0.52, 2048).upper) == (32, 32)
+    assert (_growth(0.445, 2048).hits, _growth(0.445, 2048).upper) == (32, 64)
+    # a budget B's prompt might not fit beside A's (or none known): B may have been looked up steps earlier
+    assert _growth(0.52, 200).upper == 64 and _growth(0.52, None).upper == 64
+    # unless vLLM said when it scheduled B (--enable-per-request-metrics): 10 ms, or 80 ms, before
+    assert (_growth(0.52, 200, 0.01).hits, _growth(0.52, 200, 0.01).upper) == (32, 32)
+    assert _growth(0.52, 200, 0.08).upper == 64 and _growth(0.52, None, 0.08).upper == 64
+
+
+def test_an_eviction_by_a_request_scheduled_earlier_never_widens_the_prediction():
+    """C, sent before B and kept waiting, evicts X's last two blocks after B was sent: FCFS scheduled
+    C first whatever the clock says, so B hits X's first block and no more, exactly (was 32..64)."""
+    x, a, c = ids(96, 10), ids(160, 300), ids(64, 600)
+    reqs = [
+        req("X", x, 1, 0.0, 0.01),
+        req("A", a, 1, 0.01, 0.02),  # 5 cached blocks to the free queue's tail, after X's
+        req("C", c, 1, 0.05, 0.40),  # takes the head: X's blocks 3 and 2
+        req("B", x, 1, 0.20, 0.50),
+    ]
+    got = {p.id: p for p in simulate(reqs, BS, 8, max_running=2)}
+    assert (got["B"].hits, got["B"].upper) == (32, 32)

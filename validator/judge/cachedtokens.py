@@ -57,11 +57,22 @@ def predictions(run: RunData, plan: PlanRecord) -> tuple[list[Prediction] | None
             else "the preemption counter was not read"
         )
     reqs = [
-        SimRequest(r.id, ids[r.id], r.output_tokens or 0, r.sent or 0.0, token_times(r), r.cached_tokens)
+        SimRequest(
+            r.id,
+            ids[r.id],
+            r.output_tokens or 0,
+            r.sent or 0.0,
+            token_times(r),
+            r.cached_tokens,
+            None if r.server_ttft_ms is None else r.server_ttft_ms / 1000,
+        )
         for r in run.records
     ]
     try:
-        return simulate(reqs, plan.block_size, plan.usable_blocks, plan.max_num_seqs), None
+        return (
+            simulate(reqs, plan.block_size, plan.usable_blocks, plan.max_num_seqs, plan.max_num_batched_tokens or None),
+            None,
+        )
     except Overflow as e:
         return None, f"the replayed pool ran out of blocks ({e}): vLLM would have queued or preempted"
 

@@ -20,9 +20,15 @@ the last token. Requests sent within 50 ms of each other, before the earlier one
 may have reached the engine in either order: within such a group the one the server gave fewer hits
 is taken to be first (the server's order is the only unknown; the hits each order implies are still
 exact). No more than max_num_seqs requests run, and no block is taken that is not free: a client
-that read its streams in a burst cannot make the replay run what the server could not. A hit the server
-could have had if its lookup came earlier than assumed (a block evicted between the request's send
-and its first token) widens that request's prediction to a range instead of guessing.
+that read its streams in a burst cannot make the replay run what the server could not.
+
+A request's lookup is placed late, just before its first token. Only one kind of eviction can have
+come after it in truth: a running request's decode step near that first token (tokens of one step
+reach the client in either order, and async scheduling allocates a step ahead), or any decode after
+the send when the prompt may have been prefilled in chunks (looked up at its first chunk) and vLLM
+did not say how long before its first token it was scheduled (--enable-per-request-metrics). Such an
+eviction widens the prediction to a range instead of guessing. Evictions by requests scheduled
+earlier (FCFS) or by a request that had to finish to make room are certain and never widen it.
 """
 
 from __future__ import annotations
@@ -43,6 +49,7 @@ class SimRequest:
     sent: float  # seconds from the run's start
     token_times: tuple[float, ...]  # when the client had token 1, 2, ..., output (same clock)
     observed: int | None = None  # usage.prompt_tokens_details.cached_tokens
+    lead: float | None = None  # seconds from its lookup to its first token, by vLLM's clock (per-request TTFT)
 
 
 @dataclass(frozen=True)
@@ -73,13 +80,14 @@ class BlockPool:
         self.key_of: dict[int, Any] = {}
         self.blocks_of: dict[Any, set[int]] = {}
         self.ref: dict[int, int] = {}
-        self.evicted_at: dict[Any, float] = {}
+        self.evicted_by: dict[Any, tuple[float, int, int] | None] = {}  # key -> (time, request, token) of a decode
 
     def cached(self, key: Any) -> int | None:
         held = self.blocks_of.get(key)
         return min(held) if held else None
 
-    def take(self, now: float) -> int:
+    def take(self, now: float, decode: tuple[int, int] | None = None) -> int:
+        """A block from the head of the free queue; `decode` = (request, token) when a decode step takes it."""
         if not self.free:
             raise Overflow("no free block")
         b, _ = self.free.popitem(last=False)
@@ -88,7 +96,7 @@ class BlockPool:
             self.blocks_of[key].discard(b)
             if not self.blocks_of[key]:
                 del self.blocks_of[key]
-                self.evicted_at[key] = now
+                self.evicted_by[key] = None if decode is None else (now, *decode)
         self.ref[b] = 1
         return b
 
@@ -119,6 +127,8 @@ class BlockPool:
 
 
 TIE_S = 0.05  # sends closer than this may reach the engine in either order (the API server's own jitter)
+STEP_SLACK = 2  # decode steps by which the client's view of a step may be off (same-step order, async scheduling)
+BURST_S = 0.005  # tokens read closer than this may be one burst of buffered steps, in any order
 
 
 def arrival_order(reqs: list[SimRequest]) -> list[SimRequest]:
@@ -151,9 +161,18 @@ class _Replay:
     finish that made room for it (a starved client reads streams in bursts), the finish is taken
     first, as the server must have."""
 
-    def __init__(self, order: list[SimRequest], block_size: int, usable: int, max_running: int | None):
+    def __init__(
+        self, order: list[SimRequest], block_size: int, usable: int, max_running: int | None, budget: int | None
+    ):
         eps = 1e-6
         self.order, self.bs, self.max_running = order, block_size, max_running
+        # a prompt may be prefilled in chunks (looked up steps before its first token) unless it fits
+        # the step's token budget beside the largest prompts of the others that may share that step
+        longest = sorted((len(r.prompt) for r in order), reverse=True)[: max(0, (max_running or len(order)) - 1)]
+        self.one_chunk = (
+            budget is not None and budget > 0 and all(len(r.prompt) + sum(longest) <= budget for r in order)
+        )
+        self.forcing = 0
         self.pool = BlockPool(usable)
         self.own: list[list[tuple[float, int]]] = []  # per request: (time, what) in its own order
         last = float("-inf")
@@ -201,13 +220,27 @@ class _Replay:
         if not running:
             raise Overflow("no free block and nothing running to free one")
         j = min(running, key=lambda j: self.own[j][-1][0])
+        self.forcing += 1  # its evictions must come before the request waiting for its room
         while j in self.blocks:
             self.step(j, t)
+        self.forcing -= 1
 
-    def take(self, t: float, i: int) -> int:
+    def take(self, t: float, i: int, decode: int | None = None) -> int:
         while not self.pool.free:
             self.finish_one(t, i)
-        return self.pool.take(t)
+        return self.pool.take(t, None if decode is None or self.forcing else (i, decode))
+
+    def may_follow(self, r: SimRequest, key: Any) -> bool:
+        """Whether the eviction of `key` may have come after r's lookup in truth (see the module's doc)."""
+        ev = self.pool.evicted_by.get(key)
+        if ev is None or ev[0] < r.sent:
+            return False
+        lead = r.lead if r.lead is not None else (0.0 if self.one_chunk else None)
+        if lead is None:
+            return True
+        _, j, k = ev  # j's step for token k + 1: certainly earlier if j had token k + 1 + STEP_SLACK before the lookup
+        later = self.order[j].token_times
+        return not (k + STEP_SLACK < len(later) and later[k + STEP_SLACK] < r.token_times[0] - lead - BURST_S)
 
     def schedule(self, i: int, t: float) -> None:
         r, pool, bs = self.order[i], self.pool, self.bs
@@ -218,7 +251,7 @@ class _Replay:
         while hits < cap and pool.cached(ks[hits]) is not None:
             hits += 1
         upper = hits
-        while upper < cap and (pool.cached(ks[upper]) is not None or pool.evicted_at.get(ks[upper], -1e18) >= r.sent):
+        while upper < cap and (pool.cached(ks[upper]) is not None or self.may_follow(r, ks[upper])):
             upper += 1
         held = []
         for k in ks[:hits]:
@@ -238,15 +271,20 @@ class _Replay:
         r = self.order[i]
         n = len(r.prompt) + k  # positions with KV once the step for token k + 1 has run
         if cdiv(n, self.bs) > len(self.blocks[i]):
-            self.blocks[i].append(self.take(t, i))
+            self.blocks[i].append(self.take(t, i, k))
         if n % self.bs == 0:  # a generated block filled: cached, never matched by a prompt
             self.keys[i].append(("generated", r.id, n // self.bs))
             self.pool.cache(self.blocks[i][n // self.bs - 1], self.keys[i][-1])
 
 
 def simulate(
-    reqs: list[SimRequest], block_size: int, usable_blocks: int, max_running: int | None = None
+    reqs: list[SimRequest],
+    block_size: int,
+    usable_blocks: int,
+    max_running: int | None = None,
+    max_num_batched_tokens: int | None = None,
 ) -> list[Prediction]:
-    """Predicted cached tokens of each request (a cold cache at the start). Raises Overflow."""
-    out = _Replay(arrival_order(reqs), block_size, usable_blocks, max_running).run()
+    """Predicted cached tokens of each request (a cold cache at the start). Raises Overflow.
+    Without the step's token budget every prompt is taken to be possibly prefilled in chunks."""
+    out = _Replay(arrival_order(reqs), block_size, usable_blocks, max_running, max_num_batched_tokens).run()
     return [out[r.id] for r in reqs if r.id in out]
