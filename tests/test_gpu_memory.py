@@ -56,7 +56,7 @@ def predict(r):
     shape = shape_for(r)
     dtype = r["dtype"] if r["dtype"] in ("float16", "float32", "bfloat16") else None
     tp, pp = int(r["tp"] or 1), int(r["pp"] or 1)
-    w = count_weights(shape, dtype).rank_bytes(tp, pp)
+    w = count_weights(shape, dtype).held_bytes(tp, pp)  # as vLLM's allocator holds them
     total = _f(r["gpu_total_gib"]) or 79.19  # an H100 "80 GB" reports 79.19 GiB to CUDA
     return startup_memory(
         shape=shape,
@@ -92,22 +92,20 @@ def test_the_data_has_the_rows_it_claims():
     ),
 )
 def test_available_kv_within_3_percent(row):
-    """3 % of the logged KV memory, or 0.15 GiB where the KV budget is under 5 GiB (a 72B model at
-    TP 2 leaves 3 GiB: vLLM holds 0.09 GiB more weights per rank than the checkpoint's exact half,
-    which is 3 % of that budget alone)."""
+    """3 % of the logged KV memory on every row, the 3 GiB budgets of a 72B model at TP 2 included
+    (4.4 % off before the allocator's rounding of the fused weights was counted)."""
     m = predict(row)
     logged = _f(row["available_kv_gib"]) * GiB
-    assert abs(m.kv_cache_bytes - logged) <= max(0.03 * logged, 0.15 * GiB), (m.kv_cache_bytes / GiB, logged / GiB)
+    assert abs(m.kv_cache_bytes - logged) <= 0.03 * logged, (m.kv_cache_bytes / GiB, logged / GiB)
 
 
 def test_error_distribution_on_rows_with_configs():
     errs = [
         (predict(r).kv_cache_bytes - _f(r["available_kv_gib"]) * GiB) / (_f(r["available_kv_gib"]) * GiB)
         for r in PREDICTABLE
-        if _f(r["available_kv_gib"]) >= 5  # the two 3 GiB budgets: within 0.15 GiB (above)
     ]
-    assert max(abs(e) for e in errs) < 0.03
-    assert statistics.mean(abs(e) for e in errs) < 0.01  # the anchor, llm-d-planner: 6.7 % mean absolute
+    assert max(abs(e) for e in errs) < 0.02  # measured 1.85 % (0.06 GiB of 3.02)
+    assert statistics.mean(abs(e) for e in errs) < 0.005  # measured 0.22 %; llm-d-planner: 6.7 % mean absolute
 
 
 def test_non_torch_memory_printed_by_every_row():
@@ -166,8 +164,43 @@ def test_weights_from_config_match_the_logs():
         if r["quantization"] not in ("", "None", None) or r["dtype"] == "float32":
             continue
         shape = shape_from_config({k: v for k, v in CONFIGS[r["model"]].items() if not k.startswith("_")})
-        w = count_weights(shape).rank_bytes(int(r["tp"]), int(r["pp"])) / GiB
-        assert abs(w - _f(r["weights_gib"])) <= 0.01 * _f(r["weights_gib"]) + 0.02, (r["model"], w, r["weights_gib"])
+        w = count_weights(shape).held_bytes(int(r["tp"]), int(r["pp"])) / GiB
+        assert abs(w - _f(r["weights_gib"])) <= 0.035, (r["model"], w, r["weights_gib"])  # 0.029 at most
+
+
+ROUNDED = {  # rows whose fused tensors are not a whole number of 2 MiB: (model, TP) -> GiB of rounding
+    ("microsoft/phi-4", "1"): 0.078,  # qkv 75 MiB, down 175 MiB: 2 MiB a layer
+    ("microsoft/phi-4", "2"): 0.117,
+    ("Qwen/Qwen2.5-72B-Instruct", "2"): 0.078,  # down and gate/up 231 MiB at TP 2
+    ("Qwen/Qwen2.5-72B-Instruct", "4"): 0.117,
+    ("ibm-granite/granite-3.1-8b-instruct", "4"): 0.039,
+}
+
+
+def test_the_allocators_rounding_is_what_the_parameter_count_missed():
+    """Where the fused tensors round, the parameter bytes alone are 0.08-0.12 GiB short of "Model
+    loading took"; with the CUDA allocator's 2 MiB segments each is within 0.005 GiB."""
+    seen = set()
+    for r in PREDICTABLE:
+        key = (r["model"], r["tp"])
+        if key not in ROUNDED or r["quantization"] not in ("", "None"):
+            continue
+        c = count_weights(shape_for(r), r["dtype"] if r["dtype"] in ("float16", "bfloat16") else None)
+        tp, logged = int(r["tp"]), _f(r["weights_gib"])
+        assert abs(c.allocator_rounding(tp) / GiB - ROUNDED[key]) < 0.001, key
+        assert logged - c.rank_bytes(tp) / GiB > 0.03 and abs(logged - c.held_bytes(tp) / GiB) < 0.006, key
+        seen.add(key)
+    assert seen == set(ROUNDED)
+
+
+def test_allocator_blocks_follow_pytorchs_rules():
+    from validator.plan.allocator import block_bytes
+
+    mib = 1 << 20
+    assert block_bytes(231 * mib) == 232 * mib  # a 2 MiB segment with 1 MiB left: not split
+    assert block_bytes(int(115.5 * mib)) == 116 * mib
+    assert block_bytes(int(230.5 * mib)) == int(230.5 * mib)  # 1.5 MiB left: split off
+    assert block_bytes(112 * mib) == 112 * mib and block_bytes(9 * mib + 1) == 9 * mib + 512
 
 
 QUANTIZED = [r for r in ROWS if r["model"] in CONFIGS and r["quantization"] not in ("", "None") and r["weights_gib"]]
@@ -179,7 +212,7 @@ def test_quantized_weights_from_config_alone_match_the_logs(row):
     fp8, and MXFP4 experts padded to the H100's kernel tile: "Model loading took" within 1 %."""
     shape = shape_for(row)
     dtype = row["dtype"] if row["dtype"] in ("float16", "bfloat16") else None
-    w = count_weights(shape, dtype).rank_bytes(int(row["tp"]), int(row["pp"] or 1)) / GiB
+    w = count_weights(shape, dtype).rank_bytes(int(row["tp"]), int(row["pp"] or 1)) / GiB  # the format's bytes
     assert abs(w - _f(row["weights_gib"])) <= 0.01 * _f(row["weights_gib"]), (w, row["weights_gib"])
 
 

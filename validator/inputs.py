@@ -16,6 +16,7 @@ from validator.plan.model_shape import shape_from_config
 from validator.plan.quant import with_tile
 from validator.plan.weights import count_weights
 from validator.profile import Profile
+from validator.units import cdiv
 
 
 def plan_input_from_profile(profile: Profile) -> PlanInput:
@@ -60,6 +61,11 @@ def plan_input_from_profile(profile: Profile) -> PlanInput:
             + (f"float32 checkpoint held in {served}, " if shape.dtype == "float32" and served != "float32" else "")
             + "split by TP/PP)"
         )
+    rounding = count.allocator_rounding(tp, pp) if count is not None and profile.hardware.platform == "gpu" else 0
+    if rounding and weights is not None and source != "model.weights_bytes":
+        # as vLLM's "Model loading took" counts them: the CUDA allocator's 2 MiB segments (plan/allocator.py)
+        rank = (rank if rank is not None else cdiv(weights, tp * pp)) + rounding
+        source = f"{source} + {rounding / 2**20:.0f} MiB of CUDA allocator rounding of the fused weight tensors"
     extra = profile.vllm.extra_args or []
     wl_p, wl_o = profile.workload.prompt_tokens, profile.workload.output_tokens
     wl_len = wl_p + wl_o + (profile.workload.margin_tokens or 0) if wl_p and wl_o else None

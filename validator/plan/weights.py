@@ -16,8 +16,9 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from validator.plan.allocator import rounding_bytes
 from validator.plan.model_shape import DTYPE_BYTES, LINEAR, ModelShape
-from validator.plan.quant import Matrix, Mxfp4, QuantFormat, Role, online_format
+from validator.plan.quant import Fp8, Int8Channel, Matrix, Mxfp4, QuantFormat, Role, online_format
 from validator.units import cdiv
 
 
@@ -31,6 +32,10 @@ class WeightCount:
     final_norm: int
     format_label: str  # how the linear weights are stored
     rope_cache: int = 0  # the rotary cos/sin table, on every rank (max_position x head_dim)
+    # the weight tensors as vLLM allocates them (q/k/v and gate/up fused, experts stacked), whole
+    # model, each split by TP: per layer, then the vocabulary-padded embedding and LM head
+    layer_tensors: tuple[tuple[int, ...], ...] = ()
+    edge_tensors: tuple[int, int] = (0, 0)
 
     def rank_bytes(self, tp: int = 1, pp: int = 1, stage: int = 0) -> int:
         """Bytes held by one GPU: tensor rank of pipeline stage `stage`."""
@@ -43,6 +48,21 @@ class WeightCount:
         if stage == pp - 1:
             b += cdiv(self.lm_head, tp) + self.final_norm
         return b
+
+    def allocator_rounding(self, tp: int = 1, pp: int = 1, stage: int = 0) -> int:
+        """What the CUDA caching allocator holds beyond those bytes on that GPU (plan/allocator.py)."""
+        layers = len(self.layer_tensors)
+        per_stage = cdiv(layers, pp) if layers else 0
+        mine = [cdiv(t, tp) for lt in self.layer_tensors[stage * per_stage : (stage + 1) * per_stage] for t in lt]
+        if stage == 0:
+            mine.append(cdiv(self.edge_tensors[0], tp))
+        if stage == pp - 1 and self.edge_tensors[1]:
+            mine.append(cdiv(self.edge_tensors[1], tp))
+        return rounding_bytes(mine)
+
+    def held_bytes(self, tp: int = 1, pp: int = 1, stage: int = 0) -> int:
+        """What vLLM's "Model loading took" counts on a GPU: the bytes and the allocator's rounding."""
+        return self.rank_bytes(tp, pp, stage) + self.allocator_rounding(tp, pp, stage)
 
     @property
     def total_bytes(self) -> int:
@@ -77,6 +97,24 @@ def layer_matrices(shape: ModelShape, layer: int) -> list[Matrix] | None:
     return out
 
 
+def _fused_tensors(mats: list[Matrix], fmt: QuantFormat | None, dt: int) -> tuple[int, ...]:
+    """The large tensors of one layer as vLLM allocates them, from layer_matrices' order: q and k/v
+    fused into one, then o, and each other entry one tensor (gate/up are one entry of count 2, an
+    expert stack one of count 2 x experts). Only formats storing a weight in one byte or in the
+    dtype are listed (the others' packing is not modelled here)."""
+
+    def size(m: Matrix) -> int | None:
+        if m.role is Role.ROUTER:
+            return None  # replicated and small
+        if fmt is None or not fmt.applies(m.role):
+            return m.count * m.out * m.inp * dt
+        return m.count * m.out * m.inp if isinstance(fmt, (Fp8, Int8Channel)) else None
+
+    sizes = [size(m) for m in mats]
+    fused = [sizes[0] + sizes[1]] if sizes[0] is not None and sizes[1] is not None else []
+    return tuple(fused + [b for b in sizes[2:] if b is not None])
+
+
 def _other_params(shape: ModelShape) -> int:
     """Per-layer parameters outside the matrices: norms, biases, sinks (checkpoint dtype)."""
     h = shape.hidden_size or 0
@@ -101,11 +139,12 @@ def count_weights(shape: ModelShape, dtype: str | None = None, fmt: QuantFormat 
         return None
     dt = DTYPE_BYTES[dtype or shape.dtype]
     fmt = fmt or shape.quant or online_format(shape.quant_method)
-    per_layer = []
+    per_layer, tensors = [], []
     for i in range(shape.num_layers):
         mats = layer_matrices(shape, i)
         if mats is None:
             return None
+        tensors.append(_fused_tensors(mats, fmt, dt))
         b = _other_params(shape) * dt
         for m in mats:
             if fmt is None or not fmt.applies(m.role):
@@ -125,4 +164,6 @@ def count_weights(shape: ModelShape, dtype: str | None = None, fmt: QuantFormat 
         # head_dim in the model dtype (+0.031 GiB logged over the weights for 131,072 positions,
         # +0.007 for 8,192 x 256)
         rope_cache=(shape.max_position_embeddings or 0) * shape.head_dim * dt,
+        layer_tensors=tuple(tensors),
+        edge_tensors=(cdiv(v, 64) * 64 * h * dt, 0 if shape.tie_word_embeddings else cdiv(v, 64) * 64 * h * dt),
     )
