@@ -64,6 +64,9 @@ DTYPE_BYTES = {
 class MLAShape:
     kv_lora_rank: int
     qk_rope_head_dim: int
+    q_lora_rank: int | None = None  # None: a full q projection (DeepSeek-V2-Lite)
+    qk_nope_head_dim: int | None = None  # these two size the projections (weights), not the KV
+    v_head_dim: int | None = None
 
     @property
     def latent_dim(self) -> int:
@@ -195,6 +198,7 @@ def shape_from_config(cfg: Config) -> ModelShape:
         mla = MLAShape(
             kv_lora_rank=_required_int(cfg, "kv_lora_rank", "kv_lora_rank"),
             qk_rope_head_dim=_required_int(cfg, "qk_rope_head_dim", "qk_rope_head_dim"),
+            **{k: _optional_int(cfg, k, k) for k in ("q_lora_rank", "qk_nope_head_dim", "v_head_dim")},
         )
 
     sliding_window = cfg.get("sliding_window")

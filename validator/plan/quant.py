@@ -37,6 +37,7 @@ class Matrix:
     inp: int
     count: int
     role: Role
+    replicated: bool = False  # every tensor-parallel rank holds all of it (MLA's latent projections)
 
 
 @dataclass(frozen=True)

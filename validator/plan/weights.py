@@ -34,15 +34,16 @@ class WeightCount:
     rope_cache: int = 0  # the rotary cos/sin table, on every rank (max_position x head_dim)
     # the weight tensors as vLLM allocates them (q/k/v and gate/up fused, experts stacked), whole
     # model, each split by TP: per layer, then the vocabulary-padded embedding and LM head
-    layer_tensors: tuple[tuple[int, ...], ...] = ()
+    layer_tensors: tuple[tuple[tuple[int, bool], ...], ...] = ()  # (bytes, held whole by every rank)
     edge_tensors: tuple[int, int] = (0, 0)
+    per_layer_replicated: tuple[int, ...] = ()  # bytes of each layer every TP rank holds in full
 
     def rank_bytes(self, tp: int = 1, pp: int = 1, stage: int = 0) -> int:
         """Bytes held by one GPU: tensor rank of pipeline stage `stage`."""
         layers = len(self.per_layer)
         per_stage = cdiv(layers, pp)
         lo, hi = stage * per_stage, min((stage + 1) * per_stage, layers)
-        b = cdiv(sum(self.per_layer[lo:hi]), tp) + self.rope_cache
+        b = cdiv(sum(self.per_layer[lo:hi]), tp) + sum(self.per_layer_replicated[lo:hi]) + self.rope_cache
         if stage == 0:
             b += cdiv(self.embedding, tp)
         if stage == pp - 1:
@@ -53,7 +54,11 @@ class WeightCount:
         """What the CUDA caching allocator holds beyond those bytes on that GPU (plan/allocator.py)."""
         layers = len(self.layer_tensors)
         per_stage = cdiv(layers, pp) if layers else 0
-        mine = [cdiv(t, tp) for lt in self.layer_tensors[stage * per_stage : (stage + 1) * per_stage] for t in lt]
+        mine = [
+            t if whole else cdiv(t, tp)
+            for lt in self.layer_tensors[stage * per_stage : (stage + 1) * per_stage]
+            for t, whole in lt
+        ]
         if stage == 0:
             mine.append(cdiv(self.edge_tensors[0], tp))
         if stage == pp - 1 and self.edge_tensors[1]:
@@ -70,16 +75,33 @@ class WeightCount:
         return self.rank_bytes() - self.rope_cache
 
 
+def _attention(shape: ModelShape, h: int) -> list[Matrix] | None:
+    """q, k/v (the first two, fused by vLLM when both are split or both replicated), then the rest."""
+    m, heads, a = shape.mla, shape.num_attention_heads, Role.ATTENTION
+    if m is None:
+        q, kv = heads * shape.head_dim, shape.num_kv_heads * shape.head_dim
+        return [Matrix(q, h, 1, a), Matrix(kv, h, 2, a), Matrix(h, q, 1, a)]
+    if m.qk_nope_head_dim is None or m.v_head_dim is None:
+        return None
+    # MLA (vllm/model_executor/models/deepseek_v2.py): the latent down-projections are replicated,
+    # the up-projections split by heads; after loading vLLM adds W_UK_T and W_UV, kv_b_proj split
+    # per head (layers/attention/mla_attention.py), and keeps kv_b_proj
+    qk, nope, v = m.qk_nope_head_dim + m.qk_rope_head_dim, m.qk_nope_head_dim, m.v_head_dim
+    kv_a = Matrix(m.latent_dim, h, 1, a, replicated=True)
+    if m.q_lora_rank:
+        qs = [Matrix(m.q_lora_rank, h, 1, a, replicated=True), kv_a, Matrix(heads * qk, m.q_lora_rank, 1, a)]
+    else:
+        qs = [Matrix(heads * qk, h, 1, a), kv_a]
+    absorbed = [Matrix(heads * nope, m.kv_lora_rank, 1, a), Matrix(heads * v, m.kv_lora_rank, 1, a)]
+    return qs + [Matrix(heads * (nope + v), m.kv_lora_rank, 1, a), Matrix(h, heads * v, 1, a)] + absorbed
+
+
 def layer_matrices(shape: ModelShape, layer: int) -> list[Matrix] | None:
     h = shape.hidden_size
     assert h is not None
-    q = shape.num_attention_heads * shape.head_dim
-    kv = shape.num_kv_heads * shape.head_dim
-    out = [
-        Matrix(q, h, 1, Role.ATTENTION),
-        Matrix(kv, h, 2, Role.ATTENTION),
-        Matrix(h, q, 1, Role.ATTENTION),
-    ]
+    out = _attention(shape, h)
+    if out is None:
+        return None
     if shape.num_experts and layer >= shape.first_dense_layers:
         inter = shape.moe_intermediate_size or shape.intermediate_size
         if inter is None:
@@ -97,7 +119,7 @@ def layer_matrices(shape: ModelShape, layer: int) -> list[Matrix] | None:
     return out
 
 
-def _fused_tensors(mats: list[Matrix], fmt: QuantFormat | None, dt: int) -> tuple[int, ...]:
+def _fused_tensors(mats: list[Matrix], fmt: QuantFormat | None, dt: int) -> tuple[tuple[int, bool], ...]:
     """The large tensors of one layer as vLLM allocates them, from layer_matrices' order: q and k/v
     fused into one, then o, and each other entry one tensor (gate/up are one entry of count 2, an
     expert stack one of count 2 x experts). Only formats storing a weight in one byte or in the
@@ -110,9 +132,11 @@ def _fused_tensors(mats: list[Matrix], fmt: QuantFormat | None, dt: int) -> tupl
             return m.count * m.out * m.inp * dt
         return m.count * m.out * m.inp if isinstance(fmt, (Fp8, Int8Channel)) else None
 
-    sizes = [size(m) for m in mats]
-    fused = [sizes[0] + sizes[1]] if sizes[0] is not None and sizes[1] is not None else []
-    return tuple(fused + [b for b in sizes[2:] if b is not None])
+    sizes = [(size(m), m.replicated) for m in mats]
+    (b0, r0), (b1, r1) = sizes[0], sizes[1]
+    if r0 == r1:  # q with k/v (or MLA's two latent down-projections): one tensor
+        sizes[:2] = [(None if b0 is None or b1 is None else b0 + b1, r0)]
+    return tuple((b, r) for b, r in sizes if b is not None)
 
 
 def _other_params(shape: ModelShape) -> int:
@@ -133,27 +157,33 @@ def _other_params(shape: ModelShape) -> int:
 
 def count_weights(shape: ModelShape, dtype: str | None = None, fmt: QuantFormat | None = None) -> WeightCount | None:
     """The bytes of a Llama/Qwen/Mistral/gpt-oss-style decoder, dense or MoE, quantized or not;
-    None for shapes it does not describe (MLA, state-space hybrids, missing sizes)."""
+    MLA included; None for shapes it does not describe (state-space hybrids, missing sizes)."""
     h, v = shape.hidden_size, shape.vocab_size
-    if shape.mla or LINEAR in shape.layer_kinds or h is None or v is None:
+    if LINEAR in shape.layer_kinds or h is None or v is None:
         return None
     dt = DTYPE_BYTES[dtype or shape.dtype]
     fmt = fmt or shape.quant or online_format(shape.quant_method)
-    per_layer, tensors = [], []
+    per_layer, whole, tensors = [], [], []
+    mla_norms = (shape.mla.kv_lora_rank + (shape.mla.q_lora_rank or 0)) * dt if shape.mla else 0
     for i in range(shape.num_layers):
         mats = layer_matrices(shape, i)
         if mats is None:
             return None
         tensors.append(_fused_tensors(mats, fmt, dt))
-        b = _other_params(shape) * dt
+        split, rep = _other_params(shape) * dt, mla_norms
         for m in mats:
             if fmt is None or not fmt.applies(m.role):
-                b += m.count * m.out * m.inp * dt
+                b = m.count * m.out * m.inp * dt
             elif isinstance(fmt, Mxfp4):
-                b += m.count * fmt.matrix_bytes(*fmt.padded(m.out, m.inp, h))
+                b = m.count * fmt.matrix_bytes(*fmt.padded(m.out, m.inp, h))
             else:
-                b += m.count * fmt.matrix_bytes(m.out, m.inp)
-        per_layer.append(b)
+                b = m.count * fmt.matrix_bytes(m.out, m.inp)
+            if m.replicated:
+                rep += b
+            else:
+                split += b
+        per_layer.append(split)
+        whole.append(rep)
     return WeightCount(
         embedding=v * h * dt,
         lm_head=0 if shape.tie_word_embeddings else v * h * dt,
@@ -163,7 +193,11 @@ def count_weights(shape: ModelShape, dtype: str | None = None, fmt: QuantFormat 
         # vLLM counts its rotary embedding's cos/sin cache in "Model loading took": max_position x
         # head_dim in the model dtype (+0.031 GiB logged over the weights for 131,072 positions,
         # +0.007 for 8,192 x 256)
-        rope_cache=(shape.max_position_embeddings or 0) * shape.head_dim * dt,
+        # (MLA rotates only its qk_rope_head_dim part)
+        rope_cache=(shape.max_position_embeddings or 0)
+        * (shape.mla.qk_rope_head_dim if shape.mla else shape.head_dim)
+        * dt,
         layer_tensors=tuple(tensors),
+        per_layer_replicated=tuple(whole),
         edge_tensors=(cdiv(v, 64) * 64 * h * dt, 0 if shape.tie_word_embeddings else cdiv(v, 64) * 64 * h * dt),
     )
