@@ -100,6 +100,7 @@ def plan_input_from_profile(profile: Profile) -> PlanInput:
         overcommit=profile.sweep.steps is not None,
         enable_prefix_caching=bool(profile.cache.enable_prefix_caching),
         interconnect=profile.hardware.interconnect,
+        gpu_arch=profile.hardware.gpu_arch,
         mamba_ssm_cache_dtype=_ssm_cache_dtype(profile),
     )
 

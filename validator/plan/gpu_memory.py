@@ -35,6 +35,7 @@ NON_TORCH_TP1_OLD = 0.13 * GiB
 NON_TORCH_TP = 2.1 * GiB  # TP >= 2 over NVLink (H100 SXM): NCCL buffers (2.07-2.21 GiB logged)
 NON_TORCH_TP_PCIE = 0.2 * GiB  # TP >= 2 over PCIe without NVLink: no NVLink buffers (0.20 GiB logged)
 NON_TORCH_PP = 0.07 * GiB  # a pipeline stage at TP 1
+PRE_HOPPER = ("turing", "ampere", "ada")  # hardware.gpu_arch values without NVLink SHARP
 # "Estimated CUDA graph memory" in the logs = the larger first capture (piecewise or full) + a graph
 # for each further piecewise size and each further full (decode) size: Llama-3.1-8B at 1024
 # sequences 260 + 50 x 6 + 50 x 6 MiB = 0.84 GiB; gpt-oss-20b at TP 2 128 + 82 x 6 + 82 x 6 = 1.09 GiB;
@@ -103,15 +104,26 @@ def activation_peak(
     return Term(bytes=forward, source=fwd_src)
 
 
-def non_torch(tp: int, pp: int, version: tuple[int, int, int], interconnect: str | None = None) -> Term:
+def non_torch(
+    tp: int, pp: int, version: tuple[int, int, int], interconnect: str | None = None, gpu_arch: str | None = None
+) -> Term:
     if tp >= 2 and interconnect == "pcie":
         return Term(
             bytes=int(NON_TORCH_TP_PCIE),
             source="TP >= 2 over PCIe without NVLink: 0.20 GiB per GPU (RTX 3090s, vllm-project/vllm#14447)",
         )
+    if tp >= 2 and gpu_arch in PRE_HOPPER:
+        # the 2.1 GiB is NCCL's NVLink SHARP (NVLS) buffers, which need Hopper and NVSwitch
+        return Term(
+            bytes=int(NON_TORCH_TP_PCIE),
+            source=f"TP >= 2 on {gpu_arch} GPUs (no NVLink SHARP before Hopper): 0.21 GiB per GPU on two "
+            "Quadro RTX 6000s over an NVLink bridge (vLLM 0.28), 0.20 over PCIe",
+        )
     if tp >= 2:
         return Term(
-            bytes=int(NON_TORCH_TP), source="TP >= 2 over NVLink: NCCL buffers, 2.07-2.21 GiB per GPU in the logs"
+            bytes=int(NON_TORCH_TP),
+            source="TP >= 2 over NVLink on Hopper or newer (or hardware.gpu_arch unset): NCCL buffers, "
+            "2.07-2.21 GiB per GPU in the H100 logs",
         )
     if pp >= 2:
         return Term(bytes=int(NON_TORCH_PP), source="pipeline stage at TP 1: 0.07 GiB in the logs")
@@ -179,6 +191,7 @@ def startup_memory(
     enforce_eager: bool = False,
     dtype: str | None = None,
     interconnect: str | None = None,
+    gpu_arch: str | None = None,
 ) -> StartupMemory:
     v = parse_version(version)
     act = activation_peak(shape, max_num_seqs, max_num_batched_tokens, v, has_lm_head=pp == 1, dtype=dtype)
@@ -191,7 +204,7 @@ def startup_memory(
         ),
         weights=Term(bytes=weights_rank, source=weights_source),
         activation_peak=act,
-        non_torch=non_torch(tp, pp, v, interconnect),
+        non_torch=non_torch(tp, pp, v, interconnect, gpu_arch),
         cudagraph=cg,
         cudagraph_subtracted=subtracted,
     )

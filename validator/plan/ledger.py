@@ -51,6 +51,7 @@ class PlanInput:
     workspace_given: bool = False  # cache.workspace replaces the modelled non-weight terms
     pin_kv_cache: bool = False  # GPU: pass the planned budget as --kv-cache-memory-bytes
     interconnect: str | None = None  # between the GPUs of one model: nvlink (the default's figures) or pcie
+    gpu_arch: str | None = None  # GPU generation (hardware.gpu_arch): NCCL's NVLS buffers need Hopper
     enable_prefix_caching: bool = True  # state layers keep block-boundary copies with it (vLLM "align" mode)
     mamba_ssm_cache_dtype: str = "auto"  # the recurrent state's dtype (CPU with AVX-512 BF16: float32)
     overcommit: bool = False  # a sweep: more full-length sequences than the KV cache holds is planned, not refused
@@ -111,6 +112,7 @@ def kv_budget(
             version=inp.vllm_version,
             enforce_eager=inp.enforce_eager,
             interconnect=inp.interconnect,
+            gpu_arch=inp.gpu_arch,
             dtype=None if inp.dtype == "auto" else {"half": "float16", "float": "float32"}.get(inp.dtype, inp.dtype),
         )
         ledger.update(

@@ -77,9 +77,11 @@ class HardwareSection:
     gpu_arch: str | None = spec(
         "choice",
         None,
-        "GPU generation, for the MoE kernels' padding of MXFP4 experts (gpt-oss): hopper (H100, H200), "
-        "ampere (A100, A40), ada (L40S, RTX 4090), blackwell; unset: the checkpoint's own sizes.",
-        choices=("hopper", "ampere", "ada", "blackwell"),
+        "GPU generation: the MoE kernels' padding of MXFP4 experts (gpt-oss) and, at TP >= 2, NCCL's NVLink "
+        "SHARP buffers (2.1 GiB a GPU on Hopper and newer, 0.2 before): hopper (H100, H200), ampere (A100, A40, "
+        "RTX 3090), ada (L40S, RTX 4090), turing (T4, Quadro RTX), blackwell; unset: the checkpoint's own "
+        "sizes and the Hopper figure.",
+        choices=("hopper", "ampere", "ada", "turing", "blackwell"),
     )
     gpu_memory_utilization: float = spec(
         "float", 0.92, "vLLM's fraction of GPU memory it may use (default 0.92).", minimum=0.0, maximum=1.0
