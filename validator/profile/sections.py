@@ -70,8 +70,8 @@ class HardwareSection:
     interconnect: str | None = spec(
         "choice",
         None,
-        "Between the GPUs of one model at TP >= 2: nvlink (H100 SXM, A100 SXM: vLLM's NCCL buffers take 2.1 GiB "
-        "a GPU) or pcie (no NVLink: 0.2 GiB); unset: nvlink.",
+        "Between the GPUs of one model at TP >= 2: nvlink (on Hopper and newer NCCL's NVLink SHARP buffers take "
+        "2.1 GiB a GPU; hardware.gpu_arch turing, ampere or ada: 0.2 GiB) or pcie (0.2 GiB); unset: nvlink.",
         choices=("nvlink", "pcie"),
     )
     gpu_arch: str | None = spec(
