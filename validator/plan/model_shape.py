@@ -43,21 +43,12 @@ _LAYER_TYPE_KIND = {
 }
 
 DTYPE_BYTES = {
-    "float32": 4,
-    "float": 4,
-    "fp32": 4,
-    "float16": 2,
-    "half": 2,
-    "fp16": 2,
-    "bfloat16": 2,
-    "bf16": 2,
-    "fp8": 1,
-    "fp8_e4m3": 1,
-    "fp8_e5m2": 1,
-    "fp8_inc": 1,
-    "int8": 1,
-    "uint8": 1,
+    **dict.fromkeys(("float32", "float", "fp32"), 4),
+    **dict.fromkeys(("float16", "half", "fp16", "bfloat16", "bf16"), 2),
+    **dict.fromkeys(("fp8", "fp8_e4m3", "fp8_e5m2", "fp8_inc", "int8", "uint8"), 1),
 }
+# families whose MLP is up, activation, down (no gate): vLLM's phi, gpt_neox, starcoder2, ...
+UNGATED_MLP = ("phi", "gpt_neox", "gpt2", "gptj", "gpt_bigcode", "starcoder2", "opt", "falcon", "bloom", "mpt")
 
 
 @dataclass(frozen=True)
@@ -101,6 +92,7 @@ class ModelShape:
     quant_bits: int | None = None  # bits per quantized linear weight, when the config says
     quant: QuantFormat | None = None  # the linear weights' format (config.json quantization_config)
     attention_bias: bool = False  # q/k/v (and gpt-oss's o) projections carry biases
+    gated_mlp: bool = True  # gate and up projections (SwiGLU); False: up and down only
     state: LayerState | None = None  # the per-request state of the LINEAR layers (hybrids, SSMs)
     ssm_dtype: str | None = None  # the recurrent state's dtype when the model fixes it
 
@@ -269,6 +261,7 @@ def shape_from_config(cfg: Config) -> ModelShape:
         quant_bits=qbits,
         quant=format_from_config(quant) if quant else None,
         attention_bias=bool(cfg.get("attention_bias")) or model_type == "qwen2",
+        gated_mlp=model_type not in UNGATED_MLP,
         state=state,
         ssm_dtype=_ssm_dtype(cfg),
     )

@@ -115,7 +115,7 @@ def layer_matrices(shape: ModelShape, layer: int) -> list[Matrix] | None:
         if shape.intermediate_size is None:
             return None
         i = shape.intermediate_size
-        out += [Matrix(i, h, 2, Role.MLP), Matrix(h, i, 1, Role.MLP)]
+        out += [Matrix(i, h, 2 if shape.gated_mlp else 1, Role.MLP), Matrix(h, i, 1, Role.MLP)]
     return out
 
 
