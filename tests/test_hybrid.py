@@ -198,7 +198,9 @@ def test_pcie_gpus_keep_the_nccl_buffers_out_of_the_ledger():
         (Path(d) / "models").symlink_to(tmp.resolve().parent / "models")
         (Path(d) / "p.yaml").write_text(prof)
         pcie = json.loads(validate(*base[:3], str(Path(d) / "p.yaml"), *base[4:]).stdout)["ledger"]
-    assert round(nvlink["non_torch_bytes"] / 2**30, 2) == 2.1 and round(pcie["non_torch_bytes"] / 2**30, 2) == 0.2
+    # the same V2 sampler penalty state in both (vLLM 0.32); the NCCL buffers differ by 1.9 GiB
+    assert round((nvlink["non_torch_bytes"] - pcie["non_torch_bytes"]) / 2**30, 2) == 1.9
+    assert 0.2 <= pcie["non_torch_bytes"] / 2**30 < 0.3
     assert "PCIe" in pcie["sources"]["non_torch_bytes"]
 
 

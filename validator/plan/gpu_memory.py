@@ -17,6 +17,7 @@ import re
 from dataclasses import dataclass
 
 from validator.errors import InputError
+from validator.plan import runner_v2
 from validator.plan.model_shape import DTYPE_BYTES, ModelShape
 from validator.units import GiB, MiB
 
@@ -86,7 +87,21 @@ def activation_peak(
     version: tuple[int, int, int],
     has_lm_head: bool = True,
     dtype: str | None = None,
+    tp: int = 1,
 ) -> Term:
+    if version >= runner_v2.V2_RUNNER_FROM and has_lm_head:
+        fwd = runner_v2.forward_bytes(shape, max_num_batched_tokens, tp, dtype)
+        smp = runner_v2.sampler_bytes(shape, max_num_seqs, max_num_batched_tokens)
+        return Term(
+            bytes=max(fwd, smp),
+            source="V2 model runner (vLLM >= 0.28.1): "
+            + (
+                "forward pass, max_num_batched_tokens x (3 x MLP width / TP + 4-5 x hidden) x dtype"
+                if fwd >= smp
+                else "sampler, logits of min(max_num_seqs, tokens) requests in fp32 + hidden states"
+            )
+            + " (plan/runner_v2.py; 2 rows back it)",
+        )
     dt = DTYPE_BYTES[dtype or shape.dtype]
     inter = (shape.moe_intermediate_size or shape.intermediate_size) if shape.num_experts else shape.intermediate_size
     forward = FORWARD_FACTOR * max_num_batched_tokens * (inter or shape.hidden_size or 0) * dt
@@ -194,7 +209,15 @@ def startup_memory(
     gpu_arch: str | None = None,
 ) -> StartupMemory:
     v = parse_version(version)
-    act = activation_peak(shape, max_num_seqs, max_num_batched_tokens, v, has_lm_head=pp == 1, dtype=dtype)
+    act = activation_peak(shape, max_num_seqs, max_num_batched_tokens, v, has_lm_head=pp == 1, dtype=dtype, tp=tp)
+    nt = non_torch(tp, pp, v, interconnect, gpu_arch)
+    if v >= runner_v2.V2_RUNNER_FROM and pp == 1:
+        state = runner_v2.penalty_state_bytes(shape, max_num_seqs)
+        nt = Term(
+            bytes=nt.bytes + state,
+            source=f"{nt.source}; + {state / GiB:.2f} GiB of the V2 sampler's penalty state "
+            "(max_num_seqs x vocab int32 counts + a prompt bit mask)",
+        )
     sizes = capture_sizes(max_num_seqs, max_num_batched_tokens, shape.model_type)
     cg, subtracted = cudagraph(v, enforce_eager, sizes, max_num_seqs, shape.hidden_size)
     return StartupMemory(
@@ -204,7 +227,7 @@ def startup_memory(
         ),
         weights=Term(bytes=weights_rank, source=weights_source),
         activation_peak=act,
-        non_torch=non_torch(tp, pp, v, interconnect, gpu_arch),
+        non_torch=nt,
         cudagraph=cg,
         cudagraph_subtracted=subtracted,
     )

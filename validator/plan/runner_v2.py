@@ -1,0 +1,47 @@
+"""The profile step of vLLM's V2 model runner (pure): its activation peak and the sampler state it
+holds, which the V1 figures in gpu_memory.py do not describe.
+
+"Using V2 Model Runner" appears in the 0.28.1rc1.dev50 start-ups of tests/data/vllm-gpu-starts and
+the runner is reported the default from 0.29.0 (vllm/config/vllm.py `use_v2_model_runner`: on
+unless a feature it lacks is asked for). What differs, read in vLLM 0.32's v1/worker/gpu:
+
+- profile_run pushes max_num_batched_tokens tokens through the model with attention skipped, then
+  samples one token for min(tokens, max_num_seqs) requests. The sampler keeps the logits as the
+  LM head returns them and samples in a Triton kernel (sample/gumbel.py): no fp32 copy of the logits
+  and none of the V1 sampler's 3.83x. The peak is the forward pass: per token the MLP's gate/up
+  output and its activation (3 x intermediate / TP) beside hidden-wide tensors (hidden states,
+  residual, the projections' outputs: 4; one more at TP >= 2, the all-reduce's copy).
+- the sampler's penalty state is allocated at start-up, max_num_seqs x vocab int32 counts and a
+  bit mask of the prompt's tokens (sample/penalties.py: "can be very large, taking up GBs"): it is
+  in vLLM's "consumed memory (weights + non-torch)".
+
+The two constants (4 and 1 hidden-wide tensors) are read off the only V2 rows, Qwen2.5-1.5B at TP 1
+and 2: 0.504 and 0.322 GiB predicted, 0.50 and 0.32 logged. Nothing else holds them out yet.
+"""
+
+from __future__ import annotations
+
+from validator.plan.model_shape import DTYPE_BYTES, ModelShape
+from validator.units import cdiv
+
+V2_RUNNER_FROM = (0, 28, 1)
+HIDDEN_WIDE = 4  # hidden states, residual and the projections' outputs at the MLP's peak
+HIDDEN_WIDE_TP = 1  # the all-reduce's copy at TP >= 2
+
+
+def forward_bytes(shape: ModelShape, tokens: int, tp: int, dtype: str | None) -> int:
+    dt = DTYPE_BYTES[dtype or shape.dtype]
+    inter = (shape.moe_intermediate_size or shape.intermediate_size) if shape.num_experts else shape.intermediate_size
+    h = shape.hidden_size or 0
+    return tokens * (3 * cdiv(inter or h, tp) + (HIDDEN_WIDE + (HIDDEN_WIDE_TP if tp >= 2 else 0)) * h) * dt
+
+
+def sampler_bytes(shape: ModelShape, max_num_seqs: int, tokens: int) -> int:
+    """The logits of the dummy requests (fp32 at most) beside the tokens' hidden states."""
+    return min(max_num_seqs, tokens) * (shape.vocab_size or 0) * 4 + tokens * (shape.hidden_size or 0) * 2
+
+
+def penalty_state_bytes(shape: ModelShape, max_num_seqs: int) -> int:
+    """output_bin_counts (int32 per request and token id) and prompt_bin_mask (a bit per token id)."""
+    v = shape.vocab_size or 0
+    return max_num_seqs * (v + cdiv(v, 32)) * 4
