@@ -5,9 +5,9 @@ vLLM sizes the KV cache after loading the weights and running one profile step:
     available KV = utilization x total - weights - torch activation peak - non-torch increase
                    - CUDA-graph estimate (only where the version subtracts it)
 
-Each term below carries where its figure comes from. Fitted on the 84 public start-ups in
-tests/data/vllm-gpu-starts/starts.csv (H100, vLLM 0.15-0.19); docs/kv-accounting.md gives the
-error distribution. The constants are the logs' figures, not tuned to make tests pass: every row
+Each term below carries where its figure comes from. Read off the public start-ups in
+tests/data/vllm-gpu-starts/starts.csv (H100s at vLLM 0.15-0.19, Turing cards at 0.28; the V2 model
+runner's terms from 0.28.1 in runner_v2.py); docs/kv-accounting.md gives the error distribution. The constants are the logs' figures, not tuned to make tests pass: every row
 with a config is predicted end to end from config.json and the launch flags.
 """
 
