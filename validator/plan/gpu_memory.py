@@ -7,8 +7,9 @@ vLLM sizes the KV cache after loading the weights and running one profile step:
 
 Each term below carries where its figure comes from. Read off the public start-ups in
 tests/data/vllm-gpu-starts/starts.csv (H100s at vLLM 0.15-0.19, Turing cards at 0.28; the V2 model
-runner's terms from 0.28.1 in runner_v2.py); docs/kv-accounting.md gives the error distribution. The constants are the logs' figures, not tuned to make tests pass: every row
-with a config is predicted end to end from config.json and the launch flags.
+runner's terms from 0.28.1 in runner_v2.py); docs/kv-accounting.md gives the error distribution.
+The constants are the logs' figures, not tuned to make tests pass: every row with a config is
+predicted end to end from config.json and the launch flags.
 """
 
 from __future__ import annotations
