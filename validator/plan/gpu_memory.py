@@ -20,6 +20,7 @@ from dataclasses import dataclass
 from validator.errors import InputError
 from validator.plan import runner_v2
 from validator.plan.model_shape import DTYPE_BYTES, ModelShape
+from validator.plan.moe_workspace import workspace_bytes
 from validator.units import GiB, MiB
 
 DEFAULT_VLLM_VERSION = "0.32.0"
@@ -110,12 +111,14 @@ def activation_peak(
     if not has_lm_head:
         return Term(bytes=forward, source=f"{fwd_src} (pipeline stage without the LM head)")
     factor = SAMPLER_FACTOR_NEW if version >= (0, 17) else SAMPLER_FACTOR_OLD
-    sampler = int(factor * max_num_seqs * (shape.vocab_size or 0) * 4)
+    ws = workspace_bytes(shape, max_num_batched_tokens, tp, dtype)
+    sampler = int(factor * max_num_seqs * (shape.vocab_size or 0) * 4) + ws
     if sampler >= forward:
         return Term(
             bytes=sampler,
             source=f"sampler warm-up: {factor} x max_num_seqs x vocab x 4 B "
-            f"(vLLM {'>=' if version >= (0, 17) else '<'} 0.17)",
+            f"(vLLM {'>=' if version >= (0, 17) else '<'} 0.17)"
+            + (f" + the fused-MoE workspace still held, {ws / GiB:.2f} GiB" if ws else ""),
         )
     return Term(bytes=forward, source=fwd_src)
 

@@ -85,6 +85,7 @@ class ModelShape:
     moe: bool = False
     kv_shared_layers: int = 0
     num_experts: int = 0  # routed experts per MoE layer (0: dense)
+    experts_per_token: int = 0  # routed experts each token goes to (num_experts_per_tok)
     moe_intermediate_size: int | None = None
     shared_expert_intermediate_size: int = 0
     first_dense_layers: int = 0  # leading dense layers of an MoE model (DeepSeek's first_k_dense_replace)
@@ -254,6 +255,7 @@ def shape_from_config(cfg: Config) -> ModelShape:
         moe=bool(moe),
         kv_shared_layers=int(shared) if isinstance(shared, int) else 0,
         num_experts=experts,
+        experts_per_token=_optional_int(cfg, "num_experts_per_tok", "num_experts_per_tok", "moe_topk") or 0,
         moe_intermediate_size=moe_inter,
         shared_expert_intermediate_size=shared_inter if isinstance(shared_inter, int) and shared_inter > 0 else 0,
         first_dense_layers=dense_first if isinstance(dense_first, int) and 0 <= dense_first <= layers else 0,

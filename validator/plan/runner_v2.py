@@ -22,6 +22,7 @@ and 2: 0.504 and 0.322 GiB predicted, 0.50 and 0.32 logged. Nothing else holds t
 from __future__ import annotations
 
 from validator.plan.model_shape import DTYPE_BYTES, ModelShape
+from validator.plan.moe_workspace import workspace_bytes
 from validator.units import cdiv
 
 V2_RUNNER_FROM = (0, 28, 1)
@@ -30,10 +31,19 @@ HIDDEN_WIDE_TP = 1  # the all-reduce's copy at TP >= 2
 
 
 def forward_bytes(shape: ModelShape, tokens: int, tp: int, dtype: str | None) -> int:
+    """The larger of a dense layer's peak and an MoE layer's (hidden-wide tensors + the fused-MoE
+    workspace; the MoE side not yet checked on a V2 row)."""
     dt = DTYPE_BYTES[dtype or shape.dtype]
-    inter = (shape.moe_intermediate_size or shape.intermediate_size) if shape.num_experts else shape.intermediate_size
     h = shape.hidden_size or 0
-    return tokens * (3 * cdiv(inter or h, tp) + (HIDDEN_WIDE + (HIDDEN_WIDE_TP if tp >= 2 else 0)) * h) * dt
+    hidden = tokens * (HIDDEN_WIDE + (HIDDEN_WIDE_TP if tp >= 2 else 0)) * h * dt
+    ws = workspace_bytes(shape, tokens, tp, dtype)
+    if ws:  # an MoE: its leading dense layers (DeepSeek's first_k_dense_replace) have the dense MLP
+        dense_inter = shape.intermediate_size if shape.first_dense_layers else None
+    else:
+        dense_inter = (shape.moe_intermediate_size or shape.intermediate_size or h) if shape.num_experts else None
+        dense_inter = dense_inter or shape.intermediate_size or h
+    dense = tokens * 3 * cdiv(dense_inter, tp) * dt + hidden if dense_inter else 0
+    return max(dense, hidden + ws if ws else 0)
 
 
 def sampler_bytes(shape: ModelShape, max_num_seqs: int, tokens: int) -> int:
