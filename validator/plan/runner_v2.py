@@ -37,13 +37,12 @@ def forward_bytes(shape: ModelShape, tokens: int, tp: int, dtype: str | None) ->
     h = shape.hidden_size or 0
     hidden = tokens * (HIDDEN_WIDE + (HIDDEN_WIDE_TP if tp >= 2 else 0)) * h * dt
     ws = workspace_bytes(shape, tokens, tp, dtype)
-    if ws:  # an MoE: its leading dense layers (DeepSeek's first_k_dense_replace) have the dense MLP
-        dense_inter = shape.intermediate_size if shape.first_dense_layers else None
-    else:
-        dense_inter = (shape.moe_intermediate_size or shape.intermediate_size or h) if shape.num_experts else None
-        dense_inter = dense_inter or shape.intermediate_size or h
-    dense = tokens * 3 * cdiv(dense_inter, tp) * dt + hidden if dense_inter else 0
-    return max(dense, hidden + ws if ws else 0)
+    if ws:  # an MoE: only its leading dense layers (DeepSeek's first_k_dense_replace) have an MLP peak
+        widths = [shape.intermediate_size] if shape.first_dense_layers and shape.intermediate_size else []
+    else:  # dense, or an MoE whose workspace is not known (its experts' width, as V1's figure takes it)
+        widths = [(shape.moe_intermediate_size if shape.num_experts else None) or shape.intermediate_size or h]
+    dense = max((tokens * 3 * cdiv(w, tp) * dt + hidden for w in widths), default=0)
+    return max(dense, hidden + ws)
 
 
 def sampler_bytes(shape: ModelShape, max_num_seqs: int, tokens: int) -> int:
