@@ -105,8 +105,7 @@ def activation_peak(
             + " (plan/runner_v2.py; 2 rows back it)",
         )
     dt = DTYPE_BYTES[dtype or shape.dtype]
-    inter = (shape.moe_intermediate_size or shape.intermediate_size) if shape.num_experts else shape.intermediate_size
-    forward = FORWARD_FACTOR * max_num_batched_tokens * (inter or shape.hidden_size or 0) * dt
+    forward = FORWARD_FACTOR * max_num_batched_tokens * (shape.mlp_width or shape.hidden_size or 0) * dt
     fwd_src = f"{FORWARD_FACTOR} x max_num_batched_tokens x MLP width x {dt} B"
     if not has_lm_head:
         return Term(bytes=forward, source=f"{fwd_src} (pipeline stage without the LM head)")

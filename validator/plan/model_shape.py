@@ -97,6 +97,11 @@ class ModelShape:
     state: LayerState | None = None  # the per-request state of the LINEAR layers (hybrids, SSMs)
     ssm_dtype: str | None = None  # the recurrent state's dtype when the model fixes it
 
+    @property
+    def mlp_width(self) -> int | None:
+        """The intermediate size of one MLP: an expert's in an MoE."""
+        return (self.moe_intermediate_size or self.intermediate_size) if self.num_experts else self.intermediate_size
+
 
 Config = dict[str, Any]  # a config.json as read
 

@@ -20,7 +20,7 @@ CHUNK_TOKENS = 16 * 1024  # VLLM_FUSED_MOE_CHUNK_SIZE's default
 
 def workspace_bytes(shape: ModelShape, tokens: int, tp: int, dtype: str | None) -> int:
     """0 for a dense model, an unknown top-k, or MXFP4 experts."""
-    inter = shape.moe_intermediate_size or shape.intermediate_size
+    inter = shape.mlp_width
     if not shape.num_experts or not shape.experts_per_token or inter is None or isinstance(shape.quant, Mxfp4):
         return 0
     m, n, k = min(tokens, CHUNK_TOKENS) * shape.experts_per_token, 2 * cdiv(inter, tp), shape.hidden_size or 0

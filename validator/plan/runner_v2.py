@@ -40,7 +40,7 @@ def forward_bytes(shape: ModelShape, tokens: int, tp: int, dtype: str | None) ->
     if ws:  # an MoE: only its leading dense layers (DeepSeek's first_k_dense_replace) have an MLP peak
         widths = [shape.intermediate_size] if shape.first_dense_layers and shape.intermediate_size else []
     else:  # dense, or an MoE whose workspace is not known (its experts' width, as V1's figure takes it)
-        widths = [(shape.moe_intermediate_size if shape.num_experts else None) or shape.intermediate_size or h]
+        widths = [shape.mlp_width or h]
     dense = max((tokens * 3 * cdiv(w, tp) * dt + hidden for w in widths), default=0)
     return max(dense, hidden + ws)
 

@@ -103,7 +103,7 @@ def layer_matrices(shape: ModelShape, layer: int) -> list[Matrix] | None:
     if out is None:
         return None
     if shape.num_experts and layer >= shape.first_dense_layers:
-        inter = shape.moe_intermediate_size or shape.intermediate_size
+        inter = shape.mlp_width
         if inter is None:
             return None
         e = shape.num_experts
