@@ -5,9 +5,11 @@ at a set pace) and injecting faults on demand.
 Plain asyncio HTTP/1.1 with keep-alive and chunked SSE, events shaped exactly like
 vLLM 0.32's. Run: python benchmarks/stub_server.py --port 0 [--ttft-ms 0 --itl-ms 0]
 (prints "listening on PORT"). Faults: --fault 5xx|malformed|cut|slow-headers|more-tokens|
-fewer-tokens|error-event|drop [--fault-every N: the requests whose id ends in a number n with (n + 1)
-% N == 0, else every N-th to arrive] (drop: the request is read, then the
-connection closed with no answer). Every request's X-Kvgate-Request-Id is kept in `seen`.
+fewer-tokens|error-event|drop|close-after|close-header [--fault-every N: the requests whose id ends in
+a number n with (n + 1) % N == 0, else every N-th to arrive] (drop: the request is read, then the
+connection closed with no answer; close-after: the whole response, then the connection closed at
+once, unannounced; close-header: the response says "Connection: close" and the connection is closed
+50 ms later). Every request's X-Kvgate-Request-Id is kept in `seen`.
 """
 
 from __future__ import annotations
@@ -19,7 +21,19 @@ import re
 import sys
 import time
 
-FAULTS = ("none", "drop", "5xx", "malformed", "cut", "slow-headers", "more-tokens", "fewer-tokens", "error-event")
+FAULTS = (
+    "none",
+    "drop",
+    "5xx",
+    "malformed",
+    "cut",
+    "slow-headers",
+    "more-tokens",
+    "fewer-tokens",
+    "error-event",
+    "close-after",
+    "close-header",
+)
 
 
 class Stub:
@@ -56,6 +70,7 @@ class Stub:
         ).encode()
 
     async def handle(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        linger = None
         try:
             while True:
                 head = await reader.readuntil(b"\r\n\r\n")
@@ -81,16 +96,23 @@ class Stub:
                     writer.write(b"HTTP/1.1 404 Not Found\r\nContent-Length: 0\r\n\r\n")
                     continue
                 self.seen.append(headers.get("x-kvgate-request-id"))
-                await self.stream(json.loads(body), writer, headers.get("x-kvgate-request-id"), got)
+                linger = await self.stream(json.loads(body), writer, headers.get("x-kvgate-request-id"), got)
+                if writer.transport.is_closing():
+                    return
+                if linger:  # read nothing more; close a moment later
+                    asyncio.get_running_loop().call_later(linger, writer.close)
+                    return
                 await writer.drain()
         except (asyncio.IncompleteReadError, ConnectionError, ValueError):
             pass
         finally:
-            writer.close()
+            if not linger:
+                writer.close()
 
     async def stream(
         self, req: dict, writer: asyncio.StreamWriter, client_id: str | None = None, got: float | None = None
-    ) -> None:
+    ) -> float | None:
+        """Write the response; the seconds after which the connection is to be closed, if it is."""
         got = got if got is not None else time.perf_counter()  # when the request arrived
         self.n += 1
         # the fault follows the request, not its arrival: with several in flight two requests may
@@ -115,7 +137,10 @@ class Stub:
             return
         if fault == "slow-headers":
             await asyncio.sleep(3600)
-        writer.write(b"HTTP/1.1 200 OK\r\nContent-Type: text/event-stream\r\nTransfer-Encoding: chunked\r\n\r\n")
+        close = b"Connection: close\r\n" if fault == "close-header" else b""
+        writer.write(
+            b"HTTP/1.1 200 OK\r\nContent-Type: text/event-stream\r\n%sTransfer-Encoding: chunked\r\n\r\n" % close
+        )
         served = g + 2 if fault == "more-tokens" else (max(g - 2, 1) if fault == "fewer-tokens" else g)
 
         def chunk(data: bytes) -> None:
@@ -182,6 +207,9 @@ class Stub:
         chunk(b"".join(pending))
         self.events_sent += len(pending)
         writer.write(b"0\r\n\r\n")
+        if fault == "close-after":  # the response whole, then the FIN right behind it, unannounced
+            writer.transport.close()
+        return 0.05 if fault == "close-header" else None  # announced; closed a moment later
 
 
 async def serve(stub: Stub, host: str = "127.0.0.1", port: int = 0, ready=None):

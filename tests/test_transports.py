@@ -159,6 +159,22 @@ async def test_a_cancelled_request_is_recorded_and_its_connection_dropped():
         await t.aclose()
 
 
+@pytest.mark.parametrize("loop", ["asyncio", "uvloop"])
+@pytest.mark.parametrize("kind", ["fast", "fast-pure"])
+@pytest.mark.parametrize("fault", ["close-after", "close-header"])
+def test_a_connection_the_server_closes_as_its_response_ends_is_not_reused(fault, kind, loop):
+    """In one CI run vLLM's server closed 4 keep-alive connections as their streams ended; the fast
+    transport wrote the next 4 requests into them before its event loop had read the FINs the kernel
+    already held, and lost them unanswered (ServerDisconnectedError, the server never began them).
+    Here every response ends with the connection closed, unannounced or after "Connection: close":
+    every request still succeeds, on a fresh connection, and reaches the server exactly once."""
+    from loadgen import eventloop
+
+    recs, stub = eventloop.run(records(kind, fault, every=1, n=8), loop)
+    assert [r.error for r in recs] == [None] * 8
+    assert sorted(stub.seen) == sorted(r.id for r in recs)  # none sent twice
+
+
 def test_the_event_loop_is_uvloop_unless_asyncio_is_asked_for():
     from loadgen import eventloop
 

@@ -18,6 +18,7 @@ is the same), so records from either transport read the same.
 from __future__ import annotations
 
 import asyncio
+import select
 import time
 from collections import deque
 from typing import Any
@@ -35,7 +36,7 @@ ERROR_BODY = 2000  # bytes of a non-200 body kept for the error text
 class _Exchange:
     """One request's response, fed by the connection's reads."""
 
-    __slots__ = ("sse", "sent", "status", "error_body", "done", "last_read", "parser")
+    __slots__ = ("sse", "sent", "status", "error_body", "done", "last_read", "parser", "keep_alive")
 
     def __init__(self, sse: StreamParser, sent: float, done: asyncio.Future) -> None:
         self.sse = sse
@@ -45,10 +46,12 @@ class _Exchange:
         self.done = done
         self.last_read = sent
         self.parser: Any = None
+        self.keep_alive = True
 
     # httptools' callbacks (and our parser's)
     def on_headers_complete(self) -> None:
         self.status = self.parser.get_status_code()
+        self.keep_alive = self.parser.should_keep_alive()  # false on "Connection: close"
 
     def on_body(self, body: bytes) -> None:
         if self.status == 200:
@@ -73,9 +76,23 @@ class _Conn(asyncio.Protocol):
         self.parser = None
         self.closed = False
         self.idle_since = 0.0
+        self.fd = -1
 
     def connection_made(self, transport) -> None:
         self.transport = transport
+        sock = transport.get_extra_info("socket")
+        self.fd = sock.fileno() if sock is not None else -1
+
+    def reusable(self) -> bool:
+        """Open, and nothing to read while idle. A server that closes a connection as its response ends
+        sends its FIN right behind the last chunk: the kernel holds it before the event loop has called
+        eof_received, and a request written there is lost unanswered (ServerDisconnectedError). The
+        idle socket is polled first, as urllib3 does before it reuses a pooled connection."""
+        if self.closed or self.fd < 0:
+            return False
+        p = select.poll()
+        p.register(self.fd, select.POLLIN | select.POLLPRI)
+        return not p.poll(0)  # readable while idle: EOF, a reset, or bytes nobody asked for
 
     def start(self, ex: _Exchange, payload: bytes) -> None:
         self.ex = ex
@@ -86,7 +103,8 @@ class _Conn(asyncio.Protocol):
     def data_received(self, data: bytes) -> None:
         ex = self.ex
         if ex is None or self.parser is None:
-            return  # nothing asked: a server speaking out of turn; the connection is dropped when reused
+            self.abort()  # nothing asked: a server speaking out of turn is not spoken to again
+            return
         ex.last_read = time.perf_counter()  # the read's own time, for every event in it
         try:
             self.parser.feed_data(data)
@@ -96,6 +114,7 @@ class _Conn(asyncio.Protocol):
             self.abort()
 
     def eof_received(self) -> bool:
+        self.closed = True  # now, not when connection_lost runs an iteration later: never reused
         return False  # close our side too
 
     def connection_lost(self, exc: BaseException | None) -> None:
@@ -159,7 +178,7 @@ class FastStream(OpenAIStream):
         now = time.monotonic()
         while self.idle:
             c = self.idle.pop()  # the most recently used: warm, and furthest from the server's keep-alive
-            if not c.closed and now - c.idle_since < KEEPALIVE_S:
+            if now - c.idle_since < KEEPALIVE_S and c.reusable():
                 return c
             c.abort()
             self.all.discard(c)
@@ -216,6 +235,8 @@ class FastStream(OpenAIStream):
             rec.status = 200
             sse.close(perf() - sent)
             rec.done = perf() - sent
+            if not ex.keep_alive:
+                conn.abort()  # the server said "Connection: close": it closes this one
         except asyncio.CancelledError:
             rec.error = "cancelled"
             if conn is not None:

@@ -1,6 +1,6 @@
 """HTTP/1.1 response framing for the fast transport: httptools (the C parser under uvicorn) when it
 is installed, else a small parser of our own with the same callbacks (on_headers_complete, on_body,
-on_message_complete) and methods (feed_data, get_status_code)."""
+on_message_complete) and methods (feed_data, get_status_code, should_keep_alive)."""
 
 from __future__ import annotations
 
@@ -27,11 +27,16 @@ class PyResponseParser:
         self.state = "head"
         self.status: int | None = None
         self.left = 0  # bytes of the current chunk (or the sized body) still to come
+        self.keep_alive = True
 
     def get_status_code(self) -> int:
         if self.status is None:
             raise HttpError("no status yet")
         return self.status
+
+    def should_keep_alive(self) -> bool:
+        """HTTP/1.1 without "Connection: close", and a body whose end is framed (not read to close)."""
+        return self.keep_alive
 
     def feed_data(self, data: bytes) -> None:
         buf = self.buf + data if self.buf else data
@@ -109,6 +114,9 @@ class PyResponseParser:
             k, sep, v = h.partition(":")
             if sep:
                 headers[k.strip().lower()] = v.strip()
+        framed = "chunked" in headers.get("transfer-encoding", "").lower() or "content-length" in headers
+        close = "close" in (t.strip().lower() for t in headers.get("connection", "").split(","))
+        self.keep_alive = parts[0] == "HTTP/1.1" and framed and not close
         self.cb.on_headers_complete()
         if "chunked" in headers.get("transfer-encoding", "").lower():
             self.state = "size"
