@@ -57,6 +57,12 @@ def plan_input_from_profile(profile: Profile) -> PlanInput:
             "estimated from config.json (parameter count: "
             + ("MoE experts, " if shape.num_experts else "")
             + ("tied embeddings, " if shape.tie_word_embeddings else "")
+            + ("SigLIP vision tower, " if shape.vision else "")
+            + (
+                "NOT the vision tower (not modelled for this family: give model.weights_bytes or the checkpoint), "
+                if shape.multimodal and not shape.vision
+                else ""
+            )
             + (f"{count.format_label}, " if shape.quant or shape.quant_method else "")
             + (f"float32 checkpoint held in {served}, " if shape.dtype == "float32" and served != "float32" else "")
             + "split by TP/PP)"

@@ -13,7 +13,8 @@ from functools import cached_property
 
 from validator.errors import InputError, NotModelled
 from validator.plan.kv_spec import FullAttentionSpec, KVSpec, MambaSpec, MLASpec, SlidingWindowSpec
-from validator.plan.model_shape import DTYPE_BYTES, FULL, LINEAR, NO_CACHE, SLIDING, ModelShape
+from validator.plan.layer_kinds import FULL, LINEAR, NO_CACHE, SLIDING
+from validator.plan.model_shape import DTYPE_BYTES, ModelShape
 from validator.units import cdiv
 
 # the --kv-cache-dtype values modelled (their sizes are in DTYPE_BYTES)

@@ -10,7 +10,9 @@ from dataclasses import dataclass
 from typing import Any
 
 from validator.errors import InputError
+from validator.plan.layer_kinds import FULL, LINEAR, NO_CACHE, SLIDING, layer_kinds
 from validator.plan.quant import QuantFormat, format_from_config
+from validator.plan.rope import rope_tables
 from validator.plan.ssm_state import (
     ATTENTION,
     HYBRID_MODEL_TYPES,
@@ -21,31 +23,29 @@ from validator.plan.ssm_state import (
     layer_state,
 )
 from validator.plan.ssm_state import ssm_dtype_from_config as _ssm_dtype
-
-FULL = "full"
-SLIDING = "sliding"
-LINEAR = "linear"  # Mamba / linear attention / short conv: per-request state
-CHUNKED = "chunked"  # chunked local attention (Llama 4)
-NO_CACHE = "none"  # an MLP or MoE block of a hybrid: no cache at all
-
-# layer_types values used by transformers configs
-_LAYER_TYPE_KIND = {
-    "full_attention": FULL,
-    "attention": FULL,
-    "sliding_attention": SLIDING,
-    "chunked_attention": CHUNKED,
-    "linear_attention": LINEAR,
-    "mamba": LINEAR,
-    "mamba2": LINEAR,
-    "conv": LINEAR,
-    "short_conv": LINEAR,
-    "recurrent": LINEAR,
-}
+from validator.plan.vision import VisionTower, vision_tower
 
 DTYPE_BYTES = {
     **dict.fromkeys(("float32", "float", "fp32"), 4),
     **dict.fromkeys(("float16", "half", "fp16", "bfloat16", "bf16"), 2),
     **dict.fromkeys(("fp8", "fp8_e4m3", "fp8_e5m2", "fp8_inc", "int8", "uint8"), 1),
+}
+# transformers' defaults for keys official configs leave out (gemma-3-4b-it names 6 of its text keys)
+TRANSFORMERS_DEFAULTS: dict[str, dict[str, Any]] = {
+    "gemma3_text": dict(
+        vocab_size=262208,
+        hidden_size=2304,
+        intermediate_size=9216,
+        num_hidden_layers=26,
+        num_attention_heads=8,
+        num_key_value_heads=4,
+        head_dim=256,
+        max_position_embeddings=131072,
+        rope_theta=1_000_000.0,
+        rope_local_base_freq=10_000.0,
+        sliding_window=4096,
+        tie_word_embeddings=True,
+    ),
 }
 # families whose MLP is up, activation, down (no gate): vLLM's phi, gpt_neox, starcoder2, ...
 UNGATED_MLP = ("phi", "gpt_neox", "gpt2", "gptj", "gpt_bigcode", "starcoder2", "opt", "falcon", "bloom", "mpt")
@@ -96,6 +96,9 @@ class ModelShape:
     gated_mlp: bool = True  # gate and up projections (SwiGLU); False: up and down only
     state: LayerState | None = None  # the per-request state of the LINEAR layers (hybrids, SSMs)
     ssm_dtype: str | None = None  # the recurrent state's dtype when the model fixes it
+    rope_tables: tuple[tuple[int, int], ...] = ()  # (positions, rotary dims) of each cos/sin table vLLM builds
+    multimodal: bool = False  # config.json has a vision_config
+    vision: VisionTower | None = None  # its tower, where counted (plan/vision.py)
 
     @property
     def mlp_width(self) -> int | None:
@@ -143,11 +146,10 @@ def brief_value(v: object) -> str:
 
 def shape_from_config(cfg: Config) -> ModelShape:
     """Derive the KV-relevant shape; nested ``text_config`` wins for multimodal models."""
-    text = cfg.get("text_config")
+    top, text = cfg, cfg.get("text_config")
     if isinstance(text, dict):
-        merged = {k: v for k, v in cfg.items() if k != "text_config"}
-        merged.update(text)
-        cfg = merged
+        cfg = {k: v for k, v in cfg.items() if k != "text_config"} | text
+    cfg = TRANSFORMERS_DEFAULTS.get(str(cfg.get("model_type")), {}) | cfg
     roles = layer_roles(cfg) if cfg.get("model_type") in HYBRID_MODEL_TYPES else None
     state = layer_state(cfg) if roles is not None and STATE in roles else None
     if roles is not None:
@@ -207,7 +209,7 @@ def shape_from_config(cfg: Config) -> ModelShape:
     if roles is not None:
         kinds = [FULL if r == ATTENTION else LINEAR if r == STATE else NO_CACHE for r in roles]
     else:
-        kinds = _layer_kinds(cfg, layers, sliding_window)
+        kinds = layer_kinds(cfg, layers, sliding_window)
     if SLIDING not in kinds:
         sliding_window = None
     elif sliding_window is None:
@@ -271,44 +273,10 @@ def shape_from_config(cfg: Config) -> ModelShape:
         gated_mlp=model_type not in UNGATED_MLP,
         state=state,
         ssm_dtype=_ssm_dtype(cfg),
+        rope_tables=rope_tables(cfg, mla.qk_rope_head_dim if mla else head_dim, max_pos),
+        multimodal=isinstance(top.get("vision_config"), dict),
+        vision=vision_tower(top, hidden),
     )
-
-
-def _layer_kinds(cfg: Config, layers: int, sliding_window: int | None) -> list[str]:
-    types = cfg.get("layer_types")
-    if types is not None:
-        if not isinstance(types, list) or len(types) != layers:
-            raise InputError(f"config.json: layer_types must list one type per layer ({layers})")
-        kinds = []
-        for t in types:
-            if not isinstance(t, str) or t not in _LAYER_TYPE_KIND:
-                raise InputError(f"config.json: unknown layer type {t!r} in layer_types")
-            kinds.append(_LAYER_TYPE_KIND[t])
-        # transformers writes layer_types even when sliding is off; vLLM then uses full attention
-        if sliding_window is None:
-            kinds = [FULL if k == SLIDING else k for k in kinds]
-        return kinds
-    if "use_sliding_window" in cfg:  # Qwen2-family convention
-        if cfg.get("use_sliding_window") and sliding_window is not None:
-            start = cfg.get("max_window_layers", 0) or 0
-            if isinstance(start, bool) or not isinstance(start, int):
-                raise InputError(f"config.json: max_window_layers must be an integer, got {start!r:.60}")
-            return [SLIDING if i >= start else FULL for i in range(layers)]
-        return [FULL] * layers
-    if sliding_window is None:
-        if cfg.get("layers_block_type") or cfg.get("hybrid_override_pattern") or cfg.get("attn_layer_indices"):
-            # Jamba / Nemotron-H / Falcon-H style hybrids: attention mixed with Mamba layers
-            return [LINEAR] * layers
-        return [FULL] * layers
-    model_type = cfg.get("model_type")
-    if model_type == "gemma2":
-        return [SLIDING if i % 2 == 0 else FULL for i in range(layers)]
-    if model_type in ("gemma3", "gemma3_text"):
-        pattern = cfg.get("sliding_window_pattern", 6)
-        if isinstance(pattern, bool) or not isinstance(pattern, int) or pattern <= 0:
-            raise InputError(f"config.json: sliding_window_pattern must be a positive integer, got {pattern!r:.60}")
-        return [FULL if (i + 1) % pattern == 0 else SLIDING for i in range(layers)]
-    return [SLIDING] * layers  # Mistral convention: a window on every layer
 
 
 def embedding_bytes(shape: ModelShape) -> int | None:

@@ -17,7 +17,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from validator.plan.allocator import rounding_bytes
-from validator.plan.model_shape import DTYPE_BYTES, LINEAR, ModelShape
+from validator.plan.layer_kinds import LINEAR
+from validator.plan.model_shape import DTYPE_BYTES, ModelShape
 from validator.plan.quant import Fp8, Int8Channel, Matrix, Mxfp4, QuantFormat, Role, online_format
 from validator.units import cdiv
 
@@ -31,7 +32,8 @@ class WeightCount:
     per_layer: tuple[int, ...]  # one entry per decoder layer: matrices + norms + biases
     final_norm: int
     format_label: str  # how the linear weights are stored
-    rope_cache: int = 0  # the rotary cos/sin table, on every rank (max_position x head_dim)
+    rope_cache: int = 0  # the rotary cos/sin tables, on every rank (plan/rope.py)
+    vision: int = 0  # a multimodal model's vision tower and projector (plan/vision.py), split by TP
     # the weight tensors as vLLM allocates them (q/k/v and gate/up fused, experts stacked), whole
     # model, each split by TP: per layer, then the vocabulary-padded embedding and LM head
     layer_tensors: tuple[tuple[tuple[int, bool], ...], ...] = ()  # (bytes, held whole by every rank)
@@ -45,7 +47,7 @@ class WeightCount:
         lo, hi = stage * per_stage, min((stage + 1) * per_stage, layers)
         b = cdiv(sum(self.per_layer[lo:hi]), tp) + sum(self.per_layer_replicated[lo:hi]) + self.rope_cache
         if stage == 0:
-            b += cdiv(self.embedding, tp)
+            b += cdiv(self.embedding + self.vision, tp)
         if stage == pp - 1:
             b += cdiv(self.lm_head, tp) + self.final_norm
         return b
@@ -145,7 +147,9 @@ def _other_params(shape: ModelShape) -> int:
     q = shape.num_attention_heads * shape.head_dim
     kv = shape.num_kv_heads * shape.head_dim
     n = 2 * h
-    if shape.model_type.startswith("qwen3"):
+    if shape.model_type.startswith(("gemma2", "gemma3")):
+        n += 2 * h  # pre- and post-feedforward norms
+    if shape.model_type.startswith(("qwen3", "gemma3")):
         n += 2 * shape.head_dim  # q/k norms
     if shape.attention_bias:
         n += q + 2 * kv + (h if shape.model_type == "gpt_oss" else 0)
@@ -190,13 +194,11 @@ def count_weights(shape: ModelShape, dtype: str | None = None, fmt: QuantFormat 
         per_layer=tuple(per_layer),
         final_norm=h * dt,
         format_label=fmt.label if fmt is not None else f"{dt * 8}-bit",
-        # vLLM counts its rotary embedding's cos/sin cache in "Model loading took": max_position x
-        # head_dim in the model dtype (+0.031 GiB logged over the weights for 131,072 positions,
-        # +0.007 for 8,192 x 256)
-        # (MLA rotates only its qk_rope_head_dim part)
-        rope_cache=(shape.max_position_embeddings or 0)
-        * (shape.mla.qk_rope_head_dim if shape.mla else shape.head_dim)
-        * dt,
+        # vLLM counts its rotary embeddings' cos/sin tables in "Model loading took", in the model
+        # dtype (+0.031 GiB logged over the weights for 131,072 positions of 128, +0.50 GiB for Gemma
+        # 3's 8 x 131,072 linearly scaled positions of 256); MLA rotates only its qk_rope_head_dim part
+        rope_cache=sum(n * d for n, d in shape.rope_tables) * dt,
+        vision=shape.vision.params * dt if shape.vision else 0,
         layer_tensors=tuple(tensors),
         per_layer_replicated=tuple(whole),
         edge_tensors=(cdiv(v, 64) * 64 * h * dt, 0 if shape.tie_word_embeddings else cdiv(v, 64) * 64 * h * dt),

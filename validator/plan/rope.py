@@ -1,0 +1,68 @@
+"""The rotary embedding's cos/sin tables, which vLLM builds on the GPU as it loads a model and so
+counts in "Model loading took".
+
+vLLM's get_rope() keeps one table per distinct rope configuration (layers that share one share the
+table), (positions x rotary_dim) in the model dtype, where the positions depend on the scaling
+type (vllm/model_executor/layers/rotary_embedding, read in vLLM 0.32):
+
+- linear: max_position_embeddings x factor (LinearScalingRotaryEmbedding: the scaled range);
+- yarn, deepseek_yarn: original_max_position_embeddings x factor;
+- longrope: a short table of original_max_position_embeddings and a long one of max_position, stacked;
+- default, llama3, ntk, dynamic, mrope and the rest: max_position_embeddings.
+
+Gemma 3 is the case that shows it: its global layers scale linearly by 8 and its sliding layers
+rotate with their own base (rope_local_base_freq), two tables, the first 8 x 131,072 positions of
+256: 0.50 GiB of its "Model loading took" (4B and 12B; 0.25 GiB for the 27B's 128-wide heads).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+Config = dict[str, Any]
+SCALED_BY_FACTOR_OF_ORIGINAL = ("yarn", "deepseek_yarn", "deepseek_llama_scaling")
+
+
+def _number(v: object) -> float | None:
+    return float(v) if isinstance(v, (int, float)) and not isinstance(v, bool) and 0 < v <= 1 << 24 else None
+
+
+def _positions(params: Config, max_pos: int) -> int:
+    kind = params.get("rope_type") or params.get("type") or "default"
+    factor = _number(params.get("factor")) or 1.0
+    original = _number(params.get("original_max_position_embeddings"))
+    if kind == "linear":
+        return int(max_pos * factor)
+    if kind in SCALED_BY_FACTOR_OF_ORIGINAL:
+        return int((original or max_pos) * factor)
+    if kind == "longrope":
+        return int(original or 0) + max_pos
+    return max_pos
+
+
+def _configurations(cfg: Config) -> list[Config]:
+    """Each rope configuration the model's layers use, as get_rope() is given them."""
+    given = cfg.get("rope_parameters")
+    if isinstance(given, dict) and given and all(isinstance(v, dict) for v in given.values()):
+        return list(given.values())  # per layer type (transformers >= 4.56): {"full_attention": {...}, ...}
+    params: Config = given if isinstance(given, dict) and given else {}
+    if not params and isinstance(cfg.get("rope_scaling"), dict):
+        params = cfg["rope_scaling"]
+    base = dict(params, rope_theta=cfg.get("rope_theta", params.get("rope_theta")))
+    out = [base]
+    local = cfg.get("rope_local_base_freq")  # Gemma 3's sliding layers: unscaled, their own base
+    if local is not None and cfg.get("sliding_window"):
+        out.append({"rope_type": "default", "rope_theta": local})
+    return out
+
+
+def rope_tables(cfg: Config, rotary_dim: int, max_pos: int | None) -> tuple[tuple[int, int], ...]:
+    """(positions, rotary_dim) of each distinct table; none without max_position_embeddings."""
+    if not max_pos:
+        return ()
+    seen: dict[str, tuple[int, int]] = {}
+    for params in _configurations(cfg):
+        factor = _number(params.get("partial_rotary_factor", cfg.get("partial_rotary_factor")))
+        dim = int(rotary_dim * factor) if factor and factor < 1 else rotary_dim
+        seen.setdefault(repr(sorted(params.items(), key=str)), (_positions(params, max_pos), dim))
+    return tuple(seen.values())
