@@ -13,6 +13,7 @@ from pathlib import Path
 import pytest
 
 from validator.plan.gpu_memory import parse_version, startup_memory
+from validator.plan.ledger import PlanInput
 from validator.plan.model_shape import shape_from_config
 from validator.plan.weights import count_weights
 from validator.units import GiB
@@ -514,3 +515,37 @@ def test_a_vision_tower_kvgate_does_not_model_is_named_in_the_ledger(tmp_path):
         sources[name] = plan_input_from_profile(load_profile(tmp_path / f"{name}.yaml")).weights_source
     assert "NOT the vision tower" in sources["llava"], sources["llava"]
     assert "SigLIP vision tower" in sources["gemma"] and "NOT" not in sources["gemma"], sources["gemma"]
+
+
+def test_kv_tokens_are_reported_per_group_before_vllm_0_21():
+    """vLLM 0.19 logged "GPU KV cache size" as num_blocks // groups x block size; 0.32 logs
+    int(max concurrency x max_model_len). The 0.19 start-ups of Gemma 2 and 3 (2 to 7 groups) and
+    Gemma-7B (one group) to the token from their logged blocks; the 0.32 figure misses the six
+    hybrids by 50 to 774 tokens, and the plan follows the version it is made for."""
+    from validator.plan.capacity import KVLayout, StateSetup, layer_specs
+    from validator.plan.limits import make_plan
+
+    rows = [r for r in PREDICTABLE if r["model"].startswith("google/gemma") and r["num_gpu_blocks"]]
+    assert len(rows) == 7
+    setup = StateSetup(platform="gpu", prefix_caching=True, ssm_dtype=None)
+    for r in rows:
+        layout = KVLayout.from_specs(layer_specs(shape_for(r), 16, "auto", 1, setup), max_concurrent_batches=2)
+        n, mml, logged = int(r["num_gpu_blocks"]), int(r["max_model_len"]), int(r["kv_cache_tokens"])
+        assert layout.kv_cache_tokens(n, mml, 8192, per_group=True) == logged, r["model"]
+        now = layout.kv_cache_tokens(n, mml, 8192)
+        assert (now == logged) == (len(layout.groups) == 1), (r["model"], now, logged)
+    r = next(r for r in rows if r["model"] == "google/gemma-2-27b-it")
+    for version, tokens in (("0.19.0", 58672), ("0.32.0", 58622)):
+        inp = PlanInput(
+            shape=shape_for(r),
+            platform="gpu",
+            weights_bytes=None,
+            kv_cache_bytes=20 * GiB,  # the override decides the blocks
+            num_gpu_blocks_override=7335,
+            block_size=16,
+            max_model_len=8192,
+            max_num_seqs=1024,
+            max_num_batched_tokens=8192,
+            vllm_version=version,
+        )
+        assert make_plan(inp).kv_cache_tokens == tokens, version

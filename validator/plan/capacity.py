@@ -198,8 +198,15 @@ class KVLayout:
         """vLLM's figure: all blocks (null block included) over blocks per request."""
         return num_blocks / self.blocks_per_request(max_model_len, max_num_batched_tokens)
 
-    def kv_cache_tokens(self, num_blocks: int, max_model_len: int, max_num_batched_tokens: int) -> int:
-        """vLLM's "KV cache size: N tokens" = int(max_concurrency * max_model_len)."""
+    def kv_cache_tokens(
+        self, num_blocks: int, max_model_len: int, max_num_batched_tokens: int, per_group: bool = False
+    ) -> int:
+        """vLLM's "KV cache size: N tokens" = int(max_concurrency * max_model_len); before vLLM 0.21
+        (per_group) the blocks split evenly among the groups: num_blocks // groups * block size (the
+        0.19 start-ups of Gemma 2 and 3, 2 to 7 groups, to the token; vLLM issue #43308 saw Gemma 4's
+        figure grow tenfold from 0.20.0 to 0.21.0 on the same memory)."""
+        if per_group:
+            return num_blocks // len(self.groups) * min(g.spec.block_size for g in self.groups)
         return int(self.max_concurrency(num_blocks, max_model_len, max_num_batched_tokens) * max_model_len)
 
     def largest_model_len(self, usable_blocks: int, upper: int, max_num_batched_tokens: int, num_seqs: int = 1) -> int:

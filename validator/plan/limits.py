@@ -239,7 +239,9 @@ def make_plan(inp: PlanInput, explore: bool = True) -> Plan:
         max_num_batched_tokens=mnbt,
         blocks_per_seq=bpr,
         max_concurrency=layout.max_concurrency(num_blocks, mml, mnbt) if num_blocks else 0.0,
-        kv_cache_tokens=layout.kv_cache_tokens(num_blocks, mml, mnbt) if num_blocks else 0,
+        kv_cache_tokens=layout.kv_cache_tokens(num_blocks, mml, mnbt, parse_version(inp.vllm_version) < (0, 21))
+        if num_blocks
+        else 0,
         kv_bytes_at_limits=bytes_at_limits,
         kv_payload_bytes_at_limits=payload_at_limits,
         ledger=ledger,
