@@ -195,3 +195,26 @@ def test_an_event_that_never_ends_is_an_error_and_memory_stays_bounded():
         p.feed(piece, 0.0)
         assert len(p._buf) <= sse.EVENT_MAX + len(piece)
     assert p.error is not None and "without an end" in p.error
+
+
+async def test_a_hold_right_after_a_release_keeps_a_waiting_request_back():
+    """A freeze ends (release) and the next begins (hold) in one turn of the event loop: the request
+    the release woke must not go out under the new hold. It did once in CI: the freeze listed it as
+    live, its record said sent 0.26 ms after the pause (freezecheck: "sent after the pause")."""
+    stub = Stub(itl_ms=1.0)
+    async with serving(stub) as url:
+        t = FastStream(url, "stub")
+        runner = Runner(t)
+        runner.hold()
+        w = synthetic(1, Lengths.parse(16, "p"), Lengths.parse(4, "o"), seed=1)
+        task = asyncio.create_task(runner.run(w, RunConfig(concurrency=1, max_requests=1)))
+        await asyncio.sleep(0.05)
+        assert runner.issued == 0
+        runner.release()
+        runner.hold()  # the next freeze, before the woken request has run
+        await asyncio.sleep(0.05)
+        assert runner.issued == 0 and not stub.seen  # still held back
+        runner.release()
+        res = await asyncio.wait_for(task, 10)
+        await t.aclose()
+    assert [r.ok for r in res.records] == [True] and len(stub.seen) == 1

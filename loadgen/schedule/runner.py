@@ -212,7 +212,7 @@ class Runner:
             await self._one(item, scheduled)
 
     async def _one(self, spec: RequestSpec, scheduled: float | None) -> tuple[RequestRecord, list[int] | None]:
-        if not self._gate.is_set():
+        while not self._gate.is_set():  # a release wakes us, but a hold may close the gate again first
             await self._gate.wait()
         self.issued += 1
         warm = self.issued <= self.cfg.warmup
