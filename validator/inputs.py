@@ -57,7 +57,7 @@ def plan_input_from_profile(profile: Profile) -> PlanInput:
             "estimated from config.json (parameter count: "
             + ("MoE experts, " if shape.num_experts else "")
             + ("tied embeddings, " if shape.tie_word_embeddings else "")
-            + ("SigLIP vision tower, " if shape.vision else "")
+            + (f"{shape.vision.name} vision tower, " if shape.vision else "")
             + (
                 "NOT the vision tower (not modelled for this family: give model.weights_bytes or the checkpoint), "
                 if shape.multimodal and not shape.vision

@@ -1,26 +1,42 @@
-"""A multimodal model's vision tower, from config.json's vision_config, counted where vLLM loads the
-whole tower and the projector is known (Gemma 3: SigLIP). Elsewhere the tower is not counted and the
-ledger says so: LLaVA-style models drop trailing layers (vision_feature_layer), other families run
-towers of their own (Pixtral, MoonViT, Llama 4's), none backed by a start-up row here."""
+"""A multimodal model's vision tower, from config.json's vision_config, counted where the layers vLLM
+loads and the projector are known: Gemma 3's SigLIP and Mistral 3's Pixtral (one formula each).
+Elsewhere the tower is not counted and the ledger says so: LLaVA-style CLIP/SigLIP towers drop
+trailing layers and their post-norm, other families run towers of their own (MoonViT, Llama 4's),
+none backed by a start-up row here."""
 
 from __future__ import annotations
 
+from abc import ABC, abstractmethod
 from dataclasses import dataclass
-from typing import Any
-
-VIT_TYPES = ("siglip_vision_model",)  # pre-norm ViT: q/k/v/o and fc1/fc2 with biases, two LayerNorms
-PROJECTORS = ("gemma3",)  # model types whose projector is counted below
+from typing import Any, ClassVar
 
 
 @dataclass(frozen=True)
-class VisionTower:
+class VisionTower(ABC):
+    """A tower and its projection into the text model; its parameters, in the checkpoint dtype,
+    split by TP with the rest of the model (vLLM builds both with parallel linear layers)."""
+
+    name: ClassVar[str]
     hidden: int
     intermediate: int
-    layers: int
+    layers: int  # the layers vLLM builds, up to the deepest feature layer the model reads
     patch: int
-    image: int
     channels: int
-    projector: int  # parameters of the projection into the text model
+    text_hidden: int
+
+    @property
+    @abstractmethod
+    def params(self) -> int: ...
+
+
+@dataclass(frozen=True)
+class SiglipTower(VisionTower):
+    """Gemma 3: a pre-norm ViT (q/k/v/o and fc1/fc2 with biases, two LayerNorms a layer), learned
+    position embeddings, a post-LayerNorm; projector mm_input_projection (vision x text hidden) and
+    the soft-embedding RMSNorm."""
+
+    name: ClassVar[str] = "SigLIP"
+    image: int
 
     @property
     def params(self) -> int:
@@ -28,7 +44,30 @@ class VisionTower:
         per_layer = 4 * (h * h + h) + (h * i + i) + (i * h + h) + 4 * h
         patches = (self.image // self.patch) ** 2
         embeddings = self.channels * self.patch**2 * h + h + patches * h  # patch convolution, positions
-        return self.layers * per_layer + embeddings + 2 * h + self.projector  # + the post-LayerNorm
+        projector = h * self.text_hidden + h
+        return self.layers * per_layer + embeddings + 2 * h + projector  # + the post-LayerNorm
+
+
+@dataclass(frozen=True)
+class PixtralTower(VisionTower):
+    """Mistral 3 (Mistral-Small-3.1 / 3.2): Pixtral's ViT (vLLM's PixtralHFVisionModel: a patch
+    convolution and ln_pre without biases, two RMSNorms, q/k/v/o and a gated MLP without biases a
+    layer, 2D rotary positions with no parameters); projector (Mistral3MultiModalProjector): an
+    RMSNorm, the patch merger (merge^2 patches x hidden -> hidden), linear_1 (hidden -> text hidden)
+    and linear_2 (text hidden -> text hidden), biased only with multimodal_projector_bias."""
+
+    name: ClassVar[str] = "Pixtral"
+    attention: int  # heads x head_dim
+    merge: int
+    projector_bias: bool
+
+    @property
+    def params(self) -> int:
+        h, i, a, t = self.hidden, self.intermediate, self.attention, self.text_hidden
+        per_layer = 2 * h + 3 * h * a + a * h + 3 * h * i
+        embeddings = self.channels * self.patch**2 * h + h
+        projector = h + self.merge**2 * h * h + h * t + t * t + (2 * t if self.projector_bias else 0)
+        return self.layers * per_layer + embeddings + projector
 
 
 def _int(d: dict[str, Any], key: str, default: int | None = None) -> int | None:
@@ -36,15 +75,36 @@ def _int(d: dict[str, Any], key: str, default: int | None = None) -> int | None:
     return v if isinstance(v, int) and not isinstance(v, bool) and 0 < v < 1 << 24 else None
 
 
+def _layers_read(cfg: dict[str, Any], layers: int) -> int | None:
+    """vLLM builds the tower up to the deepest vision_feature_layer (-1: all of them)."""
+    f = cfg.get("vision_feature_layer", -1)
+    picks = [x for x in (f if isinstance(f, list) else [f]) if isinstance(x, int) and not isinstance(x, bool)]
+    if not picks or len(picks) != (len(f) if isinstance(f, list) else 1) or any(abs(x) > layers for x in picks):
+        return None
+    return max(layers + x + 1 if x < 0 else x for x in picks)
+
+
 def vision_tower(cfg: dict[str, Any], text_hidden: int | None) -> VisionTower | None:
-    """The tower of a model type listed in PROJECTORS with a ViT listed in VIT_TYPES; else None."""
+    """The tower of a (model type, vision model type) pair counted above; else None."""
     v = cfg.get("vision_config")
-    if not isinstance(v, dict) or cfg.get("model_type") not in PROJECTORS or v.get("model_type") not in VIT_TYPES:
+    if not isinstance(v, dict) or text_hidden is None:
         return None
-    sizes = [_int(v, k) for k in ("hidden_size", "intermediate_size", "num_hidden_layers", "patch_size", "image_size")]
+    kind = (cfg.get("model_type"), v.get("model_type"))
+    sizes = [_int(v, k) for k in ("hidden_size", "intermediate_size", "num_hidden_layers", "patch_size")]
     channels = _int(v, "num_channels", 3)
-    if text_hidden is None or channels is None or any(x is None for x in sizes):
+    if channels is None or any(x is None for x in sizes):
         return None
-    h, i, n, p, img = (x for x in sizes if x is not None)
-    # Gemma 3: mm_input_projection_weight (vision x text hidden) and the soft-embedding RMSNorm
-    return VisionTower(h, i, n, p, img, channels, projector=h * text_hidden + h)
+    h, i, n, p = (x for x in sizes if x is not None)
+    if kind == ("gemma3", "siglip_vision_model"):
+        image = _int(v, "image_size")
+        return SiglipTower(h, i, n, p, channels, text_hidden, image=image) if image else None
+    if kind == ("mistral3", "pixtral"):
+        heads, merge, layers = _int(v, "num_attention_heads"), _int(cfg, "spatial_merge_size", 2), _layers_read(cfg, n)
+        if heads is None or merge is None or layers is None:
+            return None
+        head_dim = _int(v, "head_dim", h // heads)
+        if head_dim is None:
+            return None
+        bias = cfg.get("multimodal_projector_bias", False) is True
+        return PixtralTower(h, i, layers, p, channels, text_hidden, heads * head_dim, merge, bias)
+    return None
