@@ -1,7 +1,7 @@
 """The vision towers kvgate counts, against the modules transformers builds from the same config
-(on the meta device: shapes only, no weights, nothing downloaded). vLLM builds the same parameters
-for these two families when the tower reads its last layer; where vLLM differs (it stops at the
-deepest feature layer, tests/test_gpu_memory.py) the count follows vLLM."""
+(on the meta device: shapes only, no weights, nothing downloaded). Where vLLM builds less (it stops
+at the deepest feature layer; LLaVA's tower has no post-norm in vLLM) the count follows vLLM and the
+test says by how much."""
 
 from __future__ import annotations
 
@@ -18,9 +18,9 @@ VISION |= {"patch_size": 4, "image_size": 32}
 
 
 def _hf_tower_params(model) -> int:
-    return sum(
-        p.numel() for name, p in model.named_parameters() if "vision_tower" in name or "multi_modal_projector" in name
-    )
+    """The tower, the projector and LLaVA-NeXT's image_newline."""
+    parts = ("vision_tower", "multi_modal_projector", "image_newline")
+    return sum(p.numel() for name, p in model.named_parameters() if any(x in name for x in parts))
 
 
 @pytest.mark.parametrize("bias", [False, True])
@@ -57,3 +57,46 @@ def test_siglip_tower_and_gemma3_projector_match_transformers():
     tower = vision_tower(cfg, TEXT["hidden_size"])
     assert tower is not None and tower.name == "SigLIP"
     assert tower.params == _hf_tower_params(hf)  # 110,912
+
+
+LLAVA = [
+    (model, vit, layers, bias)
+    for model in ("llava", "llava_next")
+    for vit in ("clip_vision_model", "siglip_vision_model")
+    for layers in ([-1, [-3, -1]] if model == "llava_next" else [-1])
+    for bias in (True, False)
+]
+
+
+@pytest.mark.parametrize("model,vit,feature_layer,bias", LLAVA)
+def test_llava_towers_are_transformers_modules_without_the_post_norm(model, vit, feature_layer, bias):
+    """LLaVA and LLaVA-NeXT with a CLIP or a SigLIP ViT: vLLM builds the tower with
+    require_post_norm=False, so the count is transformers' modules less the post-LayerNorm
+    (2 x hidden), whatever the ViT, the projector's biases and the feature layers concatenated."""
+    cfg = {
+        "model_type": model,
+        "vision_feature_layer": feature_layer,
+        "multimodal_projector_bias": bias,
+        "text_config": {"model_type": "llama", **TEXT},
+        "vision_config": {"model_type": vit, "vision_use_head": False, **VISION},
+    }
+    config_class, model_class = {
+        "llava": (transformers.LlavaConfig, transformers.LlavaForConditionalGeneration),
+        "llava_next": (transformers.LlavaNextConfig, transformers.LlavaNextForConditionalGeneration),
+    }[model]
+    extra = {"image_grid_pinpoints": [[32, 32]]} if model == "llava_next" else {}
+    with torch.device("meta"):
+        hf = model_class(config_class(**{k: v for k, v in cfg.items() if k != "model_type"}, **extra))
+    hf_count = _hf_tower_params(hf)
+    tower = vision_tower(cfg, TEXT["hidden_size"])
+    assert tower is not None and tower.name == ("CLIP" if vit.startswith("clip") else "SigLIP")
+    assert tower.params == hf_count - 2 * VISION["hidden_size"]
+
+
+def test_a_llava_config_without_feature_layer_reads_the_penultimate_layer():
+    """transformers' LlavaConfig defaults vision_feature_layer to -2: vLLM builds 23 of CLIP's 24
+    layers for LLaVA-1.5, while Mistral 3 (default -1) keeps all of Pixtral's."""
+    llava = {"model_type": "llava", "vision_config": {"model_type": "clip_vision_model", **VISION}}
+    llava["vision_config"] |= {"num_hidden_layers": 24}
+    tower = vision_tower(llava, TEXT["hidden_size"])
+    assert tower is not None and tower.layers == 23

@@ -1,8 +1,7 @@
 """A multimodal model's vision tower, from config.json's vision_config, counted where the layers vLLM
-loads and the projector are known: Gemma 3's SigLIP and Mistral 3's Pixtral (one formula each).
-Elsewhere the tower is not counted and the ledger says so: LLaVA-style CLIP/SigLIP towers drop
-trailing layers and their post-norm, other families run towers of their own (MoonViT, Llama 4's),
-none backed by a start-up row here."""
+loads and the projector are known (one formula per family): Gemma 3's SigLIP, Mistral 3's Pixtral,
+and the CLIP or SigLIP ViT of LLaVA and LLaVA-NeXT (granite-vision among them). Elsewhere the tower
+is not counted and the ledger says so (MoonViT, Llama 4's, Qwen-VL's, ...)."""
 
 from __future__ import annotations
 
@@ -29,6 +28,11 @@ class VisionTower(ABC):
     def params(self) -> int: ...
 
 
+def _vit_layer(h: int, i: int) -> int:
+    """A CLIP / SigLIP encoder layer: q/k/v/o and fc1/fc2 with biases, two LayerNorms."""
+    return 4 * (h * h + h) + (h * i + i) + (i * h + h) + 4 * h
+
+
 @dataclass(frozen=True)
 class SiglipTower(VisionTower):
     """Gemma 3: a pre-norm ViT (q/k/v/o and fc1/fc2 with biases, two LayerNorms a layer), learned
@@ -40,12 +44,11 @@ class SiglipTower(VisionTower):
 
     @property
     def params(self) -> int:
-        h, i = self.hidden, self.intermediate
-        per_layer = 4 * (h * h + h) + (h * i + i) + (i * h + h) + 4 * h
+        h = self.hidden
         patches = (self.image // self.patch) ** 2
         embeddings = self.channels * self.patch**2 * h + h + patches * h  # patch convolution, positions
         projector = h * self.text_hidden + h
-        return self.layers * per_layer + embeddings + 2 * h + projector  # + the post-LayerNorm
+        return self.layers * _vit_layer(h, self.intermediate) + embeddings + 2 * h + projector  # + post-LayerNorm
 
 
 @dataclass(frozen=True)
@@ -70,14 +73,62 @@ class PixtralTower(VisionTower):
         return self.layers * per_layer + embeddings + projector
 
 
+@dataclass(frozen=True)
+class _LlavaTower(VisionTower):
+    """LLaVA / LLaVA-NeXT: the ViT as vLLM builds it for them (init_vision_tower_for_llava with
+    require_post_norm=False: up to the deepest feature layer, no post-LayerNorm, no pooling head);
+    projector linear_1 (hidden x the feature layers LLaVA-NeXT concatenates -> text hidden), GELU,
+    linear_2 (text hidden -> text hidden), biased per multimodal_projector_bias; LLaVA-NeXT's
+    image_newline (text hidden)."""
+
+    image: int
+    inputs: int  # feature layers concatenated into linear_1
+    projector_bias: bool
+    newline: bool
+
+    @property
+    @abstractmethod
+    def embeddings(self) -> int: ...
+
+    @property
+    def params(self) -> int:
+        h, t = self.hidden, self.text_hidden
+        projector = self.inputs * h * t + t * t + (2 * t if self.projector_bias else 0) + (t if self.newline else 0)
+        return self.layers * _vit_layer(h, self.intermediate) + self.embeddings + projector
+
+
+@dataclass(frozen=True)
+class LlavaClipTower(_LlavaTower):
+    name: ClassVar[str] = "CLIP"
+
+    @property
+    def embeddings(self) -> int:
+        """The class embedding, a patch convolution without bias, a position per patch and one for
+        the class token, and the pre-LayerNorm."""
+        h, patches = self.hidden, (self.image // self.patch) ** 2
+        return h + self.channels * self.patch**2 * h + (patches + 1) * h + 2 * h
+
+
+@dataclass(frozen=True)
+class LlavaSiglipTower(_LlavaTower):
+    name: ClassVar[str] = "SigLIP"
+
+    @property
+    def embeddings(self) -> int:
+        """A patch convolution with bias and a position per patch."""
+        h, patches = self.hidden, (self.image // self.patch) ** 2
+        return self.channels * self.patch**2 * h + h + patches * h
+
+
 def _int(d: dict[str, Any], key: str, default: int | None = None) -> int | None:
     v = d.get(key, default)
     return v if isinstance(v, int) and not isinstance(v, bool) and 0 < v < 1 << 24 else None
 
 
-def _layers_read(cfg: dict[str, Any], layers: int) -> int | None:
-    """vLLM builds the tower up to the deepest vision_feature_layer (-1: all of them)."""
-    f = cfg.get("vision_feature_layer", -1)
+def _layers_read(cfg: dict[str, Any], layers: int, default: int) -> int | None:
+    """vLLM builds the tower up to the deepest vision_feature_layer (-1: all of them); the default
+    is the one transformers' config class fills in."""
+    f = cfg.get("vision_feature_layer", default)
     picks = [x for x in (f if isinstance(f, list) else [f]) if isinstance(x, int) and not isinstance(x, bool)]
     if not picks or len(picks) != (len(f) if isinstance(f, list) else 1) or any(abs(x) > layers for x in picks):
         return None
@@ -99,7 +150,11 @@ def vision_tower(cfg: dict[str, Any], text_hidden: int | None) -> VisionTower | 
         image = _int(v, "image_size")
         return SiglipTower(h, i, n, p, channels, text_hidden, image=image) if image else None
     if kind == ("mistral3", "pixtral"):
-        heads, merge, layers = _int(v, "num_attention_heads"), _int(cfg, "spatial_merge_size", 2), _layers_read(cfg, n)
+        heads, merge, layers = (
+            _int(v, "num_attention_heads"),
+            _int(cfg, "spatial_merge_size", 2),
+            _layers_read(cfg, n, -1),
+        )
         if heads is None or merge is None or layers is None:
             return None
         head_dim = _int(v, "head_dim", h // heads)
@@ -107,4 +162,20 @@ def vision_tower(cfg: dict[str, Any], text_hidden: int | None) -> VisionTower | 
             return None
         bias = cfg.get("multimodal_projector_bias", False) is True
         return PixtralTower(h, i, layers, p, channels, text_hidden, heads * head_dim, merge, bias)
+    llava = LLAVA_TOWERS.get(kind)
+    if llava is not None:
+        image, layers = _int(v, "image_size"), _layers_read(cfg, n, -2)  # LlavaConfig's default: the penultimate
+        if image is None or layers is None:
+            return None
+        f = cfg.get("vision_feature_layer")
+        inputs = len(f) if kind[0] == "llava_next" and isinstance(f, list) else 1  # vLLM's llava.py reads one layer
+        bias = cfg.get("multimodal_projector_bias", True) is not False
+        return llava(h, i, layers, p, channels, text_hidden, image, inputs, bias, newline=kind[0] == "llava_next")
     return None
+
+
+LLAVA_TOWERS: dict[tuple[Any, Any], type[_LlavaTower]] = {
+    (model, vit): tower
+    for model in ("llava", "llava_next")
+    for vit, tower in (("clip_vision_model", LlavaClipTower), ("siglip_vision_model", LlavaSiglipTower))
+}
