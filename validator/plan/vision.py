@@ -120,19 +120,26 @@ class LlavaSiglipTower(_LlavaTower):
         return self.channels * self.patch**2 * h + h + patches * h
 
 
+LLAVA_TOWERS: dict[Any, type[_LlavaTower]] = {
+    "clip_vision_model": LlavaClipTower,
+    "siglip_vision_model": LlavaSiglipTower,
+}
+
+
 def _int(d: dict[str, Any], key: str, default: int | None = None) -> int | None:
     v = d.get(key, default)
     return v if isinstance(v, int) and not isinstance(v, bool) and 0 < v < 1 << 24 else None
 
 
-def _layers_read(cfg: dict[str, Any], layers: int, default: int) -> int | None:
-    """vLLM builds the tower up to the deepest vision_feature_layer (-1: all of them); the default
-    is the one transformers' config class fills in."""
+def _feature_layers(cfg: dict[str, Any], layers: int, default: int) -> list[int] | None:
+    """The tower layers the model reads its features from, as vLLM's get_layer_index counts them
+    (-1: the last, so all of them are built); the default is the one transformers' config class
+    fills in. vLLM builds the tower up to the deepest of them."""
     f = cfg.get("vision_feature_layer", default)
-    picks = [x for x in (f if isinstance(f, list) else [f]) if isinstance(x, int) and not isinstance(x, bool)]
-    if not picks or len(picks) != (len(f) if isinstance(f, list) else 1) or any(abs(x) > layers for x in picks):
+    picks = f if isinstance(f, list) else [f]
+    if not picks or not all(isinstance(x, int) and not isinstance(x, bool) and abs(x) <= layers for x in picks):
         return None
-    return max(layers + x + 1 if x < 0 else x for x in picks)
+    return [layers + x + 1 if x < 0 else x for x in picks]
 
 
 def vision_tower(cfg: dict[str, Any], text_hidden: int | None) -> VisionTower | None:
@@ -140,42 +147,27 @@ def vision_tower(cfg: dict[str, Any], text_hidden: int | None) -> VisionTower | 
     v = cfg.get("vision_config")
     if not isinstance(v, dict) or text_hidden is None:
         return None
-    kind = (cfg.get("model_type"), v.get("model_type"))
+    model, vit = cfg.get("model_type"), v.get("model_type")
     sizes = [_int(v, k) for k in ("hidden_size", "intermediate_size", "num_hidden_layers", "patch_size")]
-    channels = _int(v, "num_channels", 3)
+    channels, image = _int(v, "num_channels", 3), _int(v, "image_size")
     if channels is None or any(x is None for x in sizes):
         return None
     h, i, n, p = (x for x in sizes if x is not None)
-    if kind == ("gemma3", "siglip_vision_model"):
-        image = _int(v, "image_size")
+    if (model, vit) == ("gemma3", "siglip_vision_model"):
         return SiglipTower(h, i, n, p, channels, text_hidden, image=image) if image else None
-    if kind == ("mistral3", "pixtral"):
-        heads, merge, layers = (
-            _int(v, "num_attention_heads"),
-            _int(cfg, "spatial_merge_size", 2),
-            _layers_read(cfg, n, -1),
-        )
-        if heads is None or merge is None or layers is None:
-            return None
-        head_dim = _int(v, "head_dim", h // heads)
-        if head_dim is None:
+    if (model, vit) == ("mistral3", "pixtral"):
+        heads, merge = _int(v, "num_attention_heads"), _int(cfg, "spatial_merge_size", 2)
+        picks = _feature_layers(cfg, n, -1)  # Mistral3Config's default: the last layer
+        head_dim = _int(v, "head_dim", h // heads) if heads else None
+        if heads is None or head_dim is None or merge is None or picks is None:
             return None
         bias = cfg.get("multimodal_projector_bias", False) is True
-        return PixtralTower(h, i, layers, p, channels, text_hidden, heads * head_dim, merge, bias)
-    llava = LLAVA_TOWERS.get(kind)
-    if llava is not None:
-        image, layers = _int(v, "image_size"), _layers_read(cfg, n, -2)  # LlavaConfig's default: the penultimate
-        if image is None or layers is None:
-            return None
-        f = cfg.get("vision_feature_layer")
-        inputs = len(f) if kind[0] == "llava_next" and isinstance(f, list) else 1  # vLLM's llava.py reads one layer
-        bias = cfg.get("multimodal_projector_bias", True) is not False
-        return llava(h, i, layers, p, channels, text_hidden, image, inputs, bias, newline=kind[0] == "llava_next")
-    return None
-
-
-LLAVA_TOWERS: dict[tuple[Any, Any], type[_LlavaTower]] = {
-    (model, vit): tower
-    for model in ("llava", "llava_next")
-    for vit, tower in (("clip_vision_model", LlavaClipTower), ("siglip_vision_model", LlavaSiglipTower))
-}
+        return PixtralTower(h, i, max(picks), p, channels, text_hidden, heads * head_dim, merge, bias)
+    llava = LLAVA_TOWERS.get(vit) if model in ("llava", "llava_next") else None
+    picks = _feature_layers(cfg, n, -2)  # LlavaConfig's default: the penultimate layer
+    if llava is None or image is None or picks is None:
+        return None
+    next_ = model == "llava_next"  # concatenates its feature layers and adds an image_newline
+    bias = cfg.get("multimodal_projector_bias", True) is not False
+    inputs = len(picks) if next_ else 1  # vLLM's llava.py feeds the projector one layer
+    return llava(h, i, max(picks), p, channels, text_hidden, image, inputs, bias, newline=next_)
