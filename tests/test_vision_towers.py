@@ -100,3 +100,23 @@ def test_a_llava_config_without_feature_layer_reads_the_penultimate_layer():
     llava["vision_config"] |= {"num_hidden_layers": 24}
     tower = vision_tower(llava, TEXT["hidden_size"])
     assert tower is not None and tower.layers == 23
+
+
+@pytest.mark.parametrize("bias", [False, True])
+def test_llama4_tower_and_projector_match_transformers(bias):
+    """Llama 4's ViT, pixel-shuffle adapter and projector. transformers' adapter has no biases
+    whatever the config says; vLLM's (mllama4.py) follows multi_modal_projector_bias, so with it the
+    count is transformers' plus the adapter's two biases. (The adapter's input and output dims are
+    equal, as in every Llama 4 checkpoint: where they differ transformers sizes fc2 output x output,
+    vLLM input x output, and the count follows vLLM.)"""
+    text = TEXT | {"intermediate_size_mlp": 128, "num_local_experts": 2}
+    vision = VISION | {"intermediate_size": 256, "projector_input_dim": 80, "projector_output_dim": 80}
+    vision |= {"vision_output_dim": 80, "pixel_shuffle_ratio": 0.5, "multi_modal_projector_bias": bias}
+    cfg = {"model_type": "llama4", "text_config": text, "vision_config": vision}
+    with torch.device("meta"):
+        hf = transformers.Llama4ForConditionalGeneration(transformers.Llama4Config(**cfg))
+    cfg["vision_config"] = vision | {"model_type": "llama4_vision_model"}  # as config.json writes it
+    hf_params = sum(p.numel() for n, p in hf.named_parameters() if "vision_model" in n or "multi_modal_projector" in n)
+    tower = vision_tower(cfg, TEXT["hidden_size"])
+    assert tower is not None and tower.name == "Llama 4 vision tower"
+    assert tower.params == hf_params + ((80 + 80) if bias else 0)

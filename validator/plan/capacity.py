@@ -12,8 +12,8 @@ from dataclasses import dataclass
 from functools import cached_property
 
 from validator.errors import InputError, NotModelled
-from validator.plan.kv_spec import FullAttentionSpec, KVSpec, MambaSpec, MLASpec, SlidingWindowSpec
-from validator.plan.layer_kinds import FULL, LINEAR, NO_CACHE, SLIDING
+from validator.plan.kv_spec import ChunkedLocalSpec, FullAttentionSpec, KVSpec, MambaSpec, MLASpec, SlidingWindowSpec
+from validator.plan.layer_kinds import CHUNKED, FULL, LINEAR, NO_CACHE, SLIDING
 from validator.plan.model_shape import DTYPE_BYTES, ModelShape
 from validator.units import cdiv
 
@@ -74,7 +74,7 @@ def _state_specs(
     conv = DTYPE_BYTES[shape.dtype]  # --mamba-cache-dtype auto: the model's dtype
     ssm = setup.ssm_dtype if setup.ssm_dtype != "auto" else (shape.ssm_dtype or shape.dtype)
     state = shape.state.bytes(tp, conv, DTYPE_BYTES[ssm])
-    if FULL not in shape.layer_kinds and SLIDING not in shape.layer_kinds:
+    if not {FULL, SLIDING, CHUNKED} & set(shape.layer_kinds):
         # attention-free (Mamba): prefix caching off, one state per request, mamba_block_size =
         # max_model_len (block_size 0 here: the plan reports max_model_len)
         return 0, MambaSpec(block_size=0, state_bytes=state, page_bytes=state, blocks_held=1)
@@ -101,32 +101,25 @@ def layer_specs(
         if kind == LINEAR and state_spec is not None:
             specs.append(state_spec)
             continue
-        if kind not in (FULL, SLIDING):
+        if kind not in (FULL, SLIDING, CHUNKED):
             raise NotModelled(
-                f"{kind} layers ({shape.architecture}: per-request state "
-                "or chunked local attention); read the capacity from vLLM's start-up log"
+                f"{kind} layers ({shape.architecture}: a per-request state kvgate has no shape for); "
+                "read the capacity from vLLM's start-up log"
             )
         if shape.mla is not None:
-            if kind == SLIDING:
-                raise NotModelled("sliding-window MLA layers")
+            if kind != FULL:
+                raise NotModelled(f"{kind} MLA layers")
             specs.append(MLASpec(block_size=block_size, latent_size=shape.mla.latent_dim, dtype_bytes=b))
             continue
-        h = kv_heads_per_rank(shape, tp)
+        attn = dict(block_size=block_size, num_kv_heads=kv_heads_per_rank(shape, tp), head_size=shape.head_dim)
         if kind == SLIDING:
             assert shape.sliding_window is not None  # model_shape refuses sliding layers without a window
-            specs.append(
-                SlidingWindowSpec(
-                    block_size=block_size,
-                    num_kv_heads=h,
-                    head_size=shape.head_dim,
-                    dtype_bytes=b,
-                    sliding_window=shape.sliding_window,
-                )
-            )
+            specs.append(SlidingWindowSpec(**attn, dtype_bytes=b, sliding_window=shape.sliding_window))
+        elif kind == CHUNKED:
+            assert shape.attention_chunk_size is not None  # model_shape makes chunked layers full without one
+            specs.append(ChunkedLocalSpec(**attn, dtype_bytes=b, attention_chunk_size=shape.attention_chunk_size))
         else:
-            specs.append(
-                FullAttentionSpec(block_size=block_size, num_kv_heads=h, head_size=shape.head_dim, dtype_bytes=b)
-            )
+            specs.append(FullAttentionSpec(**attn, dtype_bytes=b))
     return specs
 
 
@@ -239,5 +232,7 @@ class KVLayout:
                 continue
             if isinstance(g.spec, SlidingWindowSpec):
                 held = min(tokens, g.spec.sliding_window)
+            elif isinstance(g.spec, ChunkedLocalSpec) and tokens:  # the positions of the current chunk
+                held = (tokens - 1) % g.spec.attention_chunk_size + 1
             total += g.num_layers * g.spec.bytes_per_token * held
         return total

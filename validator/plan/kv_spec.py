@@ -66,6 +66,21 @@ class SlidingWindowSpec(FullAttentionSpec):
 
 
 @dataclass(frozen=True)
+class ChunkedLocalSpec(FullAttentionSpec):
+    """Chunked local attention (Llama 4's RoPE layers): a position attends only within its chunk
+    of ``attention_chunk_size`` tokens, and blocks of finished chunks are freed.
+
+    vLLM holds one chunk plus every in-flight token, never more than ``max_model_len``, and
+    (unlike its sliding-window formula) adds no block for a chunk that starts mid-block.
+    """
+
+    attention_chunk_size: int
+
+    def blocks_per_request(self, max_model_len: int, max_in_flight_tokens: int) -> int:
+        return cdiv(min(self.attention_chunk_size + max_in_flight_tokens, max_model_len), self.block_size)
+
+
+@dataclass(frozen=True)
 class MLASpec(KVSpec):
     """Multi-head latent attention: one latent vector per position, no K/V pair.
 

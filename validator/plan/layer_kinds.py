@@ -28,7 +28,28 @@ _LAYER_TYPE_KIND = {
 }
 
 
+LLAMA4_TYPES = ("llama4", "llama4_text")
+
+
+def _llama4_kinds(cfg: dict[str, Any], layers: int) -> list[str]:
+    """Llama 4: vLLM's llama4.py reads no_rope_layers (1: a RoPE layer, chunked when
+    attention_chunk_size is set; 0: a NoPE layer, full attention); transformers fills an empty or
+    missing list with a NoPE layer every no_rope_layer_interval (4) layers."""
+    flags = cfg.get("no_rope_layers")
+    if not flags:
+        interval = cfg.get("no_rope_layer_interval", 4)
+        if isinstance(interval, bool) or not isinstance(interval, int) or interval <= 0:
+            raise InputError(f"config.json: no_rope_layer_interval must be a positive integer, got {interval!r:.60}")
+        flags = [int((i + 1) % interval != 0) for i in range(layers)]
+    if not isinstance(flags, list) or len(flags) != layers or any(f not in (0, 1) for f in flags):
+        raise InputError(f"config.json: no_rope_layers must list 0 or 1 for each of the {layers} layers")
+    chunked = cfg.get("attention_chunk_size") is not None
+    return [CHUNKED if f and chunked else FULL for f in flags]
+
+
 def layer_kinds(cfg: dict[str, Any], layers: int, sliding_window: int | None) -> list[str]:
+    if cfg.get("model_type") in LLAMA4_TYPES:
+        return _llama4_kinds(cfg, layers)
     types = cfg.get("layer_types")
     if types is not None:
         if not isinstance(types, list) or len(types) != layers:

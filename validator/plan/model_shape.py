@@ -10,7 +10,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from validator.errors import InputError
-from validator.plan.layer_kinds import FULL, LINEAR, NO_CACHE, SLIDING, layer_kinds
+from validator.plan.layer_kinds import CHUNKED, FULL, LINEAR, LLAMA4_TYPES, NO_CACHE, SLIDING, layer_kinds
 from validator.plan.quant import QuantFormat, format_from_config
 from validator.plan.rope import rope_tables
 from validator.plan.ssm_state import (
@@ -78,6 +78,7 @@ class ModelShape:
     sliding_window: int | None
     max_position_embeddings: int | None
     mla: MLAShape | None = None
+    attention_chunk_size: int | None = None  # the chunk of the CHUNKED layers (Llama 4)
     hidden_size: int | None = None
     intermediate_size: int | None = None
     vocab_size: int | None = None
@@ -89,6 +90,8 @@ class ModelShape:
     moe_intermediate_size: int | None = None
     shared_expert_intermediate_size: int = 0
     first_dense_layers: int = 0  # leading dense layers of an MoE model (DeepSeek's first_k_dense_replace)
+    moe_layers: tuple[int, ...] | None = None  # the MoE layers when dense ones interleave (Llama 4)
+    dense_intermediate_size: int | None = None  # those dense layers' MLP width, when not intermediate_size
     quant_method: str | None = None  # config.json quantization_config.quant_method
     quant_bits: int | None = None  # bits per quantized linear weight, when the config says
     quant: QuantFormat | None = None  # the linear weights' format (config.json quantization_config)
@@ -214,6 +217,11 @@ def shape_from_config(cfg: Config) -> ModelShape:
         sliding_window = None
     elif sliding_window is None:
         raise InputError("config.json: layer_types names sliding_attention layers but sliding_window is not set")
+    chunk = _optional_int(cfg, "attention_chunk_size", "attention_chunk_size", maximum=1 << 40)
+    if chunk is None:  # vLLM builds chunked local attention only with a chunk size
+        kinds = [FULL if k == CHUNKED else k for k in kinds]
+    elif CHUNKED not in kinds:
+        chunk = None
 
     max_pos = _optional_int(
         cfg,
@@ -233,6 +241,18 @@ def shape_from_config(cfg: Config) -> ModelShape:
     if not shared_inter and isinstance(n_shared, int) and n_shared > 0 and moe_inter:
         shared_inter = n_shared * moe_inter
     dense_first = cfg.get("first_k_dense_replace") or 0
+    moe_layers, dense_inter = None, None
+    if model_type in LLAMA4_TYPES and experts:
+        # vLLM's llama4.py: an MoE block (routed experts and one shared expert, both of
+        # intermediate_size) on every interleave_moe_layer_step-th layer, a dense MLP of
+        # intermediate_size_mlp on the others
+        step = cfg.get("interleave_moe_layer_step", 1)
+        if isinstance(step, bool) or not isinstance(step, int) or step < 0:
+            raise InputError(f"config.json: interleave_moe_layer_step must be a whole number, got {step!r:.60}")
+        moe_layers = tuple(i for i in range(layers) if step > 0 and (i + 1) % step == 0)
+        dense_inter = _optional_int(cfg, "intermediate_size_mlp", "intermediate_size_mlp")
+        moe_inter = _optional_int(cfg, "intermediate_size", "intermediate_size")
+        shared_inter = moe_inter or 0
     quant = cfg.get("quantization_config")
     quant = quant if isinstance(quant, dict) else {}
     qmethod = quant.get("quant_method") if isinstance(quant.get("quant_method"), str) else None
@@ -255,6 +275,7 @@ def shape_from_config(cfg: Config) -> ModelShape:
         sliding_window=sliding_window,
         max_position_embeddings=max_pos,
         mla=mla,
+        attention_chunk_size=chunk,
         hidden_size=hidden,
         intermediate_size=_optional_int(cfg, "intermediate_size", "intermediate_size"),
         vocab_size=_optional_int(cfg, "vocab_size", "vocab_size"),
@@ -266,6 +287,8 @@ def shape_from_config(cfg: Config) -> ModelShape:
         moe_intermediate_size=moe_inter,
         shared_expert_intermediate_size=shared_inter if isinstance(shared_inter, int) and shared_inter > 0 else 0,
         first_dense_layers=dense_first if isinstance(dense_first, int) and 0 <= dense_first <= layers else 0,
+        moe_layers=moe_layers,
+        dense_intermediate_size=dense_inter,
         quant_method=qmethod,
         quant_bits=qbits,
         quant=format_from_config(quant) if quant else None,

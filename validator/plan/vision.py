@@ -1,7 +1,7 @@
 """A multimodal model's vision tower, from config.json's vision_config, counted where the layers vLLM
 loads and the projector are known (one formula per family): Gemma 3's SigLIP, Mistral 3's Pixtral,
-and the CLIP or SigLIP ViT of LLaVA and LLaVA-NeXT (granite-vision among them). Elsewhere the tower
-is not counted and the ledger says so (MoonViT, Llama 4's, Qwen-VL's, ...)."""
+the CLIP or SigLIP ViT of LLaVA and LLaVA-NeXT (granite-vision among them) and Llama 4's. Elsewhere
+the tower is not counted and the ledger says so (MoonViT, Qwen-VL's, ...)."""
 
 from __future__ import annotations
 
@@ -126,6 +126,33 @@ LLAVA_TOWERS: dict[Any, type[_LlavaTower]] = {
 }
 
 
+@dataclass(frozen=True)
+class Llama4Tower(VisionTower):
+    """Llama 4 (vLLM's mllama4.py, Llama4VisionModel): a ViT of biased q/k/v/o and fc1/fc2 with two
+    LayerNorms a layer, an unfolded patch projection without bias, a class embedding, positions for
+    the patches and the class token, LayerNorms before and after; the pixel-shuffle adapter (an MLP
+    from intermediate_size through projector_input_dim to projector_output_dim, biased with
+    multi_modal_projector_bias) and the projector linear_1 (vision_output_dim -> text hidden, no
+    bias)."""
+
+    name: ClassVar[str] = "Llama 4 vision tower"
+    image: int
+    adapter_in: int
+    adapter_mid: int
+    adapter_out: int
+    output: int
+    adapter_bias: bool
+
+    @property
+    def params(self) -> int:
+        h = self.hidden
+        positions = (self.image // self.patch) ** 2 + 1
+        embeddings = self.channels * self.patch**2 * h + h + positions * h + 4 * h
+        adapter = self.adapter_in * self.adapter_mid + self.adapter_mid * self.adapter_out
+        adapter += self.adapter_mid + self.adapter_out if self.adapter_bias else 0
+        return self.layers * _vit_layer(h, self.intermediate) + embeddings + adapter + self.output * self.text_hidden
+
+
 def _int(d: dict[str, Any], key: str, default: int | None = None) -> int | None:
     v = d.get(key, default)
     return v if isinstance(v, int) and not isinstance(v, bool) and 0 < v < 1 << 24 else None
@@ -163,6 +190,13 @@ def vision_tower(cfg: dict[str, Any], text_hidden: int | None) -> VisionTower | 
             return None
         bias = cfg.get("multimodal_projector_bias", False) is True
         return PixtralTower(h, i, max(picks), p, channels, text_hidden, heads * head_dim, merge, bias)
+    if (model, vit) == ("llama4", "llama4_vision_model"):
+        dims = [_int(v, k) for k in ("projector_input_dim", "projector_output_dim", "vision_output_dim")]
+        if image is None or any(x is None for x in dims):
+            return None
+        mid, out, output = (x for x in dims if x is not None)
+        bias = v.get("multi_modal_projector_bias", False) is True
+        return Llama4Tower(h, i, n, p, channels, text_hidden, image, i, mid, out, output, bias)
     llava = LLAVA_TOWERS.get(vit) if model in ("llava", "llava_next") else None
     picks = _feature_layers(cfg, n, -2)  # LlavaConfig's default: the penultimate layer
     if llava is None or image is None or picks is None:

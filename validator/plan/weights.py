@@ -104,7 +104,8 @@ def layer_matrices(shape: ModelShape, layer: int) -> list[Matrix] | None:
     out = _attention(shape, h)
     if out is None:
         return None
-    if shape.num_experts and layer >= shape.first_dense_layers:
+    moe = layer in shape.moe_layers if shape.moe_layers is not None else layer >= shape.first_dense_layers
+    if shape.num_experts and moe:
         inter = shape.mlp_width
         if inter is None:
             return None
@@ -114,9 +115,9 @@ def layer_matrices(shape: ModelShape, layer: int) -> list[Matrix] | None:
         if s:
             out += [Matrix(s, h, 2, Role.SHARED_EXPERT), Matrix(h, s, 1, Role.SHARED_EXPERT)]
     else:
-        if shape.intermediate_size is None:
+        i = shape.dense_intermediate_size or shape.intermediate_size
+        if i is None:
             return None
-        i = shape.intermediate_size
         out += [Matrix(i, h, 2 if shape.gated_mlp else 1, Role.MLP), Matrix(h, i, 1, Role.MLP)]
     return out
 

@@ -1,0 +1,204 @@
+"""The tiny models kvgate builds from code, one transformers config each (validator/tinymodels.py
+builds them): small enough to serve on a CPU in seconds, each a family whose cache vLLM sizes its
+own way (GQA, MHA, sliding windows, sinks, chunked local attention, linear-attention and SSM
+hybrids)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+VOCAB = 512
+
+# name -> (transformers config class, config kwargs, keys removed from config.json)
+COMMON = dict(
+    vocab_size=VOCAB,
+    intermediate_size=256,
+    max_position_embeddings=4096,
+    rms_norm_eps=1e-6,
+    tie_word_embeddings=True,
+    bos_token_id=1,
+    eos_token_id=2,
+)
+ARCHITECTURES: dict[str, tuple[str, dict[str, Any], tuple[str, ...]]] = {
+    # GQA, explicit head_dim
+    "tiny-gqa": (
+        "Qwen3Config",
+        dict(hidden_size=128, num_hidden_layers=2, num_attention_heads=4, num_key_value_heads=2, head_dim=64),
+        (),
+    ),
+    # MHA: as many KV heads as query heads
+    "tiny-mha": (
+        "Qwen3Config",
+        dict(hidden_size=128, num_hidden_layers=3, num_attention_heads=4, num_key_value_heads=4, head_dim=64),
+        (),
+    ),
+    # no head_dim in config.json: hidden_size / num_attention_heads = 64
+    "tiny-nohd": (
+        "LlamaConfig",
+        dict(hidden_size=256, num_hidden_layers=3, num_attention_heads=4, num_key_value_heads=2),
+        ("head_dim",),
+    ),
+    # a sliding window on every layer (Mistral convention: no layer_types)
+    "tiny-sliding": (
+        "MistralConfig",
+        dict(
+            hidden_size=256,
+            num_hidden_layers=2,
+            num_attention_heads=4,
+            num_key_value_heads=2,
+            head_dim=64,
+            sliding_window=128,
+        ),
+        ("layer_types",),
+    ),
+    # 3 sliding : 1 full, as listed in layer_types
+    "tiny-mixed": (
+        "LlamaConfig",
+        dict(
+            hidden_size=256,
+            num_hidden_layers=4,
+            num_attention_heads=4,
+            num_key_value_heads=2,
+            sliding_window=128,
+            layer_types=["sliding_attention"] * 3 + ["full_attention"],
+        ),
+        (),
+    ),
+    # gpt-oss: attention sinks, sliding and full layers alternating, MoE (bfloat16 experts, not MXFP4)
+    "tiny-gptoss": (
+        "GptOssConfig",
+        dict(
+            hidden_size=128,
+            num_hidden_layers=4,
+            num_attention_heads=4,
+            num_key_value_heads=2,
+            head_dim=64,
+            num_local_experts=4,
+            num_experts_per_tok=2,
+            intermediate_size=128,
+            sliding_window=128,
+            layer_types=["sliding_attention", "full_attention"] * 2,
+        ),
+        (),
+    ),
+    # Llama 4: chunked local attention (RoPE layers) with a full-attention NoPE layer in four, MoE
+    # with a shared expert on every layer
+    "tiny-llama4": (
+        "Llama4TextConfig",
+        dict(
+            hidden_size=128,
+            num_hidden_layers=4,
+            num_attention_heads=4,
+            num_key_value_heads=2,
+            head_dim=64,
+            num_local_experts=4,
+            num_experts_per_tok=1,
+            intermediate_size=128,
+            intermediate_size_mlp=256,
+            attention_chunk_size=256,
+        ),
+        (),
+    ),
+    # Qwen3-Next: 3 Gated DeltaNet layers : 1 attention layer, MoE
+    "tiny-qwen3next": (
+        "Qwen3NextConfig",
+        dict(
+            hidden_size=128,
+            num_hidden_layers=4,
+            num_attention_heads=4,
+            num_key_value_heads=2,
+            head_dim=64,
+            num_experts=4,
+            num_experts_per_tok=2,
+            moe_intermediate_size=64,
+            shared_expert_intermediate_size=64,
+            linear_num_value_heads=4,
+            linear_num_key_heads=2,
+            linear_key_head_dim=32,
+            linear_value_head_dim=32,
+            linear_conv_kernel_dim=4,
+            layer_types=["linear_attention"] * 3 + ["full_attention"],
+            full_attention_interval=4,
+        ),
+        (),
+    ),
+    # Granite-4: 3 Mamba-2 layers : 1 attention layer
+    "tiny-granite4": (
+        "GraniteMoeHybridConfig",
+        dict(
+            hidden_size=128,
+            num_hidden_layers=4,
+            num_attention_heads=4,
+            num_key_value_heads=2,
+            shared_intermediate_size=256,
+            num_local_experts=0,
+            layer_types=["mamba", "mamba", "mamba", "attention"],
+            mamba_n_heads=8,
+            mamba_d_head=32,
+            mamba_d_state=64,
+            mamba_n_groups=1,
+            mamba_d_conv=4,
+            mamba_expand=2,
+            position_embedding_type="rope",
+        ),
+        (),
+    ),
+    # Nemotron-H: Mamba-2, MLP, Mamba-2, attention (hybrid_override_pattern "M-M*")
+    "tiny-nemotronh": (
+        "NemotronHConfig",
+        dict(
+            hidden_size=128,
+            num_hidden_layers=4,
+            num_attention_heads=4,
+            num_key_value_heads=2,
+            head_dim=32,
+            hybrid_override_pattern="M-M*",
+            mamba_num_heads=8,
+            mamba_head_dim=32,
+            ssm_state_size=64,
+            n_groups=1,
+            conv_kernel=4,
+            expand=2,
+        ),
+        (),
+    ),
+    # Jamba: Mamba (v1) layers with one attention layer in four
+    "tiny-jamba": (
+        "JambaConfig",
+        dict(
+            hidden_size=128,
+            num_hidden_layers=4,
+            num_attention_heads=4,
+            num_key_value_heads=2,
+            num_experts=1,
+            attn_layer_period=4,
+            attn_layer_offset=3,
+            mamba_d_state=16,
+            mamba_d_conv=4,
+            mamba_expand=2,
+            use_mamba_kernels=False,
+        ),
+        (),
+    ),
+    # attention-free: Mamba-2 layers only
+    "tiny-mamba2": (
+        "Mamba2Config",
+        dict(
+            hidden_size=128,
+            num_hidden_layers=2,
+            num_heads=8,
+            head_dim=32,
+            state_size=64,
+            n_groups=1,
+            conv_kernel=4,
+            expand=2,
+        ),
+        (),
+    ),
+    # attention-free: Mamba (v1) layers only
+    "tiny-mamba1": (
+        "MambaConfig",
+        dict(hidden_size=128, num_hidden_layers=2, state_size=16, conv_kernel=4, expand=2, intermediate_size=256),
+        (),
+    ),
+}
