@@ -835,3 +835,31 @@ def test_the_client_against_the_engines_own_timing_request_by_request():
 
     assert broken(no_metrics(True))[name].status == "not_measured"
     assert broken(no_metrics(False))[name].status == "not_judged"
+
+
+# --- layouts the block model does not cover ---
+
+GROUPS_GPTOSS = [
+    {"kind": "SlidingWindowSpec", "layers": 2, "page_size_bytes": 32768},
+    {"kind": "FullAttentionSpec", "layers": 2, "page_size_bytes": 32768},
+]
+
+
+def test_a_layout_of_several_kv_groups_leaves_the_block_checks_not_measured():
+    """gpt-oss, Llama 4 and the hybrids hold blocks per group and free those that leave a window or
+    a chunk: one-group block counts say nothing about them either way. The same doctored readings
+    that fail on one full-attention group (above) are `not measured` there, saying why, and the
+    layout-free checks (request counts at a freeze, scrapes) are still judged."""
+    plan = replace(PLAN, shown={"kv_groups": GROUPS_GPTOSS})
+    c = broken(lambda run: scale_readings(run, 0.9), plan=plan)
+    for name in ("cold.freeze1.kv_blocks", "cold.kv_samples_bound", "cold.kv_utilization", "cold.prefix_hits"):
+        assert c[name].status == "not_measured", name
+        assert "2 KV cache groups: FullAttention, SlidingWindow" in c[name].explanation
+    assert c["cold.freeze2.running"].status == "pass" and c["cold.scrapes"].status == "pass"
+    # the verdict of a consistent run is then inconclusive, never pass
+    from validator.judge.verdict import verdict_of
+
+    assert verdict_of(judge(plan, [cold_run()], *values())[0], None) == "inconclusive"
+    # one group of full attention (as plan.json writes it) is the block model: the doctored run fails
+    one = broken(lambda run: scale_readings(run, 0.9), plan=replace(PLAN, shown={"kv_groups": GROUPS_GPTOSS[1:]}))
+    assert one["cold.freeze1.kv_blocks"].status == "fail"

@@ -317,6 +317,30 @@ def test_a_lie_about_kv_space_fails_the_startup_checks(tmp_path, tiny_model):
     assert (blocks["expected"], blocks["observed"]) == (32768, 65536)
 
 
+def test_llama4_starts_exactly_and_its_block_checks_are_not_measured_never_failed(tmp_path, tiny_model):
+    """The demo's job on a tiny Llama 4 (3 chunked-local layers : 1 full, 4 KV groups): the start-up
+    cross-check is exact against real vLLM, and the block checks, whose one-group model does not
+    cover the layout, are `not measured` (verdict inconclusive, exit 1), never failed."""
+    prof = yaml.safe_load((ROOT / "profiles" / "tiny-cpu.yaml").read_text())
+    prof["model"] |= {"path": str(tmp_path / "tiny-llama4"), "build": "tiny-llama4"}
+    prof["vllm"]["cpus"] = TEST_CPU
+    prof["cache"]["num_gpu_blocks_override"] = 257  # 4 x 64 blocks a request (4 groups of 16) + the null block
+    f = tmp_path / "llama4.yaml"
+    f.write_text(yaml.safe_dump(prof))
+    r = validate("--profile", str(f), "--out", str(tmp_path / "run"), "--json")
+    assert r.returncode == 1, r.stdout[-3000:] + r.stderr[-3000:]
+    rep = json.loads(r.stdout)
+    assert rep["verdict"] == "inconclusive" and rep["counts"]["failed"] == 0
+    checks = {c["name"]: c for c in rep["checks"]}
+    for name in ("startup.num_gpu_blocks", "startup.kv_cache_tokens", "startup.max_concurrency"):
+        assert checks[name]["status"] == "pass", checks[name]
+    assert checks["startup.num_gpu_blocks"]["observed"] == 257
+    unmeasured = {n for n, c in checks.items() if c["status"] == "not_measured"}
+    assert "cold.freeze1.kv_blocks" in unmeasured and "warm.prefix_hits" in unmeasured
+    assert all("4 KV cache groups" in checks[n]["explanation"] for n in unmeasured)
+    assert checks["cold.freeze1.running"]["status"] == "pass"
+
+
 @pytest.mark.parametrize("victim", ["python", "VLLM::EngineCore"])
 def test_vllm_killed_mid_run_exits_3_and_keeps_what_was_recorded(victim, tmp_path, tiny_model):
     """SIGKILL to the API server, or to its engine core: exit 3 within 2 s (issue 11), what was

@@ -21,6 +21,7 @@ from validator.judge.cachedtokens import cached_tokens_check, predictions
 from validator.judge.check import Check
 from validator.judge.figures import RunFigures, _pct, bucket_of, hist_delta, predict_prefix, run_figures
 from validator.judge.freezecheck import freeze_checks, utilization
+from validator.judge.layout import outside_the_block_model, uncovered_layout
 from validator.judge.servertiming import per_request_latency_checks, server_timing_check
 from validator.judge.slo import slo_checks
 from validator.judge.sweep import sweep_checks
@@ -267,4 +268,7 @@ def judge(
         checks += evidence.not_measured_without(mine, reason) if reason else mine
     checks += sweep_checks(runs, figures, plan)
     checks += slo_checks(runs, figures, slo)
+    reason = uncovered_layout(plan.shown.get("kv_groups"))
+    if reason:
+        checks = outside_the_block_model(checks, reason, {r.name for r in runs if r.kind is RunKind.SWEEP})
     return checks, figures

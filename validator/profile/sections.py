@@ -8,6 +8,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from loadgen.transport.fast import TRANSPORTS
+from validator.tiny_architectures import ARCHITECTURES
 
 
 @dataclass(frozen=True)
@@ -42,7 +43,7 @@ class ModelSection:
         None,
         "Build this tiny random-weight model from code at model.path if missing (kvgate's builder; CPU "
         "demos and tests).",
-        choices=("tiny-gqa", "tiny-mha", "tiny-nohd", "tiny-sliding", "tiny-mixed"),
+        choices=tuple(ARCHITECTURES),
     )
     served_name: str | None = spec(
         "str", None, "Name the server answers to (--served-model-name); default: model.path."
