@@ -620,7 +620,7 @@ def test_llama4_scout_loads_a_rotary_table_of_its_full_context_on_every_rank():
     (row,) = [r for r in PREDICTABLE if r["model"] == SCOUT]
     shape = shape_for(row)
     c = count_weights(shape, "bfloat16")
-    assert shape.vision is not None and shape.vision.name == "Llama 4 vision tower"
+    assert shape.vision is not None and shape.vision.name == "Llama 4"
     assert abs(c.held_bytes(4) / GiB - _f(row["weights_gib"])) < 0.01
     assert c.rope_cache == 10_485_760 * 128 * 2
     assert _f(row["weights_gib"]) - (c.held_bytes(4) - c.rope_cache) / GiB > 2.4

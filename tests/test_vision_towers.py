@@ -118,5 +118,5 @@ def test_llama4_tower_and_projector_match_transformers(bias):
     cfg["vision_config"] = vision | {"model_type": "llama4_vision_model"}  # as config.json writes it
     hf_params = sum(p.numel() for n, p in hf.named_parameters() if "vision_model" in n or "multi_modal_projector" in n)
     tower = vision_tower(cfg, TEXT["hidden_size"])
-    assert tower is not None and tower.name == "Llama 4 vision tower"
+    assert tower is not None and tower.name == "Llama 4"
     assert tower.params == hf_params + ((80 + 80) if bias else 0)

@@ -268,7 +268,7 @@ def judge(
         checks += evidence.not_measured_without(mine, reason) if reason else mine
     checks += sweep_checks(runs, figures, plan)
     checks += slo_checks(runs, figures, slo)
-    reason = uncovered_layout(plan.shown.get("kv_groups"))
-    if reason:
-        checks = outside_the_block_model(checks, reason, {r.name for r in runs if r.kind is RunKind.SWEEP})
+    gap = uncovered_layout(plan.shown.get("kv_groups"))
+    if gap:
+        checks = outside_the_block_model(checks, gap, {r.name for r in runs if r.kind is RunKind.SWEEP})
     return checks, figures

@@ -135,7 +135,7 @@ class Llama4Tower(VisionTower):
     multi_modal_projector_bias) and the projector linear_1 (vision_output_dim -> text hidden, no
     bias)."""
 
-    name: ClassVar[str] = "Llama 4 vision tower"
+    name: ClassVar[str] = "Llama 4"
     image: int
     adapter_in: int
     adapter_mid: int
