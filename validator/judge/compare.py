@@ -21,7 +21,7 @@ from validator.judge.cachedtokens import cached_tokens_check, predictions
 from validator.judge.check import Check
 from validator.judge.figures import RunFigures, _pct, bucket_of, hist_delta, predict_prefix, run_figures
 from validator.judge.freezecheck import freeze_checks, utilization
-from validator.judge.layout import outside_the_block_model, uncovered_layout
+from validator.judge.layout import ONE_FULL_GROUP, freeze_groups, outside_the_block_model, uncovered_layout
 from validator.judge.servertiming import per_request_latency_checks, server_timing_check
 from validator.judge.slo import slo_checks
 from validator.judge.sweep import sweep_checks
@@ -33,7 +33,9 @@ from validator.rundir.schedule import RunKind
 
 def _kv_checks(run: RunData, f: RunFigures, plan: PlanRecord, tol: TolerancesSection) -> list[Check]:
     """Freezes (exact), the sampled upper bound, and the cold run's utilization."""
-    checks = freeze_checks(run, f.usable_blocks, plan.block_size)
+    checks = freeze_checks(
+        run, f.usable_blocks, plan.block_size, freeze_groups(plan.shown.get("kv_groups")) or ONE_FULL_GROUP
+    )
     bound, peak = f.kv_upper_bound, f.kv_observed_peak
     checks.append(
         Check(
@@ -270,5 +272,7 @@ def judge(
     checks += slo_checks(runs, figures, slo)
     gap = uncovered_layout(plan.shown.get("kv_groups"))
     if gap:
-        checks = outside_the_block_model(checks, gap, {r.name for r in runs if r.kind is RunKind.SWEEP})
+        sweeps = {r.name for r in runs if r.kind is RunKind.SWEEP}
+        covered = freeze_groups(plan.shown.get("kv_groups")) is not None
+        checks = outside_the_block_model(checks, gap, sweeps, freezes_covered=covered)
     return checks, figures

@@ -19,6 +19,7 @@ from typing import Any
 
 from loadgen.results.records import RequestRecord
 from validator.judge.check import Check
+from validator.judge.layout import ONE_FULL_GROUP, HeldGroup
 from validator.judge.predict import block_keys
 from validator.rundir.freezes import SETTLE_KEYS, FreezeRecord
 from validator.rundir.rundata import RunData
@@ -28,24 +29,30 @@ from validator.units import cdiv
 Prompts = dict[str, Any]  # request id -> the prompt as saved (token ids, or text)
 
 
-def expected_state(requests: list[dict[str, Any]], prompts: Prompts, block_size: int) -> dict[str, int]:
-    """Blocks in use, running and waiting that the client's view implies."""
-    seen: set[int] = set()
+def expected_state(
+    requests: list[dict[str, Any]], prompts: Prompts, block_size: int, groups: tuple[HeldGroup, ...] = ONE_FULL_GROUP
+) -> dict[str, int]:
+    """Blocks in use, running and waiting that the client's view implies: in each KV group, the
+    blocks each decoding request holds there (all of them, or from its current chunk on), shared
+    prompt blocks once."""
     blocks = running = waiting = 0
+    live = []
     for r in requests:
         d, p, out = r["delivered"], r["prompt_tokens"], r.get("output_tokens")
         if d == 0:
             waiting += 1
-            continue
-        if out is not None and d >= out:
-            continue
-        running += 1
-        own = cdiv(p + d - 1, block_size)
-        prompt = prompts.get(r["id"])
-        shareable = block_keys(prompt, block_size, (p - 1) // block_size) if isinstance(prompt, list) else []
-        shared = sum(1 for k in shareable if k in seen)
-        seen.update(shareable)
-        blocks += own - shared
+        elif out is None or d < out:
+            running += 1
+            prompt = prompts.get(r["id"])
+            keys = block_keys(prompt, block_size, (p - 1) // block_size) if isinstance(prompt, list) else []
+            live.append((p + d - 1, keys))
+    for g in groups:
+        seen: set[int] = set()
+        for n, keys in live:
+            first = g.first_held(n, block_size)
+            held = keys[first:]
+            blocks += cdiv(n, block_size) - first - sum(1 for k in held if k in seen)
+            seen.update(held)
     return {"kv_blocks": blocks, "running": running, "waiting": waiting}
 
 
@@ -147,7 +154,9 @@ def records_at(run: RunData, f: FreezeRecord) -> list[str]:
     return bad
 
 
-def freeze_checks(run: RunData, usable_blocks: int, block_size: int) -> list[Check]:
+def freeze_checks(
+    run: RunData, usable_blocks: int, block_size: int, groups: tuple[HeldGroup, ...] = ONE_FULL_GROUP
+) -> list[Check]:
     """Per planned freeze of `run` (a RunData): the records tied to it, and three exact checks. A
     freeze not taken, not settled, or whose reading is no measurement is `not measured`; so is a
     run whose server could not be paused; freezes turned off in the profile are not judged."""
@@ -212,7 +221,7 @@ def freeze_checks(run: RunData, usable_blocks: int, block_size: int) -> list[Che
                 + (": " + "; ".join(bad[:3]) if bad else ""),
             )
         )
-        exp = expected_state(rec.requests, run.served_ids, block_size)
+        exp = expected_state(rec.requests, run.served_ids, block_size, groups)
         obs = observed_state(rec.reading, usable_blocks)
         when = (
             f"{exp['running']} decoding ({', '.join(str(r['delivered']) for r in rec.requests if r['delivered'])}"

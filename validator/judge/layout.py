@@ -6,12 +6,14 @@ layout of several groups (sliding-window or chunked-local layers beside full one
 state of hybrids) holds blocks per group and frees the ones that leave a window or a chunk, so
 those predictions do not apply to it: its block checks are `not measured`, saying why, whatever
 the comparison gave (a mismatch there is no evidence against vLLM, and a match no evidence for it).
-The start-up checks, the request counts at a freeze and the latency checks are layout-free and stay.
+The start-up checks, the request counts at a freeze and the latency checks are layout-free and stay;
+so do the freezes' block counts where every group is full or chunked-local attention: those count
+each group's blocks (HeldGroup).
 """
 
 from __future__ import annotations
 
-from dataclasses import replace
+from dataclasses import dataclass, replace
 from typing import Any
 
 from validator.judge.check import Check
@@ -30,6 +32,40 @@ BLOCK_CHECKS = (
 )
 
 
+@dataclass(frozen=True)
+class HeldGroup:
+    """One KV group as the freeze arithmetic counts a request's blocks in it: full attention holds
+    them all; chunked local attention (Llama 4) frees each finished chunk, so at a freeze it holds the
+    blocks from the start of the current chunk on (measured: 7 of 7 freezes of a tiny Llama 4)."""
+
+    chunk: int | None = None
+
+    def first_held(self, computed: int, block_size: int) -> int:
+        return 0 if self.chunk is None else (computed // self.chunk * self.chunk) // block_size
+
+
+ONE_FULL_GROUP = (HeldGroup(),)
+
+
+def freeze_groups(kv_groups: Any) -> tuple[HeldGroup, ...] | None:
+    """The groups the freeze arithmetic covers (full attention, MLA, chunked local), one per KV
+    group; None for any other kind (sliding windows, per-request state). A plan.json from before
+    kv_groups was written had one full group."""
+    if not isinstance(kv_groups, list) or not kv_groups:
+        return ONE_FULL_GROUP
+    out = []
+    for g in kv_groups:
+        kind = g.get("kind") if isinstance(g, dict) else None
+        chunk = g.get("attention_chunk_size") if isinstance(g, dict) else None
+        if kind in ONE_GROUP_KINDS:
+            out.append(HeldGroup())
+        elif kind == "ChunkedLocalSpec" and type(chunk) is int and chunk > 0:
+            out.append(HeldGroup(chunk))
+        else:
+            return None
+    return tuple(out)
+
+
 def uncovered_layout(kv_groups: Any) -> str | None:
     """Why the block model does not cover plan.json's kv_groups; None when it does (one group of
     full attention or MLA, or a plan.json from before kv_groups was written: one group then)."""
@@ -45,10 +81,16 @@ def uncovered_layout(kv_groups: Any) -> str | None:
     )
 
 
-def outside_the_block_model(checks: list[Check], reason: str, sweep_runs: set[str]) -> list[Check]:
-    """The block checks as `not measured` with the reason; sweep steps' preemption predictions too."""
+def outside_the_block_model(
+    checks: list[Check], reason: str, sweep_runs: set[str], freezes_covered: bool = False
+) -> list[Check]:
+    """The block checks as `not measured` with the reason; sweep steps' preemption predictions too.
+    With `freezes_covered` the freezes' kv_blocks stay judged (their arithmetic counts each group)."""
     out = []
     for c in checks:
+        if freezes_covered and c.name.endswith(".kv_blocks"):
+            out.append(c)
+            continue
         blocky = c.name.endswith(BLOCK_CHECKS) or (
             c.name.endswith(".preemptions") and c.name.rsplit(".", 1)[0] in sweep_runs
         )

@@ -7,6 +7,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from validator.plan.capacity import KVLayout
+from validator.plan.kv_spec import ChunkedLocalSpec, SlidingWindowSpec
 from validator.plan.ledger import PlanInput
 
 
@@ -60,7 +61,17 @@ class Plan:
             "block_size": self.block_size,
             "bytes_per_block": self.layout.bytes_per_block,
             "kv_groups": [
-                {"kind": type(g.spec).__name__, "layers": g.num_layers, "page_size_bytes": g.spec.page_size_bytes}
+                {
+                    "kind": type(g.spec).__name__,
+                    "layers": g.num_layers,
+                    "page_size_bytes": g.spec.page_size_bytes,
+                    **(
+                        {"attention_chunk_size": g.spec.attention_chunk_size}
+                        if isinstance(g.spec, ChunkedLocalSpec)
+                        else {}
+                    ),
+                    **({"sliding_window": g.spec.sliding_window} if isinstance(g.spec, SlidingWindowSpec) else {}),
+                }
                 for g in self.layout.groups
             ],
             "blocks_per_seq": self.blocks_per_seq,
