@@ -896,3 +896,14 @@ def test_freezes_count_each_group_where_groups_are_full_or_chunked():
     c = broken(lambda run: None, plan=replace(PLAN, shown={"kv_groups": GROUPS_LLAMA4}))
     assert c["cold.freeze1.kv_blocks"].status == "fail" and c["cold.freeze1.kv_blocks"].expected == 160
     assert c["cold.kv_samples_bound"].status == "not_measured"
+
+
+def test_a_plan_json_with_absurd_kv_groups_is_not_counted():
+    """A doctored plan.json listing a million groups (or chunks that are not positive integers) gets
+    no freeze arithmetic: its block checks are not measured, and nothing loops over the list."""
+    from validator.judge.layout import freeze_groups, uncovered_layout
+
+    many = [{"kind": "ChunkedLocalSpec", "attention_chunk_size": 256}] * 1_000_000
+    assert freeze_groups(many) is None and uncovered_layout(many) is not None
+    for chunk in (0, -256, "256", 2.5, True, None):
+        assert freeze_groups([{"kind": "ChunkedLocalSpec", "attention_chunk_size": chunk}]) is None

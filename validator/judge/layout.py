@@ -20,6 +20,7 @@ from validator.judge.check import Check
 
 # the kinds of group the block model counts (plan.json's kv_groups kind)
 ONE_GROUP_KINDS = ("FullAttentionSpec", "MLASpec")
+MAX_GROUPS = 256  # a real layout has one per layer at most; a doctored plan.json gets no loop over more
 BLOCK_CHECKS = (
     ".kv_blocks",
     ".kv_samples_bound",
@@ -53,6 +54,8 @@ def freeze_groups(kv_groups: Any) -> tuple[HeldGroup, ...] | None:
     kv_groups was written had one full group."""
     if not isinstance(kv_groups, list) or not kv_groups:
         return ONE_FULL_GROUP
+    if len(kv_groups) > MAX_GROUPS:
+        return None
     out = []
     for g in kv_groups:
         kind = g.get("kind") if isinstance(g, dict) else None
@@ -71,6 +74,8 @@ def uncovered_layout(kv_groups: Any) -> str | None:
     full attention or MLA, or a plan.json from before kv_groups was written: one group then)."""
     if not isinstance(kv_groups, list) or not kv_groups:
         return None
+    if len(kv_groups) > MAX_GROUPS:
+        return f"not modelled for this layout ({len(kv_groups)} KV cache groups listed, more than any model has)"
     kinds = [g.get("kind") if isinstance(g, dict) else None for g in kv_groups]
     if len(kinds) == 1 and kinds[0] in ONE_GROUP_KINDS:
         return None
