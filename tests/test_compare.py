@@ -875,9 +875,9 @@ def test_freezes_count_each_group_where_groups_are_full_or_chunked():
     with 4 requests of 256-token prompts having 3, 2, 2 and 2 tokens: 48 blocks held (usage 0.1875 x
     256), 9 each in the full group and 1 each in the chunked ones (the first chunk freed); 4 of 480
     tokens with 20-31 delivered: 160 (16 + 3 x 8 each); the one-group arithmetic says 36 and 64."""
-    from validator.judge.layout import freeze_groups
+    from validator.judge.layout import block_layout
 
-    groups = freeze_groups(GROUPS_LLAMA4)
+    groups = block_layout(GROUPS_LLAMA4).freeze_groups
     probe = [
         {"id": f"n{i}", "prompt_tokens": 256, "output_tokens": 256, "delivered": d} for i, d in enumerate((3, 2, 2, 2))
     ]
@@ -891,7 +891,7 @@ def test_freezes_count_each_group_where_groups_are_full_or_chunked():
     # a shared 256-token prefix is one set of blocks in the full group and already freed in the chunked ones
     prompts = {r["id"]: list(range(256)) + [1000 + 300 * i + j for j in range(224)] for i, r in enumerate(cold)}
     assert expected_state(cold, prompts, 32, groups)["kv_blocks"] == 8 + 4 * 8 + 3 * 4 * 8
-    assert freeze_groups(GROUPS_GPTOSS) is None  # sliding windows: not this arithmetic
+    assert block_layout(GROUPS_GPTOSS).groups is None  # sliding windows: not this arithmetic
     # judged (not `not measured`) on this layout: the one-group readings of the fixture fail it
     c = broken(lambda run: None, plan=replace(PLAN, shown={"kv_groups": GROUPS_LLAMA4}))
     assert c["cold.freeze1.kv_blocks"].status == "fail" and c["cold.freeze1.kv_blocks"].expected == 160
@@ -901,12 +901,13 @@ def test_freezes_count_each_group_where_groups_are_full_or_chunked():
 def test_a_plan_json_with_absurd_kv_groups_is_not_counted():
     """A doctored plan.json listing a million groups (or chunks that are not positive integers) gets
     no freeze arithmetic: its block checks are not measured, and nothing loops over the list."""
-    from validator.judge.layout import freeze_groups, uncovered_layout
+    from validator.judge.layout import block_layout
 
     many = [{"kind": "ChunkedLocalSpec", "attention_chunk_size": 256}] * 1_000_000
-    assert freeze_groups(many) is None and uncovered_layout(many) is not None
+    layout = block_layout(many)
+    assert layout.groups is None and layout.gap is not None
     for chunk in (0, -256, "256", 2.5, True, None):
-        assert freeze_groups([{"kind": "ChunkedLocalSpec", "attention_chunk_size": chunk}]) is None
+        assert block_layout([{"kind": "ChunkedLocalSpec", "attention_chunk_size": chunk}]).groups is None
 
 
 def test_a_request_just_out_of_prefill_leaves_a_chunked_freeze_not_measured():
@@ -917,9 +918,9 @@ def test_a_request_just_out_of_prefill_leaves_a_chunked_freeze_not_measured():
     where freeing on n would leave 8; n = 257 held 12; a prompt of 300 with 2 tokens 16. After its
     prefill a request has only its cache hit computed, so with a single-token request the chunked
     count is unknown (None, not measured); a full-attention layout counts it as before."""
-    from validator.judge.layout import freeze_groups
+    from validator.judge.layout import block_layout
 
-    groups = freeze_groups(GROUPS_LLAMA4)
+    groups = block_layout(GROUPS_LLAMA4).freeze_groups
     for p, d, held in ((255, 2, 32), (254, 3, 32), (253, 4, 32), (255, 3, 12), (300, 2, 16)):
         one = [{"id": "a", "prompt_tokens": p, "output_tokens": 64, "delivered": d}]
         assert expected_state(one, {}, 32, groups)["kv_blocks"] == held, (p, d)

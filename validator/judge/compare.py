@@ -21,7 +21,7 @@ from validator.judge.cachedtokens import cached_tokens_check, predictions
 from validator.judge.check import Check
 from validator.judge.figures import RunFigures, _pct, bucket_of, hist_delta, predict_prefix, run_figures
 from validator.judge.freezecheck import freeze_checks, utilization
-from validator.judge.layout import ONE_FULL_GROUP, freeze_groups, outside_the_block_model, uncovered_layout
+from validator.judge.layout import block_layout, outside_the_block_model
 from validator.judge.servertiming import per_request_latency_checks, server_timing_check
 from validator.judge.slo import slo_checks
 from validator.judge.sweep import sweep_checks
@@ -34,7 +34,7 @@ from validator.rundir.schedule import RunKind
 def _kv_checks(run: RunData, f: RunFigures, plan: PlanRecord, tol: TolerancesSection) -> list[Check]:
     """Freezes (exact), the sampled upper bound, and the cold run's utilization."""
     checks = freeze_checks(
-        run, f.usable_blocks, plan.block_size, freeze_groups(plan.shown.get("kv_groups")) or ONE_FULL_GROUP
+        run, f.usable_blocks, plan.block_size, block_layout(plan.shown.get("kv_groups")).freeze_groups
     )
     bound, peak = f.kv_upper_bound, f.kv_observed_peak
     checks.append(
@@ -270,9 +270,8 @@ def judge(
         checks += evidence.not_measured_without(mine, reason) if reason else mine
     checks += sweep_checks(runs, figures, plan)
     checks += slo_checks(runs, figures, slo)
-    gap = uncovered_layout(plan.shown.get("kv_groups"))
-    if gap:
+    layout = block_layout(plan.shown.get("kv_groups"))
+    if layout.gap:
         sweeps = {r.name for r in runs if r.kind is RunKind.SWEEP}
-        covered = freeze_groups(plan.shown.get("kv_groups")) is not None
-        checks = outside_the_block_model(checks, gap, sweeps, freezes_covered=covered)
+        checks = outside_the_block_model(checks, layout.gap, sweeps, freezes_covered=layout.groups is not None)
     return checks, figures

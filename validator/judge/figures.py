@@ -11,7 +11,7 @@ import numpy as np
 
 from loadgen.results.records import RequestRecord
 from validator.judge.freezecheck import expected_state, freeze_intervals, observed_state, unsettled
-from validator.judge.layout import ONE_FULL_GROUP, freeze_groups
+from validator.judge.layout import block_layout
 from validator.judge.predict import (
     Held,
     PrefixCacheModel,
@@ -168,7 +168,7 @@ def run_figures(
     The usage gauge is a fraction of the server's own pool: it is turned into blocks with the
     block count the server reported (when known), not the planned one."""
     bs = plan.block_size
-    groups = freeze_groups(plan.shown.get("kv_groups")) or ONE_FULL_GROUP
+    groups = block_layout(plan.shown.get("kv_groups")).freeze_groups
     usable = (server_blocks - 1) if server_blocks else plan.usable_blocks
     held = held_requests(run, bs)
     t0 = run.started_at

@@ -48,42 +48,46 @@ class HeldGroup:
 ONE_FULL_GROUP = (HeldGroup(),)
 
 
-def freeze_groups(kv_groups: Any) -> tuple[HeldGroup, ...] | None:
-    """The groups the freeze arithmetic covers (full attention, MLA, chunked local), one per KV
-    group; None for any other kind (sliding windows, per-request state). A plan.json from before
-    kv_groups was written had one full group."""
+@dataclass(frozen=True)
+class BlockLayout:
+    """plan.json's kv_groups as the judge reads them, once: `groups` the freeze arithmetic counts
+    (None where it does not cover the layout: sliding windows, per-request state, a doctored list),
+    `gap` why the one-group block model does not apply (None for one full-attention or MLA group)."""
+
+    groups: tuple[HeldGroup, ...] | None
+    gap: str | None
+
+    @property
+    def freeze_groups(self) -> tuple[HeldGroup, ...]:
+        return self.groups or ONE_FULL_GROUP  # where not covered, the freezes' checks are not measured
+
+
+def block_layout(kv_groups: Any) -> BlockLayout:
+    """A plan.json from before kv_groups was written had one full group."""
     if not isinstance(kv_groups, list) or not kv_groups:
-        return ONE_FULL_GROUP
+        return BlockLayout(ONE_FULL_GROUP, None)
     if len(kv_groups) > MAX_GROUPS:
-        return None
-    out = []
+        return BlockLayout(
+            None, f"not modelled for this layout ({len(kv_groups)} KV cache groups listed, more than any model has)"
+        )
+    kinds, groups = [], []
     for g in kv_groups:
         kind = g.get("kind") if isinstance(g, dict) else None
         chunk = g.get("attention_chunk_size") if isinstance(g, dict) else None
+        kinds.append(kind)
         if kind in ONE_GROUP_KINDS:
-            out.append(HeldGroup())
+            groups.append(HeldGroup())
         elif kind == "ChunkedLocalSpec" and type(chunk) is int and chunk > 0:
-            out.append(HeldGroup(chunk))
-        else:
-            return None
-    return tuple(out)
-
-
-def uncovered_layout(kv_groups: Any) -> str | None:
-    """Why the block model does not cover plan.json's kv_groups; None when it does (one group of
-    full attention or MLA, or a plan.json from before kv_groups was written: one group then)."""
-    if not isinstance(kv_groups, list) or not kv_groups:
-        return None
-    if len(kv_groups) > MAX_GROUPS:
-        return f"not modelled for this layout ({len(kv_groups)} KV cache groups listed, more than any model has)"
-    kinds = [g.get("kind") if isinstance(g, dict) else None for g in kv_groups]
-    if len(kinds) == 1 and kinds[0] in ONE_GROUP_KINDS:
-        return None
+            groups.append(HeldGroup(chunk))
+    covered = tuple(groups) if len(groups) == len(kinds) else None
+    if len(kinds) == 1 and covered:
+        return BlockLayout(covered, None)
     named = ", ".join(sorted({str(k).removesuffix("Spec") for k in kinds}))
-    return (
+    gap = (
         f"not modelled for this layout ({len(kinds)} KV cache groups: {named}): the judge counts blocks as one "
         "full-attention group holds them"
     )
+    return BlockLayout(covered, gap)
 
 
 def outside_the_block_model(
