@@ -21,7 +21,8 @@ from validator.judge.cachedtokens import cached_tokens_check, predictions
 from validator.judge.check import Check
 from validator.judge.figures import RunFigures, _pct, bucket_of, hist_delta, predict_prefix, run_figures
 from validator.judge.freezecheck import freeze_checks, utilization
-from validator.judge.layout import block_layout, outside_the_block_model
+from validator.judge.layout import block_layout, checkpoint_window, outside_the_block_model
+from validator.judge.predict import Lookup
 from validator.judge.servertiming import per_request_latency_checks, server_timing_check
 from validator.judge.slo import slo_checks
 from validator.judge.sweep import sweep_checks
@@ -31,10 +32,12 @@ from validator.rundir.rundata import RunData
 from validator.rundir.schedule import RunKind
 
 
-def _kv_checks(run: RunData, f: RunFigures, plan: PlanRecord, tol: TolerancesSection) -> list[Check]:
+def _kv_checks(
+    run: RunData, f: RunFigures, plan: PlanRecord, tol: TolerancesSection, lookups: dict[str, Lookup] | None
+) -> list[Check]:
     """Freezes (exact), the sampled upper bound, and the cold run's utilization."""
     checks = freeze_checks(
-        run, f.usable_blocks, plan.block_size, block_layout(plan.shown.get("kv_groups")).freeze_groups
+        run, f.usable_blocks, plan.block_size, block_layout(plan.shown.get("kv_groups")).freeze_groups, lookups
     )
     bound, peak = f.kv_upper_bound, f.kv_observed_peak
     checks.append(
@@ -136,7 +139,14 @@ def _latency_checks(run: RunData, f: RunFigures, tol: TolerancesSection, platfor
     return out
 
 
-def _run_checks(run: RunData, f: RunFigures, plan: PlanRecord, tol: TolerancesSection, slo: SloSection) -> list[Check]:
+def _run_checks(
+    run: RunData,
+    f: RunFigures,
+    plan: PlanRecord,
+    tol: TolerancesSection,
+    slo: SloSection,
+    lookups: dict[str, Lookup] | None = None,
+) -> list[Check]:
     name = run.name
     checks = [
         Check(
@@ -197,7 +207,7 @@ def _run_checks(run: RunData, f: RunFigures, plan: PlanRecord, tol: TolerancesSe
     )
     if not run.measured:
         return checks
-    checks += _kv_checks(run, f, plan, tol)
+    checks += _kv_checks(run, f, plan, tol, lookups)
     if run.kind.judges_preemptions:
         pre = f.preemptions
         checks.append(
@@ -252,7 +262,9 @@ def _run_checks(run: RunData, f: RunFigures, plan: PlanRecord, tol: TolerancesSe
 def judge(
     plan: PlanRecord, runs: list[RunData], slo: SloSection, tol: TolerancesSection, server_blocks: int | None = None
 ) -> tuple[list[Check], dict[str, RunFigures]]:
-    prefix = predict_prefix(runs, plan.block_size, plan.usable_blocks)
+    layout = block_layout(plan.shown.get("kv_groups"))
+    window = checkpoint_window(layout, plan.shown.get("vllm_version"), plan.vllm_args, plan.vllm_env)
+    prefix = predict_prefix(runs, plan.block_size, plan.usable_blocks, window)
     upper: dict[str, int] = {}
     for r in runs:
         if r.kind is RunKind.DATASET:  # request by request, eviction included (prefixsim.py)
@@ -260,18 +272,24 @@ def judge(
             prefix[r.name]["hit_tokens"] = sum(p.hits for p in preds) if preds is not None else None
             if preds is not None:
                 upper[r.name] = sum(p.upper for p in preds)
-    figures = {r.name: run_figures(r, plan, server_blocks, prefix[r.name]["hit_tokens"]) for r in runs}
+    figures = {
+        r.name: run_figures(r, plan, server_blocks, prefix[r.name]["hit_tokens"], prefix[r.name]["lookups"])
+        for r in runs
+    }
     for name, hi in upper.items():
         figures[name].prefix_hits_upper = hi
     checks: list[Check] = []
     for run in runs:
-        mine = _run_checks(run, figures[run.name], plan, tol, slo)
+        mine = _run_checks(run, figures[run.name], plan, tol, slo, prefix[run.name]["lookups"])
         reason = evidence.incomplete(run)
         checks += evidence.not_measured_without(mine, reason) if reason else mine
     checks += sweep_checks(runs, figures, plan)
     checks += slo_checks(runs, figures, slo)
-    layout = block_layout(plan.shown.get("kv_groups"))
     if layout.gap:
         sweeps = {r.name for r in runs if r.kind is RunKind.SWEEP}
-        checks = outside_the_block_model(checks, layout.gap, sweeps, freezes_covered=layout.groups is not None)
+        # freezes count each group; prefix hits follow the window's checkpoints where vLLM keeps them
+        # (a dataset run's hits come from prefixsim.py, which replays one full-attention group)
+        hits = tuple(f"{r.name}.prefix_hits" for r in runs if window and r.kind is not RunKind.DATASET)
+        keep = ((".kv_blocks",) if layout.groups else ()) + hits
+        checks = outside_the_block_model(checks, layout.gap, sweeps, keep)
     return checks, figures

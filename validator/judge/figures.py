@@ -14,6 +14,7 @@ from validator.judge.freezecheck import expected_state, freeze_intervals, observ
 from validator.judge.layout import block_layout
 from validator.judge.predict import (
     Held,
+    Lookup,
     PrefixCacheModel,
     block_keys,
     final_peak,
@@ -40,25 +41,30 @@ def held_requests(run: RunData, block_size: int) -> list[Held]:
     return out
 
 
-def predict_prefix(runs: list[RunData], block_size: int, usable_blocks: int) -> dict[str, dict[str, Any]]:
-    """Predicted hit tokens per run, simulating the cache across runs in the order they ran."""
-    model = PrefixCacheModel(block_size, usable_blocks)
+def predict_prefix(
+    runs: list[RunData], block_size: int, usable_blocks: int, window: int | None = None
+) -> dict[str, dict[str, Any]]:
+    """Predicted hit tokens per run, simulating the cache across runs in the order they ran; with
+    `window` (a sliding-window group beside the full ones) each request's lookup too."""
+    model = PrefixCacheModel(block_size, usable_blocks, window)
     out = {}
     for run in runs:
         if run.isolation == "reset":
             model.reset()
         hits = 0
         per_request: dict[str, int] = {}
+        lookups: dict[str, Lookup] = {}
         for r in _ordered(run):
             prompt = run.prompts.get(r.id)
             if not isinstance(prompt, list) or r.status != 200:
                 continue
             out_tokens = r.output_tokens or 0
             # generated blocks are cached too (never matched here: their content is unknown)
-            h = model.request(prompt, [-(i + 1) - hash(r.id) % 1_000_000 * 100_000 for i in range(out_tokens)])
-            per_request[r.id] = h
-            hits += h
-        out[run.name] = {"hit_tokens": hits, "per_request": per_request}
+            look = model.lookup(prompt, [-(i + 1) - hash(r.id) % 1_000_000 * 100_000 for i in range(out_tokens)])
+            lookups[r.id] = look
+            per_request[r.id] = look.hits * block_size
+            hits += look.hits * block_size
+        out[run.name] = {"hit_tokens": hits, "per_request": per_request, "lookups": lookups if window else None}
     return out
 
 
@@ -161,7 +167,11 @@ class RunFigures:
 
 
 def run_figures(
-    run: RunData, plan: PlanRecord, server_blocks: int | None = None, prefix_hits_predicted: int | None = None
+    run: RunData,
+    plan: PlanRecord,
+    server_blocks: int | None = None,
+    prefix_hits_predicted: int | None = None,
+    lookups: dict[str, Lookup] | None = None,
 ) -> RunFigures:
     """Predicted and observed KV and timing figures of one run.
 
@@ -204,7 +214,7 @@ def run_figures(
                 "measured": unsettled(run, f) is None,
                 "observed": o["kv_blocks"],
                 "error": f.error,
-                "expected": expected_state(f.requests, run.prompts, bs, groups)["kv_blocks"],
+                "expected": expected_state(f.requests, run.prompts, bs, groups, lookups)["kv_blocks"],
             }
         )
     return RunFigures(

@@ -20,7 +20,7 @@ from typing import Any
 from loadgen.results.records import RequestRecord
 from validator.judge.check import Check
 from validator.judge.layout import ONE_FULL_GROUP, HeldGroup
-from validator.judge.predict import block_keys
+from validator.judge.predict import Lookup, block_keys
 from validator.rundir.freezes import SETTLE_KEYS, FreezeRecord
 from validator.rundir.rundata import RunData
 from validator.rundir.samples import Sample
@@ -29,20 +29,40 @@ from validator.units import cdiv
 Prompts = dict[str, Any]  # request id -> the prompt as saved (token ids, or text)
 
 
-def expected_state(
-    requests: list[dict[str, Any]], prompts: Prompts, block_size: int, groups: tuple[HeldGroup, ...] = ONE_FULL_GROUP
-) -> dict[str, int | None]:
-    """Blocks in use, running and waiting that the client's view implies: in each KV group, the
-    blocks each decoding request holds there (all of them, or from its current chunk on), shared
-    prompt blocks once.
+FRESH = (
+    "not measured: a request had its first token only, and which of its chunk's or window's blocks vLLM "
+    "freed then depends on its cache hit (not modelled); "
+)
+NO_LOOKUP = (
+    "not measured: beside a sliding-window group which copy of a prompt block a request holds follows the "
+    "window's cache checkpoints, modelled for vLLM >= 0.32 at the default prefix_cache_retention_interval "
+    "and prompts sent as token ids only; "
+)
 
-    vLLM frees a chunk's blocks when it schedules a step (remove_skipped_blocks, on the tokens
-    computed before that step): a request with d >= 2 tokens was last scheduled for a decode step
-    with n - 1 of its n positions computed. One with a single token was last scheduled for its
-    prefill, with only its cache hit computed: where a group frees chunks its blocks are not known
-    from the client's view, and kv_blocks is None (not measured)."""
+
+def expected_state(
+    requests: list[dict[str, Any]],
+    prompts: Prompts,
+    block_size: int,
+    groups: tuple[HeldGroup, ...] = ONE_FULL_GROUP,
+    lookups: dict[str, Lookup] | None = None,
+) -> dict[str, Any]:
+    """Blocks in use, running and waiting that the client's view implies: in each KV group, the
+    blocks each decoding request holds there (all of them, or from its current chunk or window on),
+    shared prompt blocks once.
+
+    vLLM frees a chunk's or a window's blocks when it schedules a step (remove_skipped_blocks, on the
+    tokens computed before that step): a request with d >= 2 tokens was last scheduled for a decode
+    step with n - 1 of its n positions computed. One with a single token was last scheduled for its
+    prefill, with only its cache hit computed: where a group frees blocks they are not known from the
+    client's view, and kv_blocks is None (not measured).
+
+    Beside a sliding-window group, which copy of a prompt block a request holds follows its lookup
+    (`lookups`, predict.PrefixCacheModel): a hit shares the first cached copy, a block it cached first
+    is that copy, any other is its own (a prefix the window group made it miss is held twice)."""
     blocks = running = waiting = 0
     live = []
+    windowed = any(g.window is not None for g in groups)
     for r in requests:
         d, p, out = r["delivered"], r["prompt_tokens"], r.get("output_tokens")
         if d == 0:
@@ -50,19 +70,24 @@ def expected_state(
         elif out is None or d < out:
             running += 1
             prompt = prompts.get(r["id"])
-            keys = block_keys(prompt, block_size, (p - 1) // block_size) if isinstance(prompt, list) else []
-            live.append((p + d - 1, d, keys))
-    local = any(g.chunk is not None for g in groups)
-    if local and any(d == 1 for _, d, _ in live):
-        return {"kv_blocks": None, "running": running, "waiting": waiting}
+            cap = None if windowed else (p - 1) // block_size
+            keys = block_keys(prompt, block_size, cap) if isinstance(prompt, list) else []
+            live.append((p + d - 1, d, keys, (lookups or {}).get(r["id"])))
+    state: dict[str, Any] = {"kv_blocks": None, "running": running, "waiting": waiting}
+    if any(g.chunk is not None or g.window is not None for g in groups) and any(d == 1 for _, d, _, _ in live):
+        return state | {"why": FRESH}
+    if windowed and any(look is None for _, _, _, look in live):
+        return state | {"why": NO_LOOKUP}
     for g in groups:
         seen: set[int] = set()
-        for n, _, keys in live:
-            first = g.first_held(n - 1, block_size)
-            held = keys[first:]
-            blocks += cdiv(n, block_size) - first - sum(1 for k in held if k in seen)
-            seen.update(held)
-    return {"kv_blocks": blocks, "running": running, "waiting": waiting}
+        for n, _, keys, look in live:
+            for j in range(g.first_held(n - 1, block_size), cdiv(n, block_size)):
+                if j < len(keys) and (look is None or j < look.hits or j in look.first_copy.get(g.cache, ())):
+                    if keys[j] in seen:
+                        continue
+                    seen.add(keys[j])
+                blocks += 1
+    return state | {"kv_blocks": blocks}
 
 
 def _as_count(x: float | None, digits: int = 6) -> int | float | None:
@@ -83,13 +108,10 @@ def observed_state(reading: Sample | None, usable_blocks: int) -> dict[str, int 
     }
 
 
-FRESH = (
-    "not measured: a request had its first token only, and which of its chunk's blocks vLLM freed then "
-    "depends on its cache hit (not modelled); "
-)
 _WHAT = {
     "kv_blocks": "kv_cache_usage_perc x usable blocks vs sum of cdiv(prompt + delivered - 1, block) over the "
-    "decoding requests in each KV group (from the current chunk on in a chunked one), shared prefix blocks once",
+    "decoding requests in each KV group (from the current chunk or window on in a chunked or sliding one), shared "
+    "prefix blocks once",
     "running": "num_requests_running vs requests that have some but not all of their tokens",
     "waiting": "num_requests_waiting vs requests in flight without a token",
 }
@@ -168,7 +190,11 @@ def records_at(run: RunData, f: FreezeRecord) -> list[str]:
 
 
 def freeze_checks(
-    run: RunData, usable_blocks: int, block_size: int, groups: tuple[HeldGroup, ...] = ONE_FULL_GROUP
+    run: RunData,
+    usable_blocks: int,
+    block_size: int,
+    groups: tuple[HeldGroup, ...] = ONE_FULL_GROUP,
+    lookups: dict[str, Lookup] | None = None,
 ) -> list[Check]:
     """Per planned freeze of `run` (a RunData): the records tied to it, and three exact checks. A
     freeze not taken, not settled, or whose reading is no measurement is `not measured`; so is a
@@ -234,7 +260,7 @@ def freeze_checks(
                 + (": " + "; ".join(bad[:3]) if bad else ""),
             )
         )
-        exp = expected_state(rec.requests, run.served_ids, block_size, groups)
+        exp = expected_state(rec.requests, run.served_ids, block_size, groups, lookups)
         obs = observed_state(rec.reading, usable_blocks)
         when = (
             f"{exp['running']} decoding ({', '.join(str(r['delivered']) for r in rec.requests if r['delivered'])}"
@@ -249,7 +275,7 @@ def freeze_checks(
                     observed=o,
                     passed=None if o is None or exp[what] is None else o == exp[what],
                     tolerance="exact",
-                    explanation=(FRESH if exp[what] is None else "") + f"{_WHAT[what]}; {when}",
+                    explanation=((exp.get("why") or "") if exp[what] is None else "") + f"{_WHAT[what]}; {when}",
                 )
             )
     return out

@@ -7,8 +7,9 @@ state of hybrids) holds blocks per group and frees the ones that leave a window 
 those predictions do not apply to it: its block checks are `not measured`, saying why, whatever
 the comparison gave (a mismatch there is no evidence against vLLM, and a match no evidence for it).
 The start-up checks, the request counts at a freeze and the latency checks are layout-free and stay;
-so do the freezes' block counts where every group is full or chunked-local attention: those count
-each group's blocks (HeldGroup).
+so do the freezes' block counts where every group is full, chunked-local or sliding-window attention:
+those count each group's blocks (HeldGroup), and beside a sliding window the copies of a shared
+prefix its cache checkpoints imply, as do that layout's prefix hits (checkpoint_window).
 """
 
 from __future__ import annotations
@@ -40,8 +41,16 @@ class HeldGroup:
     blocks from the start of the current chunk on (measured: 7 of 7 freezes of a tiny Llama 4)."""
 
     chunk: int | None = None
+    window: int | None = None  # a sliding window: frees the blocks wholly before it (gpt-oss)
+
+    @property
+    def cache(self) -> str:
+        """How the group caches blocks (predict.Lookup's kinds): densely, or at checkpoints only."""
+        return "full" if self.window is None else "window"
 
     def first_held(self, computed: int, block_size: int) -> int:
+        if self.window is not None:  # get_num_skipped_tokens: computed - window + 1
+            return max(0, computed - self.window + 1) // block_size
         return 0 if self.chunk is None else (computed // self.chunk * self.chunk) // block_size
 
 
@@ -51,7 +60,7 @@ ONE_FULL_GROUP = (HeldGroup(),)
 @dataclass(frozen=True)
 class BlockLayout:
     """plan.json's kv_groups as the judge reads them, once: `groups` the freeze arithmetic counts
-    (None where it does not cover the layout: sliding windows, per-request state, a doctored list),
+    (None where it does not cover the layout: per-request state, a doctored list),
     `gap` why the one-group block model does not apply (None for one full-attention or MLA group)."""
 
     groups: tuple[HeldGroup, ...] | None
@@ -60,6 +69,16 @@ class BlockLayout:
     @property
     def freeze_groups(self) -> tuple[HeldGroup, ...]:
         return self.groups or ONE_FULL_GROUP  # where not covered, the freezes' checks are not measured
+
+    @property
+    def window(self) -> int | None:
+        """The window where full-attention groups sit beside sliding-window groups of one window
+        (gpt-oss): the layout predict.PrefixCacheModel covers, freezes and prefix hits included."""
+        gs = self.groups or ()
+        windows = {g.window for g in gs if g.window is not None}
+        if len(windows) != 1 or all(g.window is not None for g in gs) or any(g.chunk is not None for g in gs):
+            return None
+        return windows.pop()
 
 
 def block_layout(kv_groups: Any) -> BlockLayout:
@@ -79,8 +98,10 @@ def block_layout(kv_groups: Any) -> BlockLayout:
             groups.append(HeldGroup())
         elif kind == "ChunkedLocalSpec" and type(chunk) is int and chunk > 0:
             groups.append(HeldGroup(chunk))
+        elif kind == "SlidingWindowSpec" and type(window := g.get("sliding_window")) is int and window > 1:
+            groups.append(HeldGroup(window=window))
     covered = tuple(groups) if len(groups) == len(kinds) else None
-    if len(kinds) == 1 and covered:
+    if len(kinds) == 1 and kinds[0] in ONE_GROUP_KINDS:
         return BlockLayout(covered, None)
     named = ", ".join(sorted({str(k).removesuffix("Spec") for k in kinds}))
     gap = (
@@ -90,14 +111,40 @@ def block_layout(kv_groups: Any) -> BlockLayout:
     return BlockLayout(covered, gap)
 
 
+# vLLM keeps a sliding-window group's blocks cached at checkpoints only from its sparse prefix-cache
+# retention on (default interval 0, "semantic checkpoints"); 0.32 is the release measured here
+CHECKPOINTS_FROM = (0, 32)
+DENSE_FLAGS = ("--prefix-cache-retention-interval", "--speculative-config")  # a set interval; EAGLE forces dense
+
+
+def checkpoint_window(layout: BlockLayout, vllm_version: Any, vllm_args: Any, vllm_env: Any) -> int | None:
+    """The layout's window where vLLM caches that group at its default checkpoints, else None: an
+    older or unknown vLLM, or a launch that set the retention interval or speculative decoding."""
+    from validator.errors import InputError
+    from validator.plan.gpu_memory import parse_version
+
+    if layout.window is None or not isinstance(vllm_version, str):
+        return None
+    try:
+        if parse_version(vllm_version) < CHECKPOINTS_FROM:
+            return None
+    except InputError:
+        return None
+    words = [str(a).split("=", 1)[0] for a in vllm_args or ()]
+    if any(f in words for f in DENSE_FLAGS) or "VLLM_PREFIX_CACHE_RETENTION_INTERVAL" in (vllm_env or {}):
+        return None
+    return layout.window
+
+
 def outside_the_block_model(
-    checks: list[Check], reason: str, sweep_runs: set[str], freezes_covered: bool = False
+    checks: list[Check], reason: str, sweep_runs: set[str], keep: tuple[str, ...] = ()
 ) -> list[Check]:
     """The block checks as `not measured` with the reason; sweep steps' preemption predictions too.
-    With `freezes_covered` the freezes' kv_blocks stay judged (their arithmetic counts each group)."""
+    Those ending in `keep` stay judged: the freezes' kv_blocks where their arithmetic counts each
+    group, the prefix hits where the window model covers the layout."""
     out = []
     for c in checks:
-        if freezes_covered and c.name.endswith(".kv_blocks"):
+        if keep and c.name.endswith(keep):
             out.append(c)
             continue
         blocky = c.name.endswith(BLOCK_CHECKS) or (

@@ -8,13 +8,18 @@ prefix-cache hits, following vLLM 0.32's block accounting.
 - A prompt hits the cache for its leading full blocks that are cached, at most
   floor((len - 1) / block) blocks: vLLM recomputes at least the last prompt token.
   Requests scheduled in the same step share the first one's blocks (measured on 0.32).
+- Beside a sliding-window group (gpt-oss), vLLM 0.32 keeps that group's blocks cached only at
+  "semantic checkpoints" (prefix_cache_retention_interval 0, its default): the window's tail before
+  each prompt's last token, and before a shared-prefix junction it found uncached. A prefix is
+  hit only where both groups have it, so the first request to reuse another's prefix misses it and
+  pins the junction; the requests after it hit (single_type_kv_cache_manager.py, measured below).
 """
 
 from __future__ import annotations
 
 import bisect
 from collections import OrderedDict
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from validator.units import cdiv
 
@@ -29,35 +34,78 @@ def block_keys(tokens: list[int], block_size: int, n_blocks: int | None = None) 
     return keys
 
 
-class PrefixCacheModel:
-    """Which full blocks vLLM has cached: an LRU of block keys bounded by the usable blocks."""
+@dataclass(frozen=True)
+class Lookup:
+    """One request's prefix-cache lookup: the blocks it hit, and the blocks past them whose copy it
+    cached first (the copy later hits share), per kind of group ("full", "window"). Its other blocks
+    are copies of its own: computed again while another copy was cached (a miss the window group
+    forced), or never cached."""
 
-    def __init__(self, block_size: int, capacity_blocks: int):
+    hits: int
+    first_copy: dict[str, frozenset[int]] = field(default_factory=dict)
+
+
+class PrefixCacheModel:
+    """Which full blocks vLLM has cached: an LRU of block keys bounded by the usable blocks. With
+    `window`, the layout is one full-attention group beside one sliding-window group of that window."""
+
+    def __init__(self, block_size: int, capacity_blocks: int, window: int | None = None):
         self.bs = block_size
         self.capacity = max(capacity_blocks, 1)
-        self.cached: OrderedDict[int, None] = OrderedDict()
+        self.cached: OrderedDict[object, None] = OrderedDict()
+        self.window = window
+        # a hit in the window group needs the blocks the window spans before it (no EAGLE)
+        self.need = cdiv(window - 1, block_size) if window else 0
 
     def reset(self) -> None:
         self.cached.clear()
 
     def request(self, prompt: list[int], output: list[int] | None = None) -> int:
         """Hit tokens for this prompt; then its full blocks (prompt + known output) are cached."""
+        return self.lookup(prompt, output).hits * self.bs
+
+    def _window_hit(self, keys: list[int], full: int) -> int:
+        """SlidingWindowManager.find_longest_cache_hit within the full group's hit: the rightmost run
+        of `need` cached blocks, else the run cached from block 0."""
+        run = 0
+        for i in range(full - 1, -1, -1):
+            if ("w", keys[i]) in self.cached:
+                run += 1
+                if run >= self.need:
+                    return i + self.need
+            else:
+                run = 0
+        return run
+
+    def lookup(self, prompt: list[int], output: list[int] | None = None) -> Lookup:
         keys = block_keys(prompt, self.bs)
-        cap = (len(prompt) - 1) // self.bs
-        hits = 0
-        for k in keys[:cap]:
-            if k not in self.cached:
-                break
+        cap = min((len(prompt) - 1) // self.bs, len(keys))
+        full = 0
+        while full < cap and keys[full] in self.cached:
+            full += 1
+        hits = self._window_hit(keys, full) if self.window else full
+        for k in keys[:hits]:
             self.cached.move_to_end(k)
-            hits += 1
+        for j in range(max(0, hits - self.need), hits if self.window else 0):  # the window's hit blocks
+            self.cached.move_to_end(("w", keys[j]))
+        copies = {"full": frozenset(j for j in range(hits, len(keys)) if keys[j] not in self.cached)}
         # positions with KV at the end: prompt + output - 1
         seq = prompt + (output or [])
         for k in block_keys(seq, self.bs, n_blocks=(len(seq) - 1) // self.bs if output else None):
             self.cached[k] = None
             self.cached.move_to_end(k)
+        if self.window:
+            # the window group caches the tail before the replay boundary (the last prompt token) and
+            # before the junction of a prefix the full group had and it did not (reachable_block_mask)
+            ends = {(len(prompt) - 1) // self.bs} | ({full} if hits < full else set())
+            tail = {j for e in ends for j in range(max(hits, e - self.need), min(e, len(keys)))}
+            copies["window"] = frozenset(j for j in tail if ("w", keys[j]) not in self.cached)
+            for j in sorted(tail):
+                self.cached[("w", keys[j])] = None
+                self.cached.move_to_end(("w", keys[j]))
         while len(self.cached) > self.capacity:
             self.cached.popitem(last=False)
-        return hits * self.bs
+        return Lookup(hits, copies)
 
 
 @dataclass
