@@ -896,6 +896,13 @@ def test_freezes_count_each_group_where_groups_are_full_or_chunked():
     c = broken(lambda run: None, plan=replace(PLAN, shown={"kv_groups": GROUPS_LLAMA4}))
     assert c["cold.freeze1.kv_blocks"].status == "fail" and c["cold.freeze1.kv_blocks"].expected == 160
     assert c["cold.kv_samples_bound"].status == "not_measured"
+    # every group caches every full block (chunked local too): prefix hits judged as in one group
+    assert c["cold.prefix_hits"].status == "pass"
+
+    def hit(run):
+        run.after.values["prefix_cache_hits"] = 256.0  # a hit no unshared prompt can have
+
+    assert broken(hit, plan=replace(PLAN, shown={"kv_groups": GROUPS_LLAMA4}))["cold.prefix_hits"].status == "fail"
 
 
 def test_a_plan_json_with_absurd_kv_groups_is_not_counted():

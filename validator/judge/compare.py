@@ -264,7 +264,7 @@ def judge(
 ) -> tuple[list[Check], dict[str, RunFigures]]:
     layout = block_layout(plan.shown.get("kv_groups"))
     window = checkpoint_window(layout, plan.shown.get("vllm_version"), plan.vllm_args, plan.vllm_env)
-    prefix = predict_prefix(runs, plan.block_size, plan.usable_blocks, window)
+    prefix = predict_prefix(runs, plan.block_size, plan.usable_blocks, window, layout.cache_groups)
     upper: dict[str, int] = {}
     for r in runs:
         if r.kind is RunKind.DATASET:  # request by request, eviction included (prefixsim.py)
@@ -289,7 +289,8 @@ def judge(
         sweeps = {r.name for r in runs if r.kind is RunKind.SWEEP}
         # freezes count each group; prefix hits follow the window's checkpoints where vLLM keeps them
         # (a dataset run's hits come from prefixsim.py, which replays one full-attention group)
-        hits = tuple(f"{r.name}.prefix_hits" for r in runs if window and r.kind is not RunKind.DATASET)
+        modelled = window is not None or layout.dense
+        hits = tuple(f"{r.name}.prefix_hits" for r in runs if modelled and r.kind is not RunKind.DATASET)
         keep = ((".kv_blocks",) if layout.groups else ()) + hits
         checks = outside_the_block_model(checks, layout.gap, sweeps, keep)
     return checks, figures

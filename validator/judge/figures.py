@@ -42,11 +42,16 @@ def held_requests(run: RunData, block_size: int) -> list[Held]:
 
 
 def predict_prefix(
-    runs: list[RunData], block_size: int, usable_blocks: int, window: int | None = None
+    runs: list[RunData],
+    block_size: int,
+    usable_blocks: int,
+    window: int | None = None,
+    groups: tuple[int, int] = (1, 1),
 ) -> dict[str, dict[str, Any]]:
     """Predicted hit tokens per run, simulating the cache across runs in the order they ran; with
-    `window` (a sliding-window group beside the full ones) each request's lookup too."""
-    model = PrefixCacheModel(block_size, usable_blocks, window)
+    `window` (a sliding-window group beside the full ones) each request's lookup too. `groups`: the
+    layout's (dense, window) groups (PrefixCacheModel)."""
+    model = PrefixCacheModel(block_size, usable_blocks, window, groups)
     out = {}
     for run in runs:
         if run.isolation == "reset":

@@ -71,6 +71,19 @@ class BlockLayout:
         return self.groups or ONE_FULL_GROUP  # where not covered, the freezes' checks are not measured
 
     @property
+    def dense(self) -> bool:
+        """Every group caches every full block (full, MLA, chunked-local: Llama 4): a prefix is hit
+        where the full group has it, as in one group, each block held once per group."""
+        return bool(self.groups) and all(g.window is None for g in self.groups or ())
+
+    @property
+    def cache_groups(self) -> tuple[int, int]:
+        """(groups caching densely, sliding-window groups): what one cached block key costs the pool."""
+        gs = self.groups or ONE_FULL_GROUP
+        windows = sum(1 for g in gs if g.window is not None)
+        return len(gs) - windows, windows
+
+    @property
     def window(self) -> int | None:
         """The window where full-attention groups sit beside sliding-window groups of one window
         (gpt-oss): the layout predict.PrefixCacheModel covers, freezes and prefix hits included."""

@@ -47,18 +47,31 @@ class Lookup:
 
 class PrefixCacheModel:
     """Which full blocks vLLM has cached: an LRU of block keys bounded by the usable blocks. With
-    `window`, the layout is one full-attention group beside one sliding-window group of that window."""
+    `window`, full-attention groups sit beside sliding-window groups of that window. `groups`: how
+    many groups cache a block densely (full, chunked) and at checkpoints (window): a key held in
+    each costs that many blocks of the pool they share."""
 
-    def __init__(self, block_size: int, capacity_blocks: int, window: int | None = None):
+    def __init__(
+        self, block_size: int, capacity_blocks: int, window: int | None = None, groups: tuple[int, int] = (1, 1)
+    ):
         self.bs = block_size
         self.capacity = max(capacity_blocks, 1)
-        self.cached: OrderedDict[object, None] = OrderedDict()
+        self.cached: OrderedDict[object, int] = OrderedDict()  # key -> the blocks it holds
+        self.size = 0
         self.window = window
+        self.cost = (max(groups[0], 1), max(groups[1], 1))
         # a hit in the window group needs the blocks the window spans before it (no EAGLE)
         self.need = cdiv(window - 1, block_size) if window else 0
 
     def reset(self) -> None:
         self.cached.clear()
+        self.size = 0
+
+    def _cache(self, key: object, window: bool = False) -> None:
+        if key not in self.cached:
+            self.cached[key] = self.cost[window]
+            self.size += self.cost[window]
+        self.cached.move_to_end(key)
 
     def request(self, prompt: list[int], output: list[int] | None = None) -> int:
         """Hit tokens for this prompt; then its full blocks (prompt + known output) are cached."""
@@ -92,8 +105,7 @@ class PrefixCacheModel:
         # positions with KV at the end: prompt + output - 1
         seq = prompt + (output or [])
         for k in block_keys(seq, self.bs, n_blocks=(len(seq) - 1) // self.bs if output else None):
-            self.cached[k] = None
-            self.cached.move_to_end(k)
+            self._cache(k)
         if self.window:
             # the window group caches the tail before the replay boundary (the last prompt token) and
             # before the junction of a prefix the full group had and it did not (reachable_block_mask)
@@ -101,10 +113,9 @@ class PrefixCacheModel:
             tail = {j for e in ends for j in range(max(hits, e - self.need), min(e, len(keys)))}
             copies["window"] = frozenset(j for j in tail if ("w", keys[j]) not in self.cached)
             for j in sorted(tail):
-                self.cached[("w", keys[j])] = None
-                self.cached.move_to_end(("w", keys[j]))
-        while len(self.cached) > self.capacity:
-            self.cached.popitem(last=False)
+                self._cache(("w", keys[j]), window=True)
+        while self.size > self.capacity:
+            self.size -= self.cached.popitem(last=False)[1]
         return Lookup(hits, copies)
 
 
