@@ -218,3 +218,52 @@ def test_doctored_dataset_runs_fail(chat_server, tmp_path):
     c = checks(rep)["dataset.cached_tokens"]
     assert rep["verdict"] != "pass" and c["status"] == "not_measured"
     assert "--enable-prompt-tokens-details" in c["explanation"]
+
+
+def test_a_trace_on_gptoss_follows_the_windows_checkpoints_request_by_request(tiny_model, tmp_path):
+    """The Mooncake trace on a tiny gpt-oss (window 128 beside full attention, 2 KV groups): vLLM
+    caches the window group at checkpoints only, so a request reusing a prefix no earlier request
+    ended at misses it once. The replay that follows this gets 48 of 48 requests exact (5,568 hit
+    tokens); replaying one full-attention group would predict 6,144 and get 3 wrong. A request
+    doctored to one block more fails."""
+    import yaml
+
+    prof = yaml.safe_load((ROOT / "profiles" / "tiny-cpu.yaml").read_text())
+    prof["model"] |= {"path": str(tmp_path / "tiny-gptoss"), "build": "tiny-gptoss"}
+    prof["limits"] |= {"max_model_len": 1024, "max_num_seqs": 2}
+    prof["cache"]["num_gpu_blocks_override"] = 257  # 2 x 128 blocks a request (2 groups of 32) + the null block
+    f = tmp_path / "gptoss.yaml"
+    f.write_text(yaml.safe_dump(prof))
+    src = tmp_path / "run"
+    r = run_validate("--profile", str(f), "--out", str(src), *TRACE)
+    rep = json.loads((src / "report.json").read_text())
+    c = checks(rep)
+    assert r.returncode == 1 and rep["counts"]["failed"] == 0, r.stderr  # kv_samples_bound not measured
+    assert c["dataset.cached_tokens"]["status"] == "pass" and c["dataset.prefix_hits"]["status"] == "pass"
+    assert "48 of 48 requests got exactly" in c["dataset.cached_tokens"]["explanation"]
+
+    from dataclasses import replace
+
+    from validator.judge.cachedtokens import predictions
+    from validator.rundir.rundata import load_runs
+    from validator.rundir.saved import read_saved
+
+    saved = read_saved(src)
+    run = load_runs(src, saved.schedule, True)[0]
+    observed = {x.id: x.cached_tokens for x in run.records}
+    one = [g for g in saved.record.shown["kv_groups"] if g["kind"] == "FullAttentionSpec"]
+    dense, _ = predictions(run, replace(saved.record, shown={**saved.record.shown, "kv_groups": one}))
+    assert dense is not None and sum(not p.admits(observed[p.id]) for p in dense) >= 1
+    assert sum(p.hits for p in dense) > sum(observed.values())  # a window group hits less
+
+    preds, _ = predictions(run, saved.record)
+    hit = next(p.id for p in preds or [] if p.exact and p.hits > 0)
+
+    def raise_one_block(rows):
+        row = next(x for x in rows if x["id"] == hit)
+        row["cached_tokens"] += 32
+
+    code, rep = _doctored(
+        src, tmp_path / "a", lambda d: doctor.edit_jl(d / "runs/dataset/records.jsonl", raise_one_block)
+    )
+    assert code == 1 and checks(rep)["dataset.cached_tokens"]["status"] == "fail"

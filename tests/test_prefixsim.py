@@ -1,7 +1,8 @@
 """The block pool replay (judge/prefixsim.py) against what vLLM 0.32 did, measured on the CPU build
 (docs/DESIGN section 3 and issue 23), and its eviction order as block_pool.py defines it."""
 
-from validator.judge.prefixsim import BlockPool, Overflow, SimRequest, arrival_order, simulate
+from validator.judge.blockpool import BlockPool, Overflow
+from validator.judge.prefixsim import SimRequest, arrival_order, simulate
 
 BS = 32
 

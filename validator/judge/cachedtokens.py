@@ -8,9 +8,11 @@ import bisect
 from typing import Any
 
 from loadgen.results.records import RequestRecord
+from validator.judge.blockpool import Overflow
 from validator.judge.check import Check
 from validator.judge.figures import counter_delta
-from validator.judge.prefixsim import Overflow, Prediction, SimRequest, simulate
+from validator.judge.layout import block_layout, checkpoint_window, replayed_window
+from validator.judge.prefixsim import Prediction, SimRequest, simulate
 from validator.judge.template import audit
 from validator.plan.record import PlanRecord
 from validator.rundir.rundata import RunData
@@ -56,6 +58,12 @@ def predictions(run: RunData, plan: PlanRecord) -> tuple[list[Prediction] | None
             if pre
             else "the preemption counter was not read"
         )
+    layout = block_layout(plan.shown.get("kv_groups"))
+    window = replayed_window(
+        layout, checkpoint_window(layout, plan.shown.get("vllm_version"), plan.vllm_args, plan.vllm_env)
+    )
+    if layout.gap and window is None:
+        return None, f"the replay follows one full-attention group, or one beside a sliding window: {layout.gap}"
     reqs = [
         SimRequest(
             r.id,
@@ -70,7 +78,14 @@ def predictions(run: RunData, plan: PlanRecord) -> tuple[list[Prediction] | None
     ]
     try:
         return (
-            simulate(reqs, plan.block_size, plan.usable_blocks, plan.max_num_seqs, plan.max_num_batched_tokens or None),
+            simulate(
+                reqs,
+                plan.block_size,
+                plan.usable_blocks,
+                plan.max_num_seqs,
+                plan.max_num_batched_tokens or None,
+                window,
+            ),
             None,
         )
     except Overflow as e:

@@ -21,7 +21,7 @@ from validator.judge.cachedtokens import cached_tokens_check, predictions
 from validator.judge.check import Check
 from validator.judge.figures import RunFigures, _pct, bucket_of, hist_delta, predict_prefix, run_figures
 from validator.judge.freezecheck import freeze_checks, utilization
-from validator.judge.layout import block_layout, checkpoint_window, outside_the_block_model
+from validator.judge.layout import block_layout, checkpoint_window, outside_the_block_model, replayed_window
 from validator.judge.predict import Lookup
 from validator.judge.servertiming import per_request_latency_checks, server_timing_check
 from validator.judge.slo import slo_checks
@@ -288,9 +288,11 @@ def judge(
     if layout.gap:
         sweeps = {r.name for r in runs if r.kind is RunKind.SWEEP}
         # freezes count each group; prefix hits follow the window's checkpoints where vLLM keeps them
-        # (a dataset run's hits come from prefixsim.py, which replays one full-attention group)
+        # a dataset run's hits and cached tokens come from the block pool replay (prefixsim.py)
+        replayed = replayed_window(layout, window) is not None
         modelled = window is not None or layout.dense
-        hits = tuple(f"{r.name}.prefix_hits" for r in runs if modelled and r.kind is not RunKind.DATASET)
-        keep = ((".kv_blocks",) if layout.groups else ()) + hits
+        hits = tuple(f"{r.name}.prefix_hits" for r in runs if (replayed if r.kind is RunKind.DATASET else modelled))
+        audits = tuple(f"{r.name}.cached_tokens" for r in runs if replayed and r.kind is RunKind.DATASET)
+        keep = ((".kv_blocks",) if layout.groups else ()) + hits + audits
         checks = outside_the_block_model(checks, layout.gap, sweeps, keep)
     return checks, figures

@@ -149,6 +149,14 @@ def checkpoint_window(layout: BlockLayout, vllm_version: Any, vllm_args: Any, vl
     return layout.window
 
 
+def replayed_window(layout: BlockLayout, window: int | None) -> tuple[int, bool] | None:
+    """(window, whether vLLM's first group is the window one) where the block pool replay
+    (prefixsim.py) covers the layout: one full-attention group beside one sliding-window group."""
+    if window is None or layout.cache_groups != (1, 1) or not layout.groups:
+        return None
+    return window, layout.groups[0].window is not None
+
+
 def outside_the_block_model(
     checks: list[Check], reason: str, sweep_runs: set[str], keep: tuple[str, ...] = ()
 ) -> list[Check]:

@@ -19,7 +19,9 @@ from __future__ import annotations
 
 import bisect
 from collections import OrderedDict
+from collections.abc import Callable
 from dataclasses import dataclass, field
+from typing import Any
 
 from validator.units import cdiv
 
@@ -32,6 +34,21 @@ def block_keys(tokens: list[int], block_size: int, n_blocks: int | None = None) 
         h = hash((h, tuple(tokens[b * block_size : (b + 1) * block_size])))
         keys.append(h)
     return keys
+
+
+def window_hit(keys: list[Any], full: int, need: int, cached: Callable[[object], bool]) -> int:
+    """SlidingWindowManager.find_longest_cache_hit within the full group's hit of `full` blocks: the
+    rightmost run of `need` blocks the window group has cached (`cached(("w", key))`), else the run
+    cached from block 0."""
+    run = 0
+    for j in range(full - 1, -1, -1):
+        if cached(("w", keys[j])):
+            run += 1
+            if run >= need:
+                return j + need
+        else:
+            run = 0
+    return run
 
 
 @dataclass(frozen=True)
@@ -77,26 +94,13 @@ class PrefixCacheModel:
         """Hit tokens for this prompt; then its full blocks (prompt + known output) are cached."""
         return self.lookup(prompt, output).hits * self.bs
 
-    def _window_hit(self, keys: list[int], full: int) -> int:
-        """SlidingWindowManager.find_longest_cache_hit within the full group's hit: the rightmost run
-        of `need` cached blocks, else the run cached from block 0."""
-        run = 0
-        for i in range(full - 1, -1, -1):
-            if ("w", keys[i]) in self.cached:
-                run += 1
-                if run >= self.need:
-                    return i + self.need
-            else:
-                run = 0
-        return run
-
     def lookup(self, prompt: list[int], output: list[int] | None = None) -> Lookup:
         keys = block_keys(prompt, self.bs)
         cap = min((len(prompt) - 1) // self.bs, len(keys))
         full = 0
         while full < cap and keys[full] in self.cached:
             full += 1
-        hits = self._window_hit(keys, full) if self.window else full
+        hits = window_hit(keys, full, self.need, self.cached.__contains__) if self.window else full
         for k in keys[:hits]:
             self.cached.move_to_end(k)
         for j in range(max(0, hits - self.need), hits if self.window else 0):  # the window's hit blocks

@@ -33,11 +33,11 @@ earlier (FCFS) or by a request that had to finish to make room are certain and n
 
 from __future__ import annotations
 
-from collections import OrderedDict
 from dataclasses import dataclass
 from typing import Any
 
-from validator.judge.predict import block_keys
+from validator.judge.blockpool import BlockPool, Overflow
+from validator.judge.predict import block_keys, window_hit
 from validator.units import cdiv
 
 
@@ -66,64 +66,6 @@ class Prediction:
 
     def admits(self, observed: int) -> bool:
         return self.hits <= observed <= self.upper and observed % 1 == 0
-
-
-class Overflow(RuntimeError):
-    """The pool ran out: vLLM would have preempted or kept a request waiting, which the client cannot see."""
-
-
-class BlockPool:
-    """The usable blocks, the free queue (head: reused first) and the cached hashes."""
-
-    def __init__(self, usable: int):
-        self.free: OrderedDict[int, None] = OrderedDict((b, None) for b in range(1, usable + 1))
-        self.key_of: dict[int, Any] = {}
-        self.blocks_of: dict[Any, set[int]] = {}
-        self.ref: dict[int, int] = {}
-        self.evicted_by: dict[Any, tuple[float, int, int] | None] = {}  # key -> (time, request, token) of a decode
-
-    def cached(self, key: Any) -> int | None:
-        held = self.blocks_of.get(key)
-        return min(held) if held else None
-
-    def take(self, now: float, decode: tuple[int, int] | None = None) -> int:
-        """A block from the head of the free queue; `decode` = (request, token) when a decode step takes it."""
-        if not self.free:
-            raise Overflow("no free block")
-        b, _ = self.free.popitem(last=False)
-        key = self.key_of.pop(b, None)
-        if key is not None:  # evicted: the block is reused for new content
-            self.blocks_of[key].discard(b)
-            if not self.blocks_of[key]:
-                del self.blocks_of[key]
-                self.evicted_by[key] = None if decode is None else (now, *decode)
-        self.ref[b] = 1
-        return b
-
-    def touch(self, b: int) -> None:
-        if self.ref.get(b, 0) == 0:
-            self.free.pop(b, None)
-        self.ref[b] = self.ref.get(b, 0) + 1
-
-    def cache(self, b: int, key: Any) -> None:
-        if b in self.key_of:
-            return
-        self.key_of[b] = key
-        self.blocks_of.setdefault(key, set()).add(b)
-
-    def release(self, ordered: list[int]) -> None:
-        """free_blocks(): `ordered` by eviction priority (a request's blocks, last first)."""
-        front: list[int] = []
-        back: list[int] = []
-        for b in ordered:
-            self.ref[b] -= 1
-            if self.ref[b] == 0:
-                (back if b in self.key_of else front).append(b)
-        for b in reversed(front):  # prepend_n: front[0] ends up at the head
-            self.free[b] = None
-            self.free.move_to_end(b, last=False)
-        for b in back:
-            self.free[b] = None
 
 
 TIE_S = 0.05  # sends closer than this may reach the engine in either order (the API server's own jitter)
@@ -162,10 +104,20 @@ class _Replay:
     first, as the server must have."""
 
     def __init__(
-        self, order: list[SimRequest], block_size: int, usable: int, max_running: int | None, budget: int | None
+        self,
+        order: list[SimRequest],
+        block_size: int,
+        usable: int,
+        max_running: int | None,
+        budget: int | None,
+        window: tuple[int, bool] | None = None,
     ):
         eps = 1e-6
         self.order, self.bs, self.max_running = order, block_size, max_running
+        # a sliding-window group beside the full one: (window, whether it is vLLM's first group)
+        self.window, self.window_first = window if window else (0, False)
+        self.need = cdiv(self.window - 1, block_size) if window else 0
+        self.wblocks: dict[int, list[int | None]] = {}  # the window group's blocks (None: freed, vLLM's null block)
         # a prompt may be prefilled in chunks (looked up steps before its first token) unless it fits
         # the step's token budget beside the largest prompts of the others that may share that step
         longest = sorted((len(r.prompt) for r in order), reverse=True)[: max(0, (max_running or len(order)) - 1)]
@@ -210,7 +162,10 @@ class _Replay:
                 self.finish_one(t, i)
             self.schedule(i, t)
         elif what == -2:
-            self.pool.release(list(reversed(self.blocks.pop(i))))
+            full = list(reversed(self.blocks.pop(i)))
+            mine = [b for b in reversed(self.wblocks.pop(i, [])) if b is not None]
+            for blocks in (mine, full) if self.window_first else (full, mine):  # each group in vLLM's order
+                self.pool.release(blocks)
         else:
             self.decode(i, what, t)
 
@@ -242,6 +197,11 @@ class _Replay:
         later = self.order[j].token_times
         return not (k + STEP_SLACK < len(later) and later[k + STEP_SLACK] < r.token_times[0] - lead - BURST_S)
 
+    def hit_block(self, key: Any) -> int:
+        b = self.pool.cached(key)
+        assert b is not None  # a hit is cached
+        return b
+
     def schedule(self, i: int, t: float) -> None:
         r, pool, bs = self.order[i], self.pool, self.bs
         p = len(r.prompt)
@@ -253,25 +213,50 @@ class _Replay:
         upper = hits
         while upper < cap and (pool.cached(ks[upper]) is not None or self.may_follow(r, ks[upper])):
             upper += 1
-        held = []
-        for k in ks[:hits]:
-            b = pool.cached(k)
-            assert b is not None
+        full = hits
+        if self.window:  # a hit needs both groups; the window group caches at checkpoints only
+            hits = window_hit(ks, full, self.need, lambda k: pool.cached(k) is not None)
+            upper = window_hit(ks, upper, self.need, lambda k: pool.cached(k) is not None or self.may_follow(r, k))
+        held = [self.hit_block(k) for k in ks[:hits]]
+        mine: list[int | None] = [None] * max(0, hits - self.need) if self.window else []
+        hit = [self.hit_block(("w", k)) for k in ks[len(mine) : hits]] if self.window else []
+        for b in (hit + held) if self.window_first else (held + hit):  # the hits, each group in order
             pool.touch(b)
-            held.append(b)
+        mine += hit
         self.blocks[i] = held
-        for _ in range(cdiv(p, bs) - hits):
-            held.append(self.take(t, i))
+        for group in ("window", "full") if self.window_first else ("full", "window"):
+            if group == "full":
+                held += [self.take(t, i) for _ in range(cdiv(p, bs) - hits)]
+            elif self.window:
+                mine += [self.take(t, i) for _ in range(cdiv(p, bs) - hits)]
+                self.wblocks[i] = mine
         for j in range(hits, len(ks)):
             pool.cache(held[j], ks[j])
+        # the window group caches the tail before the prompt's last token and before the junction of
+        # a prefix the full group had and it did not (reachable_block_mask, retention interval 0)
+        ends = {(p - 1) // bs} | ({full} if hits < full else set()) if self.window else set()
+        for j in sorted({j for e in ends for j in range(max(hits, e - self.need), min(e, len(ks)))}):
+            pool.cache(mine[j], ("w", ks[j]))  # type: ignore[arg-type]
         self.keys[i] = list(ks)
         self.out[r.id] = Prediction(r.id, hits * bs, upper * bs, p, i)
 
     def decode(self, i: int, k: int, t: float) -> None:
         r = self.order[i]
         n = len(r.prompt) + k  # positions with KV once the step for token k + 1 has run
-        if cdiv(n, self.bs) > len(self.blocks[i]):
-            self.blocks[i].append(self.take(t, i, k))
+        mine = self.wblocks.get(i)
+        if mine is not None:  # remove_skipped_blocks on the positions computed before this step
+            gone = min(max(0, n - self.window) // self.bs, len(mine))
+            freed = []
+            for j in range(gone - 1, -1, -1):
+                if mine[j] is None:
+                    break
+                freed.append(mine[j])
+                mine[j] = None
+            self.pool.release(freed)  # type: ignore[arg-type]
+        for group in ("window", "full") if self.window_first else ("full", "window"):
+            blocks = self.blocks[i] if group == "full" else mine
+            if blocks is not None and cdiv(n, self.bs) > len(blocks):
+                blocks.append(self.take(t, i, k))
         if n % self.bs == 0:  # a generated block filled: cached, never matched by a prompt
             self.keys[i].append(("generated", r.id, n // self.bs))
             self.pool.cache(self.blocks[i][n // self.bs - 1], self.keys[i][-1])
@@ -283,8 +268,11 @@ def simulate(
     usable_blocks: int,
     max_running: int | None = None,
     max_num_batched_tokens: int | None = None,
+    window: tuple[int, bool] | None = None,
 ) -> list[Prediction]:
     """Predicted cached tokens of each request (a cold cache at the start). Raises Overflow.
-    Without the step's token budget every prompt is taken to be possibly prefilled in chunks."""
-    out = _Replay(arrival_order(reqs), block_size, usable_blocks, max_running, max_num_batched_tokens).run()
+    Without the step's token budget every prompt is taken to be possibly prefilled in chunks. With
+    `window` = (window, first), a sliding-window group beside the full one, caching at checkpoints
+    (vLLM's group order: the window group first or not)."""
+    out = _Replay(arrival_order(reqs), block_size, usable_blocks, max_running, max_num_batched_tokens, window).run()
     return [out[r.id] for r in reqs if r.id in out]
