@@ -132,3 +132,35 @@ def test_peak_memory_is_judged_against_the_gpu_budget_and_shown_on_the_cpu():
     gpu = replace(gpu, ledger=replace(gpu.ledger, budget_bytes=int(2.5 * 2**30)))
     assert peak_memory_check(runs, gpu).passed is True
     assert peak_memory_check([_step_run(1, [10.0])], gpu).passed is None  # not sampled: not measured
+
+
+def test_a_layout_of_several_groups_states_no_one_group_capacity():
+    """The sweep's summary says what the KV cache holds and where the ledger preempts from one
+    full-attention group's arithmetic: for gpt-oss's two groups it gives neither (None, the layout
+    named in the line), where one group would say 8 sequences of 128 + 384 tokens."""
+    from dataclasses import replace
+
+    from validator.judge.figures import run_figures
+    from validator.judge.sweep import sweep_summary
+    from validator.profile import SloSection
+    from validator.rundir.schedule import PlannedRun, RunKind
+    from validator.serve.argv import plan_record
+
+    one = replace(plan_record(plan_of()[0]), num_blocks=133, usable_blocks=132, block_size=32, max_num_seqs=10)
+    run = _step_run(10, [100.0] * 10)
+    run.planned = PlannedRun(name=run.name, kind=RunKind.SWEEP, requests=10, concurrency=10)
+    for r in run.records:
+        r.asked_prompt_tokens, r.asked_output_tokens = 128, 384
+    figs = {run.name: run_figures(run, one)}
+    sw = sweep_summary([run], figs, one, SloSection())
+    assert sw is not None and (sw["kv_holds"], sw["first_preemption_predicted"]) == (8, 10)
+    assert sw["line"].startswith("the KV cache holds 8 sequences of 128 + 384 tokens")
+    groups = [
+        {"kind": "SlidingWindowSpec", "layers": 2, "page_size_bytes": 16384, "sliding_window": 128},
+        {"kind": "FullAttentionSpec", "layers": 2, "page_size_bytes": 16384},
+    ]
+    two = replace(one, shown={**one.shown, "kv_groups": groups})
+    sw = sweep_summary([run], {run.name: run_figures(run, two)}, two, SloSection())
+    assert sw is not None and (sw["kv_holds"], sw["first_preemption_predicted"]) == (None, None)
+    assert sw["steps"][0]["admitted_predicted"] is None
+    assert "what the KV cache holds is not modelled for this layout (2 KV cache groups" in sw["line"]

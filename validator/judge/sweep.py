@@ -18,6 +18,7 @@ from typing import Any
 from validator.judge.check import Check
 from validator.judge.figures import RunFigures, _paused, _pct, hist_delta
 from validator.judge.freezecheck import freeze_intervals, observed_state, unsettled
+from validator.judge.layout import block_layout
 from validator.plan.record import PlanRecord, Platform
 from validator.profile import SloSection
 from validator.rundir.rundata import RunData
@@ -199,9 +200,21 @@ def sweep_summary(
     first = next((s for _, s in steps if s is not None), None)
     predicted = next((s.n for _, s in steps if s is not None and s.preempts), None)
     observed = next((row["n"] for row in rows if row["preemptions"]), None)
+    gap = block_layout(plan.shown.get("kv_groups")).gap
+    if gap:  # the ledger's admission and preemption count one full-attention group: no figure here
+        for row in rows:
+            row["admitted_predicted"] = row["preempts_predicted"] = None
+        predicted = None
+    holds = (
+        f"the KV cache holds {first.held} sequences of {first.prompt} + {first.output} tokens"
+        if first and not gap
+        else f"sequences of {first.prompt} + {first.output} tokens: what the KV cache holds is {gap}"
+        if first
+        else ""
+    )
     return {
         "steps": rows,
-        "kv_holds": first.held if first else None,
+        "kv_holds": first.held if first and not gap else None,
         "max_num_seqs": plan.max_num_seqs,
         "usable_blocks": plan.usable_blocks,
         "first_preemption_predicted": predicted,
@@ -211,8 +224,7 @@ def sweep_summary(
         and (capacity == rows[-1]["n"] or any(row["n"] == capacity + 1 for row in rows)),
         "memory_budget_gib": None if budget is None else round(budget / 2**30, 3),
         "line": (
-            f"the KV cache holds {first.held} sequences of {first.prompt} + {first.output} tokens "
-            f"(max_num_seqs {plan.max_num_seqs}); vLLM first preempted at {observed} in flight (the ledger: "
+            f"{holds} (max_num_seqs {plan.max_num_seqs}); vLLM first preempted at {observed} in flight (the ledger: "
             f"{predicted}); "
             + (
                 f"the SLOs hold at every step (up to {capacity} in flight)"

@@ -71,7 +71,9 @@ def sweep_html(sw: dict | None) -> list[str]:
         ],
         "requests in flight",
         "requests",
-        hline=(f"the KV cache holds {sw['kv_holds']} at full length", sw["kv_holds"] or 0),
+        hline=None
+        if sw["kv_holds"] is None
+        else (f"the KV cache holds {sw['kv_holds']} at full length", sw["kv_holds"]),
         markers=("running at the freeze",),
     )
     blocks = svg.lines(
