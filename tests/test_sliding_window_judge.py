@@ -16,7 +16,7 @@ import numpy as np
 
 from tests.test_compare import PLAN, broken, by_name, cold_run, judge, values
 from validator.judge.freezecheck import expected_state
-from validator.judge.layout import HeldGroup, block_layout, checkpoint_window
+from validator.judge.layout import SERVED_RETENTION, HeldGroup, block_layout, checkpoint_window
 from validator.judge.predict import PrefixCacheModel
 
 BS, WINDOW = 32, 128
@@ -125,6 +125,12 @@ def test_the_window_model_only_where_vllm_keeps_checkpoints():
     assert checkpoint_window(layout, "0.32.0", ("--speculative-config", "{}"), {}) is None
     assert checkpoint_window(layout, "0.32.0", (), {"VLLM_PREFIX_CACHE_RETENTION_INTERVAL": "0"}) is None
     assert checkpoint_window(block_layout(GPTOSS[:1]), "0.32.0", (), {}) is None  # windows only: no junctions
+    # the server's own cache_config_info label decides where the judge has it (startup.json's facts)
+    assert checkpoint_window(layout, "0.31.1", (), {}, "0") == WINDOW
+    assert checkpoint_window(layout, "0.32.0", (), {}, "None") is None  # dense (EAGLE, or set so)
+    assert checkpoint_window(layout, "0.32.0", (), {}, "256") is None
+    served = replace(gptoss_plan(), shown={**gptoss_plan().shown, SERVED_RETENTION: "256"})
+    assert broken(lambda run: read_blocks(run, 84), plan=served)["cold.freeze1.kv_blocks"].status == "not_measured"
     old = broken(lambda run: read_blocks(run, 84), plan=gptoss_plan("0.31.1"))
     for name in ("cold.freeze1.kv_blocks", "cold.prefix_hits"):
         assert old[name].status == "not_measured", name

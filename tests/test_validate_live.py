@@ -367,6 +367,8 @@ def test_gptoss_freezes_and_prefix_hits_follow_the_windows_checkpoints(tmp_path,
     holds its own copy of it: 68 blocks at the warm freezes, 23 x 256 hits, where one group says 40
     and 24 x 256). The sampled bound and the utilization stay `not measured`: inconclusive, exit 1."""
     checks, passed = several_groups_run(tmp_path, "tiny-gptoss", 133)  # 4 x 32 blocks (2 groups of 16) + null
+    facts = json.loads((tmp_path / "run" / "startup.json").read_text())["facts"]
+    assert facts["prefix_cache_retention_interval"] == "0"  # vLLM's cache_config_info: checkpoints only
     assert all(checks[n]["expected"] == 84 for n in passed if n.startswith("cold."))  # one group: 64
     assert all(checks[n]["expected"] == 68 for n in passed if n.startswith("warm."))  # one group: 40
     assert checks["warm.prefix_hits"]["status"] == "pass" and checks["warm.prefix_hits"]["expected"] == 23 * 256

@@ -13,6 +13,7 @@ from validator import provenance
 from validator.errors import EXIT_FAIL, EXIT_INFRA, EXIT_OK
 from validator.judge.check import Check
 from validator.judge.compare import judge
+from validator.judge.layout import SERVED_RETENTION
 from validator.judge.quality_run import judge_quality
 from validator.judge.startup import cross_check
 from validator.judge.sweep import sweep_summary
@@ -70,8 +71,12 @@ def judge_run_dir(run_dir: Path, meta: dict | None = None, rejudged: dict | None
     runs = load_runs(run_dir, saved.schedule, profile.observe.freezes)
     facts = saved.startup.get("facts")
     blocks = facts.get("num_gpu_blocks") if isinstance(facts, dict) else None
+    record = saved.record
+    served = facts.get("prefix_cache_retention_interval") if isinstance(facts, dict) else None
+    if isinstance(served, str):  # how the server caches window groups, in its own words (judge/layout.py)
+        record = replace(record, shown={**record.shown, SERVED_RETENTION: served})
     checks, figures = (
-        judge(saved.record, runs, profile.slo, profile.tolerances, blocks if isinstance(blocks, int) else None)
+        judge(record, runs, profile.slo, profile.tolerances, blocks if isinstance(blocks, int) else None)
         if runs
         else ([], {})
     )
@@ -82,9 +87,9 @@ def judge_run_dir(run_dir: Path, meta: dict | None = None, rejudged: dict | None
     if not error and not runs and quality is None:
         error = "no run was recorded"
     rep = build(
-        saved.record, saved.startup or None, runs, figures, all_checks, error, saved.profile_name, rejudged, saved.notes
+        record, saved.startup or None, runs, figures, all_checks, error, saved.profile_name, rejudged, saved.notes
     )
-    rep["sweep"] = sweep_summary(runs, figures, saved.record, profile.slo) if runs else None
+    rep["sweep"] = sweep_summary(runs, figures, record, profile.slo) if runs else None
     rep["quality"] = q_figures
     rep["meta"] = meta
     latency = {r.name: {"ttft": figures[r.name].ttft_ms, "itl": figures[r.name].itl_ms} for r in runs}

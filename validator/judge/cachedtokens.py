@@ -11,7 +11,7 @@ from loadgen.results.records import RequestRecord
 from validator.judge.blockpool import Overflow
 from validator.judge.check import Check
 from validator.judge.figures import counter_delta
-from validator.judge.layout import block_layout, checkpoint_window, replayed_window
+from validator.judge.layout import replayed_window, window_of
 from validator.judge.prefixsim import Prediction, SimRequest, simulate
 from validator.judge.template import audit
 from validator.plan.record import PlanRecord
@@ -58,10 +58,8 @@ def predictions(run: RunData, plan: PlanRecord) -> tuple[list[Prediction] | None
             if pre
             else "the preemption counter was not read"
         )
-    layout = block_layout(plan.shown.get("kv_groups"))
-    window = replayed_window(
-        layout, checkpoint_window(layout, plan.shown.get("vllm_version"), plan.vllm_args, plan.vllm_env)
-    )
+    layout, served = window_of(plan)
+    window = replayed_window(layout, served)
     if layout.gap and window is None:
         return None, f"the replay follows one full-attention group, or one beside a sliding window: {layout.gap}"
     reqs = [

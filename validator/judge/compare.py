@@ -21,7 +21,7 @@ from validator.judge.cachedtokens import cached_tokens_check, predictions
 from validator.judge.check import Check
 from validator.judge.figures import RunFigures, _pct, bucket_of, hist_delta, predict_prefix, run_figures
 from validator.judge.freezecheck import freeze_checks, utilization
-from validator.judge.layout import block_layout, checkpoint_window, outside_the_block_model, replayed_window
+from validator.judge.layout import block_layout, outside_the_block_model, replayed_window, window_of
 from validator.judge.predict import Lookup
 from validator.judge.servertiming import per_request_latency_checks, server_timing_check
 from validator.judge.slo import slo_checks
@@ -262,8 +262,7 @@ def _run_checks(
 def judge(
     plan: PlanRecord, runs: list[RunData], slo: SloSection, tol: TolerancesSection, server_blocks: int | None = None
 ) -> tuple[list[Check], dict[str, RunFigures]]:
-    layout = block_layout(plan.shown.get("kv_groups"))
-    window = checkpoint_window(layout, plan.shown.get("vllm_version"), plan.vllm_args, plan.vllm_env)
+    layout, window = window_of(plan)
     prefix = predict_prefix(runs, plan.block_size, plan.usable_blocks, window, layout.cache_groups)
     upper: dict[str, int] = {}
     for r in runs:

@@ -18,6 +18,7 @@ from dataclasses import dataclass, replace
 from typing import Any
 
 from validator.judge.check import Check
+from validator.plan.record import PlanRecord
 
 # the kinds of group the block model counts (plan.json's kv_groups kind)
 ONE_GROUP_KINDS = ("FullAttentionSpec", "MLASpec")
@@ -130,13 +131,21 @@ CHECKPOINTS_FROM = (0, 32)
 DENSE_FLAGS = ("--prefix-cache-retention-interval", "--speculative-config")  # a set interval; EAGLE forces dense
 
 
-def checkpoint_window(layout: BlockLayout, vllm_version: Any, vllm_args: Any, vllm_env: Any) -> int | None:
-    """The layout's window where vLLM caches that group at its default checkpoints, else None: an
-    older or unknown vLLM, or a launch that set the retention interval or speculative decoding."""
+def checkpoint_window(
+    layout: BlockLayout, vllm_version: Any, vllm_args: Any, vllm_env: Any, served: Any = None
+) -> int | None:
+    """The layout's window where vLLM caches that group at its default checkpoints, else None. The
+    server's own word first (`served`: prefix_cache_retention_interval as vllm:cache_config_info
+    labels it, "0" for checkpoints); without it, an older or unknown vLLM, or a launch that set the
+    retention interval or speculative decoding, is not this model."""
     from validator.errors import InputError
     from validator.plan.gpu_memory import parse_version
 
-    if layout.window is None or not isinstance(vllm_version, str):
+    if layout.window is None:
+        return None
+    if isinstance(served, str):
+        return layout.window if served == "0" else None
+    if not isinstance(vllm_version, str):
         return None
     try:
         if parse_version(vllm_version) < CHECKPOINTS_FROM:
@@ -147,6 +156,18 @@ def checkpoint_window(layout: BlockLayout, vllm_version: Any, vllm_args: Any, vl
     if any(f in words for f in DENSE_FLAGS) or "VLLM_PREFIX_CACHE_RETENTION_INTERVAL" in (vllm_env or {}):
         return None
     return layout.window
+
+
+SERVED_RETENTION = "served_prefix_cache_retention_interval"  # what the judge adds to the plan's shown keys
+
+
+def window_of(plan: PlanRecord) -> tuple[BlockLayout, int | None]:
+    """The plan's layout, and its window where vLLM caches it at checkpoints (checkpoint_window)."""
+    layout = block_layout(plan.shown.get("kv_groups"))
+    shown = plan.shown
+    return layout, checkpoint_window(
+        layout, shown.get("vllm_version"), plan.vllm_args, plan.vllm_env, shown.get(SERVED_RETENTION)
+    )
 
 
 def replayed_window(layout: BlockLayout, window: int | None) -> tuple[int, bool] | None:

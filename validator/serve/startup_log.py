@@ -236,5 +236,6 @@ def parse_cache_config_info(metrics_text: str, facts: StartupFacts | None = None
             f.cache_dtype = lb.get("cache_dtype")
             if "enable_prefix_caching" in lb:
                 f.enable_prefix_caching = lb["enable_prefix_caching"] == "True"
+            f.prefix_cache_retention_interval = lb.get("prefix_cache_retention_interval")
             break
     return f
