@@ -895,7 +895,11 @@ def test_freezes_count_each_group_where_groups_are_full_or_chunked():
     # judged (not `not measured`) on this layout: the one-group readings of the fixture fail it
     c = broken(lambda run: None, plan=replace(PLAN, shown={"kv_groups": GROUPS_LLAMA4}))
     assert c["cold.freeze1.kv_blocks"].status == "fail" and c["cold.freeze1.kv_blocks"].expected == 160
-    assert c["cold.kv_samples_bound"].status == "not_measured"
+    # the sampled bound counts each group: 16 full + 3 x 15 chunked (a 480-token prompt at its prefill) a
+    # request, 244 for the four; the fixture's samples read 64 (pass); on a 256-block pool read whole, 256
+    assert (c["cold.kv_samples_bound"].expected, c["cold.kv_samples_bound"].status) == (244, "pass")
+    big = replace(PLAN, num_blocks=257, usable_blocks=256, shown={"kv_groups": GROUPS_LLAMA4})
+    assert broken(lambda run: None, plan=big)["cold.kv_samples_bound"].status == "fail"
     # every group caches every full block (chunked local too): prefix hits judged as in one group
     assert c["cold.prefix_hits"].status == "pass"
 

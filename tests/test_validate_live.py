@@ -353,7 +353,8 @@ def test_llama4_starts_and_freezes_exactly_and_its_other_block_checks_are_not_me
     unmeasured = {
         n for n, c in checks.items() if c["status"] == "not_measured" and "KV cache groups" in c["explanation"]
     }
-    assert "cold.kv_samples_bound" in unmeasured and not any(n.endswith(".prefix_hits") for n in unmeasured)
+    assert unmeasured == {"cold.kv_utilization"}  # vLLM reserves a chunk a request and holds less
+    assert all(checks[n]["status"] == "pass" for n in checks if n.endswith(".kv_samples_bound"))
     assert all("4 KV cache groups" in checks[n]["explanation"] for n in unmeasured)
     # every group caches every block: hits as in one group (24 x 256 over the primed prefix)
     assert checks["warm.prefix_hits"]["status"] == "pass" and checks["warm.prefix_hits"]["expected"] == 24 * 256
@@ -365,7 +366,8 @@ def test_gptoss_freezes_and_prefix_hits_follow_the_windows_checkpoints(tmp_path,
     every freeze's blocks and every run's prefix hits exact against real vLLM, counted per group
     with the window group's cache checkpoints (the first warm request misses the primed prefix and
     holds its own copy of it: 68 blocks at the warm freezes, 23 x 256 hits, where one group says 40
-    and 24 x 256). The sampled bound and the utilization stay `not measured`: inconclusive, exit 1."""
+    and 24 x 256), the sampled bound counted per group. The utilization stays `not measured`:
+    inconclusive, exit 1."""
     checks, passed = several_groups_run(tmp_path, "tiny-gptoss", 133)  # 4 x 32 blocks (2 groups of 16) + null
     facts = json.loads((tmp_path / "run" / "startup.json").read_text())["facts"]
     assert facts["prefix_cache_retention_interval"] == "0"  # vLLM's cache_config_info: checkpoints only
@@ -375,7 +377,8 @@ def test_gptoss_freezes_and_prefix_hits_follow_the_windows_checkpoints(tmp_path,
     unmeasured = {
         n for n, c in checks.items() if c["status"] == "not_measured" and "KV cache groups" in c["explanation"]
     }
-    assert unmeasured and all(n.endswith((".kv_samples_bound", ".kv_utilization")) for n in unmeasured), unmeasured
+    assert unmeasured == {"cold.kv_utilization"}, unmeasured  # vLLM reserves a window a request, holds less
+    assert all(checks[n]["status"] == "pass" for n in checks if n.endswith(".kv_samples_bound"))
 
 
 @pytest.mark.parametrize("victim", ["python", "VLLM::EngineCore"])

@@ -36,9 +36,8 @@ def _kv_checks(
     run: RunData, f: RunFigures, plan: PlanRecord, tol: TolerancesSection, lookups: dict[str, Lookup] | None
 ) -> list[Check]:
     """Freezes (exact), the sampled upper bound, and the cold run's utilization."""
-    checks = freeze_checks(
-        run, f.usable_blocks, plan.block_size, block_layout(plan.shown.get("kv_groups")).freeze_groups, lookups
-    )
+    groups = block_layout(plan.shown.get("kv_groups")).freeze_groups
+    checks = freeze_checks(run, f.usable_blocks, plan.block_size, groups, lookups)
     bound, peak = f.kv_upper_bound, f.kv_observed_peak
     checks.append(
         Check(
@@ -49,7 +48,12 @@ def _kv_checks(
             tolerance="never above",
             explanation="every sampled kv_cache_usage_perc x usable blocks stays at or below the blocks of the "
             "requests the client had in flight at full length (an upper bound: samples can miss the top, so never a "
-            "lower one)",
+            "lower one)"
+            + (
+                "; in each KV group, a chunked or sliding one at the most it holds (the prompt at its prefill)"
+                if len(groups) > 1
+                else ""
+            ),
         )
     )
     if run.kind is RunKind.COLD and tol.min_kv_utilization > 0:
@@ -292,6 +296,6 @@ def judge(
         modelled = window is not None or layout.dense
         hits = tuple(f"{r.name}.prefix_hits" for r in runs if (replayed if r.kind is RunKind.DATASET else modelled))
         audits = tuple(f"{r.name}.cached_tokens" for r in runs if replayed and r.kind is RunKind.DATASET)
-        keep = ((".kv_blocks",) if layout.groups else ()) + hits + audits
+        keep = ((".kv_blocks", ".kv_samples_bound") if layout.groups else ()) + hits + audits
         checks = outside_the_block_model(checks, layout.gap, sweeps, keep)
     return checks, figures

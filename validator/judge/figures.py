@@ -229,7 +229,7 @@ def run_figures(
         first_error=first_error(run.records),
         late_first_tokens=late,
         usable_blocks=usable,
-        kv_upper_bound=final_peak(held, bs, plan.max_num_seqs) if held else None,
+        kv_upper_bound=final_peak(held, bs, plan.max_num_seqs, groups) if held else None,
         kv_observed_peak=max(obs) if obs else None,
         kv_timeline=timeline,
         freezes=freezes,

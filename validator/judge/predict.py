@@ -18,11 +18,13 @@ prefix-cache hits, following vLLM 0.32's block accounting.
 from __future__ import annotations
 
 import bisect
+import functools
 from collections import OrderedDict
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
+from validator.judge.layout import ONE_FULL_GROUP, HeldGroup
 from validator.units import cdiv
 
 
@@ -155,14 +157,38 @@ def kv_blocks_at(held: list[Held], t: float, block_size: int) -> int:
     return total
 
 
-def final_peak(held: list[Held], block_size: int, max_running: int | None = None) -> int:
+def local_peak(group: HeldGroup, prompt: int, end: int, block_size: int) -> int:
+    """The most blocks one request holds in a chunked or sliding group over its life: its whole
+    prompt at the step that prefills it, then from its current chunk or window on up to `end`
+    positions (freed as it decodes, on the positions computed before each step)."""
+    return _local_peak(group, prompt, end, block_size)
+
+
+@functools.lru_cache(maxsize=4096)
+def _local_peak(group: HeldGroup, prompt: int, end: int, block_size: int) -> int:
+    return max(
+        [cdiv(prompt, block_size)]
+        + [cdiv(n, block_size) - group.first_held(n - 1, block_size) for n in range(prompt + 1, end + 1)]
+    )
+
+
+def final_peak(
+    held: list[Held], block_size: int, max_running: int | None = None, groups: tuple[HeldGroup, ...] = ONE_FULL_GROUP
+) -> int:
     """Upper bound on blocks in use: at each request start, the requests the client still
     sees in flight, each at its full final length, shared blocks once, at most
     `max_running` of them (the server runs no more than max_num_seqs). The server may be
-    ahead of what the client has seen, never past this."""
+    ahead of what the client has seen, never past this. In each KV group: a full one holds a request
+    at its full length, a chunked or sliding one at most local_peak; shared prompt blocks are counted
+    once in the full groups only, and not at all beside a window (a request its checkpoints made miss
+    a prefix holds its own copy)."""
+    full_groups = sum(1 for g in groups if g.chunk is None and g.window is None)
+    dedupe = full_groups if all(g.window is None for g in groups) else 0
 
     def full(h: Held) -> int:
-        return cdiv(h.prompt_tokens + len(h.chunk_times) - 1, block_size)
+        end = h.prompt_tokens + len(h.chunk_times) - 1
+        local = sum(local_peak(g, h.prompt_tokens, end, block_size) for g in groups if g.chunk or g.window)
+        return full_groups * cdiv(end, block_size) + local
 
     done = [h for h in held if h.chunk_times]
     best = 0
@@ -176,6 +202,6 @@ def final_peak(held: list[Held], block_size: int, max_running: int | None = None
         for g in active:
             new = [k for k in g.shared_keys if k not in seen]
             seen.update(new)
-            total += full(g) - (len(g.shared_keys) - len(new))
+            total += full(g) - dedupe * (len(g.shared_keys) - len(new))
         best = max(best, total)
     return best
