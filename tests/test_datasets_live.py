@@ -220,25 +220,37 @@ def test_doctored_dataset_runs_fail(chat_server, tmp_path):
     assert "--enable-prompt-tokens-details" in c["explanation"]
 
 
-def test_a_trace_on_gptoss_follows_the_windows_checkpoints_request_by_request(tiny_model, tmp_path):
-    """The Mooncake trace on a tiny gpt-oss (window 128 beside full attention, 2 KV groups): vLLM
-    caches the window group at checkpoints only, so a request reusing a prefix no earlier request
-    ended at misses it once. The replay that follows this gets 48 of 48 requests exact (5,568 hit
-    tokens); replaying one full-attention group would predict 6,144 and get 3 wrong. Every check is
-    judged and the run passes; a request doctored to one block more fails."""
-    import yaml
+@pytest.fixture(scope="module")
+def gptoss_server(tiny_model, tmp_path_factory):
+    """A tiny gpt-oss (window 128 beside full attention, 2 KV groups) with max_model_len 1024, 2
+    sequences and 257 blocks (2 x 128 a request + the null block), launched once as kvgate launches it."""
+    from validator.inputs import plan_input_from_profile
+    from validator.plan.limits import make_plan
+    from validator.profile import load
+    from validator.serve.argv import launch_spec
+    from validator.serve.launch import Server
 
-    prof = yaml.safe_load((ROOT / "profiles" / "tiny-cpu.yaml").read_text())
-    prof["model"] |= {"path": str(tmp_path / "tiny-gptoss"), "build": "tiny-gptoss"}
-    prof["limits"] |= {"max_model_len": 1024, "max_num_seqs": 2}
-    prof["cache"]["num_gpu_blocks_override"] = 257  # 2 x 128 blocks a request (2 groups of 32) + the null block
-    f = tmp_path / "gptoss.yaml"
-    f.write_text(yaml.safe_dump(prof))
-    src = tmp_path / "run"
-    r = run_validate("--profile", str(f), "--out", str(src), *TRACE)
-    rep = json.loads((src / "report.json").read_text())
+    d = tmp_path_factory.mktemp("gptoss-server")
+    f = tiny_profile_file(tiny_model, d, limits__max_model_len=1024, limits__max_num_seqs=2)
+    text = f.read_text().replace(str(tiny_model("tiny-gqa")), str(tiny_model("tiny-gptoss")))
+    f.write_text(text.replace("num_gpu_blocks_override: 65", "num_gpu_blocks_override: 257"))
+    prof = load(f)
+    assert prof.cache.num_gpu_blocks_override == 257 and prof.model.path.endswith("tiny-gptoss")
+    server = Server(launch_spec(prof, make_plan(plan_input_from_profile(prof))), d)
+    with server:
+        server.wait_ready()
+        yield server, f
+
+
+def test_a_trace_on_gptoss_follows_the_windows_checkpoints_request_by_request(gptoss_server, tmp_path):
+    """The Mooncake trace on the tiny gpt-oss: vLLM caches the window group at checkpoints only, so
+    a request reusing a prefix no earlier request ended at misses it once. The replay that follows
+    this gets 48 of 48 requests exact (5,568 hit tokens); replaying one full-attention group would
+    predict 6,144 and get 3 wrong. Every check is judged and the run passes; a request doctored to
+    one block more fails."""
+    code, rep, err = url_run(gptoss_server, tmp_path, *TRACE)
     c = checks(rep)
-    assert r.returncode == 0 and rep["verdict"] == "pass", r.stderr  # every check judged, the bound per group
+    assert code == 0 and rep["verdict"] == "pass", err
     assert c["dataset.cached_tokens"]["status"] == "pass" and c["dataset.prefix_hits"]["status"] == "pass"
     assert "48 of 48 requests got exactly" in c["dataset.cached_tokens"]["explanation"]
 
@@ -248,6 +260,7 @@ def test_a_trace_on_gptoss_follows_the_windows_checkpoints_request_by_request(ti
     from validator.rundir.rundata import load_runs
     from validator.rundir.saved import read_saved
 
+    src = tmp_path / "run"
     saved = read_saved(src)
     run = load_runs(src, saved.schedule, True)[0]
     observed = {x.id: x.cached_tokens for x in run.records}
@@ -267,3 +280,29 @@ def test_a_trace_on_gptoss_follows_the_windows_checkpoints_request_by_request(ti
         src, tmp_path / "a", lambda d: doctor.edit_jl(d / "runs/dataset/records.jsonl", raise_one_block)
     )
     assert code == 1 and checks(rep)["dataset.cached_tokens"]["status"] == "fail"
+
+
+def test_sharegpt_on_gptoss_freezes_exactly_per_group(gptoss_server, tmp_path):
+    """ShareGPT (text prompts, mixed lengths) on the tiny gpt-oss: every freeze's blocks, counted per
+    group with the copies the window's checkpoints imply (on the token ids the server computed),
+    every request's cached tokens, and the run passes whole; a freeze read one block high fails."""
+    code, rep, err = url_run(
+        gptoss_server, tmp_path, "--dataset-name", "sharegpt", "--dataset-path", str(DATA / "sharegpt-tiny.json")
+    )
+    c = checks(rep)
+    assert code == 0 and rep["verdict"] == "pass", err
+    frozen = [n for n in c if n.startswith("dataset.freeze") and n.endswith(".kv_blocks")]
+    assert len(frozen) >= 3 and all(c[n]["status"] == "pass" for n in frozen)
+    assert c["dataset.cached_tokens"]["status"] == "pass"
+    held = doctor.jl(tmp_path / "run" / "runs" / "dataset" / "freezes.jsonl")
+    usable = json.loads((tmp_path / "run" / "plan.json").read_text())["usable_blocks"]
+
+    def one_block_more(rows):
+        for x in rows[0]["readings"]:
+            x["values"]["kv_cache_usage_perc"] += 1 / usable
+
+    assert held and held[0]["readings"]
+    code, rep = _doctored(
+        tmp_path / "run", tmp_path / "b", lambda d: doctor.edit_jl(d / "runs/dataset/freezes.jsonl", one_block_more)
+    )
+    assert code == 1 and checks(rep)[frozen[0]]["status"] == "fail"

@@ -110,6 +110,13 @@ def test_window_freezes_and_hits_are_judged_and_fail_on_a_doctored_reading():
     for doctored in (64, 84 * 0.9, 85):
         c = broken(lambda run, b=doctored: read_blocks(run, b), plan=plan)
         assert c["cold.freeze1.kv_blocks"].status == "fail", doctored
+
+    def reported(run):  # vLLM said n0 hit a block: the model's copies do not follow, not measured
+        read_blocks(run, 84)
+        run.records[0].cached_tokens = 32
+
+    clash = broken(reported, plan=plan)["cold.freeze1.kv_blocks"]
+    assert clash.status == "not_measured" and "vLLM reported 32" in clash.explanation
     hits = cold_run()
     hits.after.values["prefix_cache_hits"] = 256.0  # a hit no unshared prompt can have
     hits.snapshots = [hits.before, hits.after]

@@ -59,9 +59,10 @@ def predict_prefix(
         hits = 0
         per_request: dict[str, int] = {}
         lookups: dict[str, Lookup] = {}
+        ids = run.served_ids  # text prompts as the token ids the server computed
         for r in _ordered(run):
-            prompt = run.prompts.get(r.id)
-            if not isinstance(prompt, list) or r.status != 200:
+            prompt = ids.get(r.id)
+            if prompt is None or r.status != 200:
                 continue
             out_tokens = r.output_tokens or 0
             # generated blocks are cached too (never matched here: their content is unknown)
@@ -219,7 +220,7 @@ def run_figures(
                 "measured": unsettled(run, f) is None,
                 "observed": o["kv_blocks"],
                 "error": f.error,
-                "expected": expected_state(f.requests, run.prompts, bs, groups, lookups)["kv_blocks"],
+                "expected": expected_state(f.requests, run.served_ids, bs, groups, lookups)["kv_blocks"],
             }
         )
     return RunFigures(

@@ -261,6 +261,8 @@ def freeze_checks(
             )
         )
         exp = expected_state(rec.requests, run.served_ids, block_size, groups, lookups)
+        if exp["kv_blocks"] is not None and (clash := contradicted(run, rec, lookups, block_size, groups)):
+            exp |= {"kv_blocks": None, "why": clash}
         obs = observed_state(rec.reading, usable_blocks)
         when = (
             f"{exp['running']} decoding ({', '.join(str(r['delivered']) for r in rec.requests if r['delivered'])}"
@@ -279,6 +281,25 @@ def freeze_checks(
                 )
             )
     return out
+
+
+def contradicted(
+    run: RunData, f: FreezeRecord, lookups: dict[str, Lookup] | None, block_size: int, groups: tuple[HeldGroup, ...]
+) -> str | None:
+    """Beside a window, the copies a freeze counts follow each request's predicted hit: where vLLM
+    reported another hit for a request in the freeze (its cached_tokens), which copies it holds is
+    not known, and the freeze is not measured (the cached-token audit judges the hit itself)."""
+    if lookups is None or all(g.window is None for g in groups):
+        return None
+    by_id = {r.id: r.cached_tokens for r in run.records}
+    for q in f.requests:
+        got, look = by_id.get(q["id"]), lookups.get(q["id"])
+        if q["delivered"] and got is not None and look is not None and look.hits * block_size != got:
+            return (
+                f"not measured: the prefix model gives {q['id']} a hit of {look.hits * block_size} tokens, vLLM "
+                f"reported {got}: which copies of its prompt blocks it holds is not known; "
+            )
+    return None
 
 
 def freeze_intervals(run: RunData) -> list[tuple[float, float]]:
