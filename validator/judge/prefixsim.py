@@ -12,7 +12,13 @@ What is followed (vllm/v1/core/block_pool.py, kv_cache_manager.py, single_type_k
 - while decoding it takes one block whenever its positions cross a block boundary, and each block
   that fills is cached (generated content: never matched by a prompt here);
 - when it finishes its blocks are freed last to first: cached ones go to the tail of the free
-  queue (least recently used first out), uncached ones to its head (reused first).
+  queue (least recently used first out), uncached ones to its head (reused first); a hash cached
+  in several blocks resolves to the first cached (BlockHashToBlockMap.get_one_block);
+- beside a sliding-window group (gpt-oss), each group holds its own blocks from the same pool, taken
+  and freed in vLLM's group order: a hit needs the full group's run and the window's `cdiv(window -
+  1, block)` blocks before it, the window group caches only its checkpoints (the tail before the
+  last prompt token and before a shared-prefix junction it found uncached: retention interval 0),
+  and each decode step first frees the window's blocks wholly behind it.
 
 The client's clock orders these events: a request is scheduled just before its first token arrives
 (the latest it can be), a decode step's block just after the previous token, a finish just before
