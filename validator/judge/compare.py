@@ -21,7 +21,7 @@ from validator.judge.cachedtokens import cached_tokens_check, predictions
 from validator.judge.check import Check
 from validator.judge.figures import RunFigures, _pct, bucket_of, hist_delta, predict_prefix, run_figures
 from validator.judge.freezecheck import freeze_checks, utilization
-from validator.judge.layout import block_layout, outside_the_block_model, replayed_window, window_of
+from validator.judge.layout import ONE_FULL_GROUP, HeldGroup, outside_the_block_model, replayed_window, window_of
 from validator.judge.predict import Lookup
 from validator.judge.servertiming import per_request_latency_checks, server_timing_check
 from validator.judge.slo import slo_checks
@@ -31,12 +31,13 @@ from validator.profile import SloSection, TolerancesSection
 from validator.rundir.rundata import RunData
 from validator.rundir.schedule import RunKind
 
+# the judge's block model of a run: the layout's KV groups, and each request's lookup beside a window
+KVModel = tuple[tuple[HeldGroup, ...], dict[str, Lookup] | None]
 
-def _kv_checks(
-    run: RunData, f: RunFigures, plan: PlanRecord, tol: TolerancesSection, lookups: dict[str, Lookup] | None
-) -> list[Check]:
+
+def _kv_checks(run: RunData, f: RunFigures, plan: PlanRecord, tol: TolerancesSection, kv: KVModel) -> list[Check]:
     """Freezes (exact), the sampled upper bound, and the cold run's utilization."""
-    groups = block_layout(plan.shown.get("kv_groups")).freeze_groups
+    groups, lookups = kv
     checks = freeze_checks(run, f.usable_blocks, plan.block_size, groups, lookups)
     bound, peak = f.kv_upper_bound, f.kv_observed_peak
     checks.append(
@@ -149,7 +150,7 @@ def _run_checks(
     plan: PlanRecord,
     tol: TolerancesSection,
     slo: SloSection,
-    lookups: dict[str, Lookup] | None = None,
+    kv: KVModel = (ONE_FULL_GROUP, None),
 ) -> list[Check]:
     name = run.name
     checks = [
@@ -211,7 +212,7 @@ def _run_checks(
     )
     if not run.measured:
         return checks
-    checks += _kv_checks(run, f, plan, tol, lookups)
+    checks += _kv_checks(run, f, plan, tol, kv)
     if run.kind.judges_preemptions:
         pre = f.preemptions
         checks.append(
@@ -275,15 +276,16 @@ def judge(
             prefix[r.name]["hit_tokens"] = sum(p.hits for p in preds) if preds is not None else None
             if preds is not None:
                 upper[r.name] = sum(p.upper for p in preds)
+    groups = layout.freeze_groups
     figures = {
-        r.name: run_figures(r, plan, server_blocks, prefix[r.name]["hit_tokens"], prefix[r.name]["lookups"])
+        r.name: run_figures(r, plan, server_blocks, prefix[r.name]["hit_tokens"], prefix[r.name]["lookups"], groups)
         for r in runs
     }
     for name, hi in upper.items():
         figures[name].prefix_hits_upper = hi
     checks: list[Check] = []
     for run in runs:
-        mine = _run_checks(run, figures[run.name], plan, tol, slo, prefix[run.name]["lookups"])
+        mine = _run_checks(run, figures[run.name], plan, tol, slo, (groups, prefix[run.name]["lookups"]))
         reason = evidence.incomplete(run)
         checks += evidence.not_measured_without(mine, reason) if reason else mine
     checks += sweep_checks(runs, figures, plan)

@@ -11,7 +11,7 @@ import numpy as np
 
 from loadgen.results.records import RequestRecord
 from validator.judge.freezecheck import expected_state, freeze_intervals, observed_state, unsettled
-from validator.judge.layout import block_layout
+from validator.judge.layout import ONE_FULL_GROUP, HeldGroup
 from validator.judge.predict import (
     Held,
     Lookup,
@@ -57,7 +57,6 @@ def predict_prefix(
         if run.isolation == "reset":
             model.reset()
         hits = 0
-        per_request: dict[str, int] = {}
         lookups: dict[str, Lookup] = {}
         ids = run.served_ids  # text prompts as the token ids the server computed
         for r in _ordered(run):
@@ -68,9 +67,8 @@ def predict_prefix(
             # generated blocks are cached too (never matched here: their content is unknown)
             look = model.lookup(prompt, [-(i + 1) - hash(r.id) % 1_000_000 * 100_000 for i in range(out_tokens)])
             lookups[r.id] = look
-            per_request[r.id] = look.hits * block_size
             hits += look.hits * block_size
-        out[run.name] = {"hit_tokens": hits, "per_request": per_request, "lookups": lookups if window else None}
+        out[run.name] = {"hit_tokens": hits, "lookups": lookups if window else None}
     return out
 
 
@@ -178,13 +176,13 @@ def run_figures(
     server_blocks: int | None = None,
     prefix_hits_predicted: int | None = None,
     lookups: dict[str, Lookup] | None = None,
+    groups: tuple[HeldGroup, ...] = ONE_FULL_GROUP,
 ) -> RunFigures:
     """Predicted and observed KV and timing figures of one run.
 
     The usage gauge is a fraction of the server's own pool: it is turned into blocks with the
     block count the server reported (when known), not the planned one."""
     bs = plan.block_size
-    groups = block_layout(plan.shown.get("kv_groups")).freeze_groups
     usable = (server_blocks - 1) if server_blocks else plan.usable_blocks
     held = held_requests(run, bs)
     t0 = run.started_at
