@@ -58,6 +58,8 @@ def predict_prefix(
             model.reset()
         hits = 0
         lookups: dict[str, Lookup] = {}
+        # kept for the requests a freeze caught only: held per freeze, not per request of the run
+        frozen = {q.get("id") for f in run.freezes for q in f.requests} if window else set()
         ids = run.served_ids  # text prompts as the token ids the server computed
         for r in _ordered(run):
             prompt = ids.get(r.id)
@@ -66,7 +68,8 @@ def predict_prefix(
             out_tokens = r.output_tokens or 0
             # generated blocks are cached too (never matched here: their content is unknown)
             look = model.lookup(prompt, [-(i + 1) - hash(r.id) % 1_000_000 * 100_000 for i in range(out_tokens)])
-            lookups[r.id] = look
+            if r.id in frozen:
+                lookups[r.id] = look
             hits += look.hits * block_size
         out[run.name] = {"hit_tokens": hits, "lookups": lookups if window else None}
     return out
