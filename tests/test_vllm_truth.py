@@ -5,7 +5,7 @@ Offline and fast; tests/test_vllm_live.py measures the same cases on a live serv
 
 import pytest
 
-from tests.vllm_cases import CACHE_EXTRA, CASES, REFUSAL, SLIDING_SWEEP, profile_for
+from tests.vllm_cases import CACHE_EXTRA, CASES, CASES_BF16_STATE, REFUSAL, SLIDING_SWEEP, profile_for
 from validator.inputs import plan_input_from_profile
 from validator.plan.limits import make_plan
 from validator.profile import from_dict
@@ -24,6 +24,16 @@ def test_plan_equals_recorded_vllm(name, tiny_model):
     # that the test holds on any host (test_hybrid.py checks the host rule itself)
     p = plan_for(tiny_model, case[:8], mamba_ssm_cache_dtype="float32", **CACHE_EXTRA.get(name, {}))
     assert (p.num_blocks, p.kv_cache_tokens, p.max_concurrency) == (blocks, tokens, conc)
+
+
+@pytest.mark.parametrize("name", sorted(CASES_BF16_STATE))
+def test_plan_equals_recorded_vllm_with_the_state_in_bfloat16(name, tiny_model):
+    """The same starts recorded on a host without AVX-512 BF16, where vLLM keeps the state in the
+    model's bfloat16: 1.1 to 1.9 times the blocks of the float32 recordings."""
+    case = CASES[name]
+    p = plan_for(tiny_model, case[:8], mamba_ssm_cache_dtype="bfloat16", **CACHE_EXTRA.get(name, {}))
+    assert (p.num_blocks, p.kv_cache_tokens, p.max_concurrency) == CASES_BF16_STATE[name]
+    assert CASES_BF16_STATE[name] != case[8:]
 
 
 @pytest.fixture(scope="module")

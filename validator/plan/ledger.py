@@ -10,6 +10,7 @@ from validator.errors import InputError
 from validator.plan.gpu_memory import DEFAULT_VLLM_VERSION, startup_memory
 from validator.plan.model_shape import ModelShape
 from validator.plan.record import LedgerMode
+from validator.plan.speculative import SpecDecode
 from validator.units import GiB, cdiv
 
 DEFAULT_BLOCK_SIZE = {"gpu": 16, "cpu": 128}
@@ -54,6 +55,7 @@ class PlanInput:
     gpu_arch: str | None = None  # GPU generation (hardware.gpu_arch): NCCL's NVLS buffers need Hopper
     enable_prefix_caching: bool = True  # state layers keep block-boundary copies with it (vLLM "align" mode)
     mamba_ssm_cache_dtype: str = "auto"  # the recurrent state's dtype (CPU with AVX-512 BF16: float32)
+    speculative: SpecDecode | None = None  # --speculative-config among the launch flags
     overcommit: bool = False  # a sweep: more full-length sequences than the KV cache holds is planned, not refused
 
 

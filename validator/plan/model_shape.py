@@ -21,6 +21,7 @@ from validator.plan.ssm_state import (
     hybrid_defaults,
     layer_roles,
     layer_state,
+    mtp_layers_from_config,
 )
 from validator.plan.ssm_state import ssm_dtype_from_config as _ssm_dtype
 from validator.plan.vision import VisionTower, vision_tower
@@ -99,6 +100,7 @@ class ModelShape:
     gated_mlp: bool = True  # gate and up projections (SwiGLU); False: up and down only
     state: LayerState | None = None  # the per-request state of the LINEAR layers (hybrids, SSMs)
     ssm_dtype: str | None = None  # the recurrent state's dtype when the model fixes it
+    mtp_layers: int = 0  # full-attention draft layers MTP speculative decoding adds (0: not modelled)
     rope_tables: tuple[tuple[int, int], ...] = ()  # (positions, rotary dims) of each cos/sin table vLLM builds
     multimodal: bool = False  # config.json has a vision_config
     vision: VisionTower | None = None  # its tower, where counted (plan/vision.py)
@@ -296,6 +298,7 @@ def shape_from_config(cfg: Config) -> ModelShape:
         gated_mlp=model_type not in UNGATED_MLP,
         state=state,
         ssm_dtype=_ssm_dtype(cfg),
+        mtp_layers=mtp_layers_from_config(cfg),
         rope_tables=rope_tables(cfg, mla.qk_rope_head_dim if mla else head_dim, max_pos),
         multimodal=isinstance(top.get("vision_config"), dict),
         vision=vision_tower(top, hidden),

@@ -37,16 +37,25 @@ class LayerState:
     # align mode (prefix caching on) keeps this many extra pages per request beyond the running
     # and the last block-boundary state: Mamba-2 mixers export a prefill checkpoint (1), others 0
     prefill_checkpoint_blocks: ClassVar[int] = 0
+    # speculative decoding widens the conv window by the draft tokens (num_spec in vLLM's
+    # mamba2_state_shape and gated_delta_net_state_shape; Mamba (v1) takes none)
+    spec_conv_rows: ClassVar[bool] = False
 
     def conv_elements(self, tp: int) -> int:
+        raise NotImplementedError
+
+    def conv_rows(self) -> int:
         raise NotImplementedError
 
     def temporal_elements(self, tp: int) -> int:
         raise NotImplementedError
 
-    def bytes(self, tp: int, conv_bytes: int, temporal_bytes: int) -> int:
+    def bytes(self, tp: int, conv_bytes: int, temporal_bytes: int, spec_tokens: int = 0) -> int:
         """vLLM's ``MambaSpec.page_size_bytes`` before padding, for one rank."""
-        return self.conv_elements(tp) * conv_bytes + self.temporal_elements(tp) * temporal_bytes
+        conv = self.conv_elements(tp)
+        if spec_tokens and self.spec_conv_rows:
+            conv = conv // self.conv_rows() * (self.conv_rows() + spec_tokens)
+        return conv * conv_bytes + self.temporal_elements(tp) * temporal_bytes
 
 
 @dataclass(frozen=True)
@@ -61,6 +70,9 @@ class Mamba1State(LayerState):
     def conv_elements(self, tp: int) -> int:
         return _split(self.intermediate_size, tp, "mamba intermediate size") * (self.conv_kernel - 1)
 
+    def conv_rows(self) -> int:
+        return self.conv_kernel - 1
+
     def temporal_elements(self, tp: int) -> int:
         return _split(self.intermediate_size, tp, "mamba intermediate size") * self.state_size
 
@@ -71,6 +83,7 @@ class Mamba2State(LayerState):
 
     kind: ClassVar[StateKind] = StateKind.MAMBA2
     prefill_checkpoint_blocks: ClassVar[int] = 1
+    spec_conv_rows: ClassVar[bool] = True
     intermediate_size: int
     n_groups: int
     num_heads: int
@@ -84,6 +97,9 @@ class Mamba2State(LayerState):
         conv_dim = self.intermediate_size + 2 * groups * self.state_size
         return _split(conv_dim, tp, "mamba conv width") * (self.conv_kernel - 1)
 
+    def conv_rows(self) -> int:
+        return self.conv_kernel - 1
+
     def temporal_elements(self, tp: int) -> int:
         return _split(self.num_heads, tp, "mamba heads") * self.head_dim * self.state_size
 
@@ -93,6 +109,7 @@ class GatedDeltaNetState(LayerState):
     """Gated DeltaNet (Qwen3-Next): conv over q, k and v; state (v heads, v dim, k dim)."""
 
     kind: ClassVar[StateKind] = StateKind.GATED_DELTA_NET
+    spec_conv_rows: ClassVar[bool] = True
     num_k_heads: int
     num_v_heads: int
     head_k_dim: int
@@ -102,6 +119,9 @@ class GatedDeltaNetState(LayerState):
     def conv_elements(self, tp: int) -> int:
         conv_dim = 2 * self.head_k_dim * self.num_k_heads + self.head_v_dim * self.num_v_heads
         return _split(conv_dim, tp, "linear-attention conv width") * (self.conv_kernel - 1)
+
+    def conv_rows(self) -> int:
+        return self.conv_kernel - 1
 
     def temporal_elements(self, tp: int) -> int:
         return _split(self.num_v_heads, tp, "linear value heads") * self.head_v_dim * self.head_k_dim
@@ -123,7 +143,10 @@ _BLOCK_TYPE = {
 _PATTERN_CHAR = {"*": ATTENTION, "M": STATE, "-": NO_CACHE, "E": NO_CACHE}
 
 # model_type -> how its layers and state are described (the families vLLM 0.32 serves on the CPU)
-HYBRID_MODEL_TYPES = ("mamba", "mamba2", "jamba", "nemotron_h", "granitemoehybrid", "qwen3_next")
+# Gated DeltaNet hybrids: Qwen3-Next, and Qwen3.5 / 3.6 / 3.8 (dense and MoE; the released checkpoints
+# nest these under a multimodal config whose text_config carries the *_text model type)
+QWEN_GDN_TYPES = ("qwen3_next", "qwen3_5", "qwen3_5_text", "qwen3_5_moe", "qwen3_5_moe_text")
+HYBRID_MODEL_TYPES = ("mamba", "mamba2", "jamba", "nemotron_h", "granitemoehybrid", *QWEN_GDN_TYPES)
 
 
 def _int(cfg: dict[str, Any], key: str) -> int:
@@ -166,10 +189,10 @@ def layer_roles(cfg: dict[str, Any]) -> list[str] | None:
                 raise InputError(f"config.json: hybrid_override_pattern has unknown layer marks {''.join(bad)!r}")
             return [_PATTERN_CHAR[c] for c in pattern]
         return _roles_from_list(cfg, "layers_block_type")
-    if mt in ("granitemoehybrid", "qwen3_next"):
+    if mt == "granitemoehybrid" or mt in QWEN_GDN_TYPES:
         if "layer_types" in cfg:
             return _roles_from_list(cfg, "layer_types")
-        if mt == "qwen3_next":  # older configs: every full_attention_interval-th layer is attention
+        if mt in QWEN_GDN_TYPES:  # older configs: every full_attention_interval-th layer is attention
             n, every = _int(cfg, "num_hidden_layers"), _int(cfg, "full_attention_interval")
             return [ATTENTION if (i + 1) % every == 0 else STATE for i in range(n)]
         return _roles_from_list(cfg, "layers_block_type")
@@ -208,9 +231,10 @@ _STATE_FIELDS: dict[str, tuple[type[LayerState], dict[str, str | tuple[str, str]
                                        "n_groups": "mamba_n_groups", "num_heads": "mamba_n_heads",
                                        "head_dim": "mamba_d_head", "state_size": "mamba_d_state",
                                        "conv_kernel": "mamba_d_conv"}),
-    "qwen3_next": (GatedDeltaNetState, {"num_k_heads": "linear_num_key_heads", "num_v_heads": "linear_num_value_heads",
-                                        "head_k_dim": "linear_key_head_dim", "head_v_dim": "linear_value_head_dim",
-                                        "conv_kernel": "linear_conv_kernel_dim"}),
+    **dict.fromkeys(QWEN_GDN_TYPES, (GatedDeltaNetState, {
+        "num_k_heads": "linear_num_key_heads", "num_v_heads": "linear_num_value_heads",
+        "head_k_dim": "linear_key_head_dim", "head_v_dim": "linear_value_head_dim",
+        "conv_kernel": "linear_conv_kernel_dim"})),
 }  # fmt: skip
 
 
@@ -229,8 +253,25 @@ def layer_state(cfg: dict[str, Any]) -> LayerState:
 
 def ssm_dtype_from_config(cfg: dict[str, Any]) -> str | None:
     """The recurrent state's dtype when the model fixes it (Nemotron-H: float32 unless its config
-    says otherwise; vLLM's NemotronHForCausalLMConfig); None: vLLM's default applies."""
-    if cfg.get("model_type") != "nemotron_h":
+    says otherwise, vLLM's NemotronHForCausalLMConfig; Qwen3.5 and later: its mamba_ssm_dtype,
+    float32 in the released checkpoints, vLLM's Qwen3_5ForConditionalGenerationConfig; Qwen3-Next
+    has no such hook); None: vLLM's default applies."""
+    mt = cfg.get("model_type")
+    if mt in QWEN_GDN_TYPES and mt != "qwen3_next":
+        v = cfg.get("mamba_ssm_dtype")
+        return v if isinstance(v, str) and v != "auto" else None
+    if mt != "nemotron_h":
         return None
     v = cfg.get("mamba_ssm_cache_dtype")
     return v if isinstance(v, str) and v != "auto" else "float32"
+
+
+def mtp_layers_from_config(cfg: dict[str, Any]) -> int:
+    """The draft layers MTP speculative decoding runs beside the model, each a full-attention
+    layer in the KV pool: Qwen3.5 and later, mtp_num_hidden_layers (default 1, vLLM's
+    Qwen3_5MultiTokenPredictor); 0 for the models whose MTP kvgate does not model."""
+    mt = cfg.get("model_type")
+    if mt not in QWEN_GDN_TYPES or mt == "qwen3_next":
+        return 0
+    v = cfg.get("mtp_num_hidden_layers", 1)
+    return v if isinstance(v, int) and not isinstance(v, bool) and v >= 0 else 1

@@ -225,7 +225,11 @@ class VllmSection:
         None,
         "Server command instead of python -m vllm.entrypoints.openai.api_server (e.g. [vllm, serve]).",
     )
-    extra_args: list[str] = spec("list[str]", [], "More vLLM flags, one list item per argv word.")
+    extra_args: list[str] = spec(
+        "list[str]",
+        [],
+        "More vLLM flags, one list item per argv word; the plan reads --enforce-eager and --speculative-config.",
+    )
     env: dict[str, str] = spec("dict[str,str]", {}, "Extra environment variables for the server.")
     host: str = spec("str", "127.0.0.1", "Address the server binds to.")
     port: int | None = spec("int", None, "Port; default: a free one.", minimum=1, maximum=65535)

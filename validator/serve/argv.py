@@ -10,6 +10,7 @@ from dataclasses import dataclass, field
 
 from loadgen import net
 from validator.errors import InputError
+from validator.inputs import check_cpu_host
 from validator.plan.kv_spec import MambaSpec
 from validator.plan.record import PlanRecord
 from validator.plan.result import Plan
@@ -82,6 +83,9 @@ def plan_record(plan: Plan) -> PlanRecord:
 def launch_spec(profile, plan: Plan) -> LaunchSpec:
     extra = profile.vllm.extra_args or []
     validate_extra_args(extra)
+    dtype = plan.inp.kv_cache_dtype  # the quality A/B's candidate launch has its own
+    field = "cache.kv_cache_dtype" if dtype == profile.cache.kv_cache_dtype else "quality.candidate_kv_cache_dtype"
+    check_cpu_host(plan.inp.platform, dtype, field)  # vLLM starts on this CPU: what it cannot serve, refused first
     api_key = api_key_of(profile)
     env = profile.vllm.env or {}
     validate_env(env)
