@@ -1,6 +1,6 @@
-"""vLLM's start-up memory on a GPU against 84 real start-ups (tests/data/vllm-gpu-starts, from
-public logs of vLLM 0.15-0.19 on H100s): rows whose model has a config are predicted end to end
-from config.json and the launch flags; the others test the terms they print."""
+"""vLLM's start-up memory on a GPU against 91 real start-ups (tests/data/vllm-gpu-starts, from
+public logs and tables of vLLM 0.11-0.19 and 0.28, mostly on H100s): rows whose model has a config
+are predicted end to end from config.json and the launch flags; the others test the terms they print."""
 
 from __future__ import annotations
 
@@ -36,8 +36,32 @@ def _f(x):
     return float(x) if x not in ("", None) else None
 
 
+def row_version(r) -> str:
+    """The row's vLLM version, or where the source does not state it the first of the versions its
+    dates and log lines bound it to (`vllm_version_range`; test_unstated_versions_... shows the
+    prediction is the same across the range)."""
+    if r["vllm_version"]:
+        return r["vllm_version"]
+    return r["vllm_version_range"].split("-")[0] + ".0" if r["vllm_version_range"] else ""
+
+
 def predictable(r) -> bool:
-    return r["model"] in CONFIGS and r["vllm_version"] and _f(r["available_kv_gib"]) is not None
+    return (
+        r["model"] in CONFIGS and bool(row_version(r)) and r["status"] == "ok" and _f(r["available_kv_gib"]) is not None
+    )
+
+
+# Rows the model misses by more than 3 %, each with the term that misses (test_the_known_misses_...):
+# (model, TP, version or range) -> the cause
+KNOWN_MISSES = {
+    ("RedHatAI/Llama-3.3-70B-Instruct-FP8-dynamic", "2", "0.11-0.14"): "non-torch 0.55 GiB at TP 2, not 2.1",
+    ("openai/gpt-oss-120b", "1", "0.11-0.14"): "the source's utilization contradicts its own terms",
+    ("mistralai/Mistral-Small-3.2-24B-Instruct-2506", "1", "0.11-0.14"): "activation 2.12 GiB, not the sampler's",
+}
+
+
+def miss_key(r) -> tuple[str, str, str]:
+    return (r["model"], r["tp"], r["vllm_version"] or r["vllm_version_range"])
 
 
 def shape_for(r):
@@ -49,11 +73,11 @@ def shape_for(r):
     if r["quantization"] == "fp8":
         shape = dataclasses.replace(shape, quant_method="fp8")  # --quantization fp8 on a bf16 checkpoint
     arch = r.get("gpu_arch") or ("hopper" if r["gpu"].startswith("H100") else "ampere")
-    version = parse_version(r["vllm_version"]) if r["vllm_version"] else (0, 0, 0)
+    version = parse_version(row_version(r)) if row_version(r) else (0, 0, 0)
     return dataclasses.replace(shape, quant=with_tile(shape.quant, arch, version, int(r["tp"] or 1)))
 
 
-def predict(r):
+def predict(r, version: str | None = None):
     shape = shape_for(r)
     dtype = r["dtype"] if r["dtype"] in ("float16", "float32", "bfloat16") else None
     tp, pp = int(r["tp"] or 1), int(r["pp"] or 1)
@@ -70,7 +94,7 @@ def predict(r):
         max_num_batched_tokens=int(r["max_num_batched_tokens"] or 8192),
         tp=tp,
         pp=pp,
-        version=r["vllm_version"],
+        version=version or row_version(r),
         enforce_eager=r["enforce_eager"] == "True",
         interconnect=r.get("interconnect") or None,
         gpu_arch=r.get("gpu_arch") or ("hopper" if r["gpu"].startswith("H100") else None),
@@ -78,19 +102,20 @@ def predict(r):
 
 
 PREDICTABLE = [r for r in ROWS if predictable(r)]
+WITHIN = [r for r in PREDICTABLE if miss_key(r) not in KNOWN_MISSES]
 
 
 def test_the_data_has_the_rows_it_claims():
-    assert len(ROWS) == 88 and len(PREDICTABLE) >= 69
+    assert len(ROWS) == 91 and len(PREDICTABLE) >= 77 and len(WITHIN) >= 74
     held_out = [r for r in PREDICTABLE if r["model"] in HELD_OUT]
     assert len({r["model"] for r in held_out}) >= 9 and {r["tp"] for r in held_out} >= {"1", "2", "4"}
 
 
 @pytest.mark.parametrize(
     "row",
-    PREDICTABLE,
+    WITHIN,
     ids=lambda r: (
-        f"{r['model'].split('/')[-1]}-{r['vllm_version']}-"
+        f"{r['model'].split('/')[-1]}-{r['vllm_version'] or r['vllm_version_range']}-{r['max_model_len']}-"
         f"tp{r['tp']}pp{r['pp']}-{r['dtype'] or 'auto'}-{r['quantization'] or 'none'}"
     ),
 )
@@ -105,7 +130,7 @@ def test_available_kv_within_3_percent(row):
 def test_error_distribution_on_rows_with_configs():
     errs = [
         (predict(r).kv_cache_bytes - _f(r["available_kv_gib"]) * GiB) / (_f(r["available_kv_gib"]) * GiB)
-        for r in PREDICTABLE
+        for r in WITHIN
     ]
     assert max(abs(e) for e in errs) < 0.02  # measured 1.85 % (0.06 GiB of 3.02)
     assert statistics.mean(abs(e) for e in errs) < 0.005  # measured 0.23 %; llm-d-planner: 6.7 % mean absolute
@@ -123,16 +148,18 @@ def test_non_torch_memory_printed_by_every_row():
         if nt is None:
             continue
         try:
-            v = parse_version(r["vllm_version"])
+            v = parse_version(row_version(r))
         except InputError:
-            continue  # a development build between releases: no version to apply
+            continue  # a development build between releases, or no version: none to apply
         pred = non_torch(tp, pp, v, r.get("interconnect") or None, r.get("gpu_arch") or None).bytes / GiB
+        if miss_key(r) in KNOWN_MISSES and "non-torch" in KNOWN_MISSES[miss_key(r)]:
+            continue  # named and measured in test_the_known_misses_are_what_their_terms_say
         if "granite-3." in r["model"]:
             granite.append(round(nt - pred, 2))
             continue
         assert abs(pred - nt) <= 0.15, (r["model"], tp, pp, pred, nt)
         checked += 1
-    assert checked >= 30 and granite == [0.21, 0.21, 0.21]
+    assert checked >= 38 and granite == [0.21, 0.21, 0.21]
 
 
 def test_the_identity_balances_where_the_logs_give_every_term():
@@ -153,14 +180,84 @@ def test_the_identity_balances_where_the_logs_give_every_term():
 
 
 def test_held_out_families_within_3_percent():
-    """MoE (Mixtral, TP 2 and 4), MHA (CodeLlama), Phi-4 (TP 1 and 2) and MLA (DeepSeek-V2-Lite, TP 1/2/4):
-    constants not read off them."""
+    """MoE (Mixtral, TP 2 and 4), MHA (CodeLlama), Phi-4 (TP 1 and 2), MLA (DeepSeek-V2-Lite, TP 1/2/4)
+    and more: constants not read off them (the known misses are named apart)."""
     errs = [
         abs(predict(r).kv_cache_bytes / GiB - _f(r["available_kv_gib"])) / _f(r["available_kv_gib"])
-        for r in PREDICTABLE
+        for r in WITHIN
         if r["model"] in HELD_OUT and _f(r["available_kv_gib"]) >= 5  # 3 GiB budgets: 0.15 GiB, above
     ]
     assert len(errs) >= 5 and max(errs) < 0.03
+
+
+def test_unstated_versions_predict_the_same_across_their_range():
+    """llm-d-benchmark's H100 table states no vLLM version; its dates and template bound it to 0.11-0.14
+    (`vllm_version_range`). The accounting the model applies is the same for every one of them (the
+    9.73x sampler warm-up, 0.13 GiB of non-torch memory at TP 1, the CUDA-graph estimate outside the
+    KV budget), so the rows test the model whichever it was."""
+    ranged = [r for r in PREDICTABLE if r["vllm_version_range"]]
+    assert len(ranged) == 8
+    for r in ranged:
+        lo, hi = (int(v.split(".")[1]) for v in r["vllm_version_range"].split("-"))
+        kv = {predict({**r, "vllm_version": f"0.{m}.0"}).kv_cache_bytes for m in range(lo, hi + 1)}
+        assert len(kv) == 1, (r["model"], r["tp"])
+    # ... and a version outside it would not: from 0.17 the sampler's figure is 3.83x, not 9.73x
+    (llama,) = [r for r in ranged if r["model"] == "meta-llama/Llama-3.1-8B-Instruct"]
+    assert (predict({**llama, "vllm_version": "0.17.0"}).kv_cache_bytes - predict(llama).kv_cache_bytes) / GiB > 2.5
+
+
+def test_the_known_misses_are_what_their_terms_say():
+    """Three rows miss by more than 3 %, each by one term the source prints:
+    - Llama-3.3-70B FP8 at TP 2 (llm-d-benchmark, 0.11-0.14): 0.55 GiB of non-torch memory where the
+      0.19 H100 rows log 2.07-2.21 (NCCL's NVLink SHARP buffers need cuMem, which vLLM switched off
+      with NCCL_CUMEM_ENABLE=0 until vllm-project/vllm#24141 in September 2025, and NVSwitch: which
+      of the two this cluster lacked, the source does not say); with the logged term, within 0.5 %.
+    - gpt-oss-120b (same table): its terms add up to 3.96 GiB more than 0.9 x 79.18 (the source's
+      utilization is not the one it ran); at 0.95 they balance, and the model is 0.3 GiB low on a
+      3.33 GiB budget (8 %).
+    - Mistral-Small-3.2 (same table): 2.12 GiB of activation, not the sampler's 9.73x (4.87 GiB); with
+      the logged term, within 0.5 %."""
+    seen = set()
+    for r in PREDICTABLE:
+        key = miss_key(r)
+        if key not in KNOWN_MISSES:
+            continue
+        m, logged = predict(r), _f(r["available_kv_gib"]) * GiB
+        assert abs(m.kv_cache_bytes - logged) > 0.03 * logged, key  # a miss, or the entry goes
+        if "non-torch" in KNOWN_MISSES[key]:
+            fixed = m.kv_cache_bytes + m.non_torch.bytes - _f(r["non_torch_gib"]) * GiB
+            assert abs(fixed - logged) < 0.005 * logged
+        elif "activation" in KNOWN_MISSES[key]:
+            fixed = m.kv_cache_bytes + m.activation_peak.bytes - _f(r["activation_peak_gib"]) * GiB
+            assert abs(fixed - logged) < 0.005 * logged
+        else:
+            terms = sum(_f(r[k]) for k in ("weights_gib", "activation_peak_gib", "non_torch_gib", "available_kv_gib"))
+            assert terms - 0.9 * 79.18 > 3.9 and abs(terms - 0.95 * 79.18) < 0.05
+            at_095 = predict({**r, "gpu_memory_utilization": "0.95"}).kv_cache_bytes
+            assert abs(at_095 - logged) < 0.3 * GiB
+        seen.add(key)
+    assert seen == set(KNOWN_MISSES)
+
+
+def test_the_refused_starts_are_predicted_refused():
+    """Two start-ups vLLM refused: Llama-3.3-70B FP8 on one H100 ("No available memory for the cache
+    blocks": the model predicts no KV memory at all) and Qwen3-32B at max-model-len 32000 (its 4.45 GiB
+    hold 250 blocks' worth of one request at 16000, not 32000), while the same Qwen3-32B at 16000 started."""
+    from validator.plan.capacity import KVLayout, layer_specs
+
+    failed = {(r["model"], r["max_model_len"]): r for r in ROWS if r["status"] == "failed" and r["model"] in CONFIGS}
+    llama = failed[("RedHatAI/Llama-3.3-70B-Instruct-FP8-dynamic", "16000")]
+    assert predict(llama).kv_cache_bytes < 0
+    qwen = failed[("Qwen/Qwen3-32B", "32000")]
+    (started,) = [r for r in PREDICTABLE if r["model"] == "Qwen/Qwen3-32B"]
+    layout = KVLayout.from_specs(layer_specs(shape_for(qwen), 128))
+    kv = predict(qwen).kv_cache_bytes
+    assert kv == predict(started).kv_cache_bytes  # the length changes nothing before the KV cache
+
+    def needed(n):
+        return layout.blocks_per_request(n, 8192) * layout.bytes_per_block
+
+    assert needed(16000) <= kv < needed(32000)
 
 
 def test_weights_from_config_match_the_logs():
@@ -172,7 +269,7 @@ def test_weights_from_config_match_the_logs():
         # MLA: DeepSeek-V2-Lite holds 0.02 / 0.07 / 0.11 GiB more than counted at TP 1 / 2 / 4 (the TP 2
         # and 4 rows come from run JSONs without a log to say where): named, not hidden in the bound
         # vLLM 0.28 (its V2 model runner) holds 0.10 / 0.03 GiB more for Qwen2.5-1.5B at TP 1 / 2: not found
-        bound = 0.11 if shape.mla else 0.1 if parse_version(r["vllm_version"]) >= (0, 20) else 0.035  # 0.029 at most
+        bound = 0.11 if shape.mla else 0.1 if parse_version(row_version(r)) >= (0, 20) else 0.035  # 0.029 at most
         assert abs(w - _f(r["weights_gib"])) <= bound, (r["model"], w, r["weights_gib"])
 
 
