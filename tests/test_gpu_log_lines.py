@@ -219,3 +219,59 @@ def test_a_negative_kv_memory_is_the_refusals_headline():
         "(weights 65.97 logged vs 62.50 planned"
     ), line
     assert kv_shortfall(ledger, parse_log(log.replace("-0.12", "0.12"))) is None  # enough room: no headline
+
+
+# vLLM >= 0.21 logs the activation / non-torch split at info level only after CUDA-graph capture
+GLM_026 = "a public GLM-5.3-Flash TP 3 runtime record, vLLM 0.26.1rc0 on 95 GiB GPUs (search index file 63441798540)"
+GLM_LOG = (
+    "(Worker_TP0_EP0 pid=1159) INFO 09-04 11:00:12 [gpu_worker.py:624] Available KV cache memory: 17.79 GiB\n"
+    "(Worker_TP0_EP0 pid=1159) INFO 09-04 11:00:12 [gpu_worker.py:639] CUDA graph memory profiling is enabled "
+    "(default since v0.21.0). The current --gpu-memory-utilization=0.9100 is equivalent to "
+    "--gpu-memory-utilization=0.9060 without CUDA graph memory profiling.\n"
+    "(Worker_TP0_EP0 pid=1159) INFO 09-04 11:00:17 [gpu_worker.py:792] CUDA graph pool memory: 0.25 GiB (actual), "
+    "0.38 GiB (estimated), difference: 0.12 GiB (50.0%).\n"
+    "(Worker_TP0_EP0 pid=1159) INFO 09-04 11:00:17 [gpu_worker.py:855] Free memory on device (91.64/94.97 GiB) on "
+    "startup. Desired GPU memory utilization is (0.91, 86.42 GiB). Actual usage is 64.44 GiB for consumed memory "
+    "(weights + non-torch), 4.19 GiB for peak activation, and 0.25 GiB for CUDAGraph memory. Replace "
+    "gpu_memory_utilization config with `--kv-cache-memory=18676332626` (17.39 GiB) to fit into requested memory, "
+    "or `--kv-cache-memory=24274632704` (22.61 GiB) to fully utilize gpu memory. Current kv cache memory in use is "
+    "17.79 GiB.\n"
+)
+# a Windows build's start-up of Qwen3.6-35B-A3B int4 (its README re-prints vLLM's lines without the header)
+WIN_LOG = (
+    "INFO  Model loading took 9.96 GiB memory and 78.064675 seconds\n"
+    "INFO  Free memory on device (22.6/24.0 GiB) on startup.\n"
+    "INFO  Desired GPU memory utilization is (0.7, 16.8 GiB).\n"
+    "INFO  Actual usage is 10.7 GiB for consumed memory (weights + non-torch), 1.54 GiB for peak activation, and "
+    "0.54 GiB for CUDAGraph memory.\n"
+)
+WIN_SRC = "a public vLLM Windows-build guide, RTX 24 GB (search index file 59875247307)"
+
+
+def test_the_post_capture_usage_line_gives_activation_and_non_torch():
+    """The activation peak the profile measured is the line's "peak activation" less the CUDA-graph
+    estimate the log says was applied (GLM: 4.19 - 0.38 = 3.81, and requested 86.42 - consumed 64.44 -
+    4.19 = the 17.79 GiB of KV it logged); without that notice the figure is the peak itself."""
+    f = parse_log(GLM_LOG)
+    assert (f.consumed_gib, f.activation_peak_gib, f.cudagraph_estimated_gib) == (64.44, 3.81, 0.38), GLM_026
+    assert f.non_torch_gib is None  # no "Model loading took" line in the record: not measured, not 0
+    assert round(86.42 - f.consumed_gib - (f.activation_peak_gib + f.cudagraph_estimated_gib), 2) == 17.79
+    w = parse_log(WIN_LOG)
+    assert (w.weights_gib, w.consumed_gib, w.non_torch_gib, w.activation_peak_gib) == (9.96, 10.7, 0.74, 1.54), WIN_SRC
+    unknown = parse_log(GLM_LOG.replace("0.38 GiB (estimated)", "n/a"))
+    assert unknown.activation_peak_gib is None  # applied, but no estimate to take off
+
+
+def test_the_debug_profile_split_wins_over_the_usage_line():
+    debug = "INFO 01-01 00:00:00 [gpu_worker.py:300] torch peak memory increase: 3.70 GiB\n"
+    assert parse_log(debug + GLM_LOG).activation_peak_gib == 3.7
+
+
+def test_the_refusal_headline_names_non_torch_when_the_log_gives_it():
+    from validator.rundir.startup import StartupFacts
+    from validator.units import GiB
+
+    facts = StartupFacts(available_kv_gib=-0.5, weights_gib=10.0, non_torch_gib=1.7)
+    ledger = {"kv_cache_bytes": int(1.5 * GiB), "weights_bytes": int(10 * GiB), "non_torch_bytes": int(0.2 * GiB)}
+    line = kv_shortfall(ledger, facts)
+    assert line is not None and "non-torch 1.70 logged vs 0.20 planned" in line and line.endswith("; the rest +0.50)")

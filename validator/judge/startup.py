@@ -186,11 +186,12 @@ def kv_shortfall(ledger: dict[str, Any], facts: StartupFacts) -> str | None:
         ("weights", ledger.get("weights_bytes"), facts.weights_gib),
         ("activation", ledger.get("activation_peak_bytes"), facts.activation_peak_gib),
         ("CUDA graphs", ledger.get("cudagraph_bytes"), facts.cudagraph_estimated_gib),
+        ("non-torch", ledger.get("non_torch_bytes"), facts.non_torch_gib),
     ):
         if planned is not None and logged is not None:
             terms.append((logged - planned / GiB, what, planned / GiB, logged))
     explained = sum(d for d, *_ in terms)
     parts = [f"{what} {logged:.2f} logged vs {p:.2f} planned" for d, what, p, logged in sorted(terms, reverse=True)]
     rest = (exp - got) - explained
-    parts.append(f"non-torch and the rest {rest:+.2f}")
+    parts.append(f"{'the rest' if facts.non_torch_gib is not None else 'non-torch and the rest'} {rest:+.2f}")
     return f"{head}: the plan expected {exp:.2f} GiB; the difference is {exp - got:.2f} GiB ({'; '.join(parts)})"

@@ -33,6 +33,8 @@ class StartupFacts:
     cudagraph_estimated_gib: float | None = None
     cudagraph_actual_gib: float | None = None
     kv_reserved_gib: float | None = None  # --kv-cache-memory-bytes as vLLM took it
+    consumed_gib: float | None = None  # weights + non-torch, vLLM >= 0.21's post-capture "Actual usage" line
+    non_torch_gib: float | None = None  # that less the weights (2 decimals each, so +/- 0.01)
     figures_rank: str | None = None  # the rank the memory figures above are from ("0": rank 0 or the engine)
     per_rank: dict[str, dict[str, float]] | None = None  # every rank's first figure of each kind
     cudagraph_wording: str | None = None  # startup_log.CgWording: the line that gave the estimate

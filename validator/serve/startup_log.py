@@ -47,7 +47,14 @@ _FIGURES: tuple[tuple[str, re.Pattern[str]], ...] = (
     ("cudagraph_actual_gib", re.compile(r"CUDA graph pool memory: " + _NUM + r" \(actual\)")),
     ("cudagraph_actual_gib", re.compile(r"Graph capturing finished in [\d.]+ secs?, took " + _NUM)),
     ("kv_reserved_gib", re.compile(r"reserved " + _NUM + r" memory for KV Cache")),
+    # vLLM >= 0.21, after CUDA-graph capture: at info level the only line that splits weights +
+    # non-torch from the activation peak (the profile's own split is logged at debug level)
+    ("consumed_gib", re.compile(r"Actual usage is " + _NUM + r" for consumed memory \(weights \+ non-torch\)")),
+    ("usage_activation_gib", re.compile(r"for consumed memory .*?, " + _NUM + r" for peak activation")),
 )
+# printed only when the CUDA-graph estimate was taken off the KV budget (the 0.21 default): then the
+# "peak activation" above holds that estimate too (gpu_worker.py: transient peak + estimate applied)
+_CG_APPLIED = re.compile(r"CUDA graph memory profiling is enabled")
 
 
 # the CUDA-graph estimate: one wording a version, the pool line's "(estimated)" when it is the only one
@@ -160,6 +167,7 @@ def parse_log(text: str, facts: StartupFacts | None = None) -> StartupFacts:
     per_rank: dict[str, dict[str, float]] = {}
     rank0: dict[str, float] = {}
     cg_wording: CgWording | None = None
+    cg_applied = False
     lines = [split_line(x) for x in text.splitlines()]
     for i, ln in enumerate(lines):
         msg = ln.message
@@ -169,6 +177,7 @@ def parse_log(text: str, facts: StartupFacts | None = None) -> StartupFacts:
             f.max_concurrency_at, f.max_concurrency_logged = _int(m.group(1)), float(m.group(2))
         if m := _EST_LEN.search(msg):
             f.refused_estimated_max_model_len = int(m.group(1))
+        cg_applied = cg_applied or bool(_CG_APPLIED.search(msg))
         found: dict[str, float] = {}
         for attr, rx in _FIGURES:
             if attr not in found and (m := rx.search(msg)):
@@ -189,7 +198,7 @@ def parse_log(text: str, facts: StartupFacts | None = None) -> StartupFacts:
             if "Warning" not in kind:
                 errors.append(_with_reason(f"{kind}: {said}".rstrip(": "), lines, i)[:2000])
     for attr in ("weights_gib", "available_kv_gib", "activation_peak_gib", "cudagraph_estimated_gib",
-                 "cudagraph_actual_gib", "kv_reserved_gib"):  # fmt: skip
+                 "cudagraph_actual_gib", "kv_reserved_gib", "consumed_gib"):  # fmt: skip
         if getattr(f, attr) is not None:
             continue
         if attr in rank0:
@@ -204,10 +213,26 @@ def parse_log(text: str, facts: StartupFacts | None = None) -> StartupFacts:
         if f.figures_rank is None:
             f.figures_rank = next((r for r in per_rank if LogLine(r, None, "").rank0), None)
     f.cudagraph_wording = cg_wording.value if cg_wording else None
+    _split_usage(f, rank0 if "usage_activation_gib" in rank0 else next(iter(per_rank.values()), {}), cg_applied)
     if errors:
         roots = [e for e in errors if not any(w in e for w in _WRAPPERS)]
         f.fatal_error = roots[0] if roots else errors[-1]
     return f
+
+
+def _split_usage(f: StartupFacts, figs: dict[str, float], cg_applied: bool) -> None:
+    """The post-capture "Actual usage" line (vLLM >= 0.21) into the profile's terms: non-torch is the
+    consumed memory less the weights, the activation peak its figure less the CUDA-graph estimate
+    when that was applied (unknown estimate: not measured). The debug-level figures win."""
+    if f.non_torch_gib is None and f.consumed_gib is not None and f.weights_gib is not None:
+        f.non_torch_gib = round(f.consumed_gib - f.weights_gib, 2)
+    peak = figs.get("usage_activation_gib")
+    if f.activation_peak_gib is not None or peak is None:
+        return
+    if not cg_applied:
+        f.activation_peak_gib = peak
+    elif f.cudagraph_estimated_gib is not None:
+        f.activation_peak_gib = round(peak - f.cudagraph_estimated_gib, 2)
 
 
 def _with_reason(error: str, lines: list[LogLine], i: int) -> str:
