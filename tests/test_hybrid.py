@@ -204,6 +204,29 @@ def test_pcie_gpus_keep_the_nccl_buffers_out_of_the_ledger():
     assert "PCIe" in pcie["sources"]["non_torch_bytes"]
 
 
+@pytest.mark.parametrize("env", [{"NCCL_NVLS_ENABLE": "0"}, {"NCCL_CUMEM_ENABLE": "0"}])
+def test_nccl_settings_that_turn_nvls_off_take_its_buffers_out_of_the_ledger(tmp_path, env):
+    """NCCL's NVLS buffers (the 2.1 GiB per H100 at TP >= 2) need cuMem: with NCCL_NVLS_ENABLE=0 or
+    NCCL_CUMEM_ENABLE=0 in vllm.env the plan takes the 0.55 GiB an H100 pair logs without them, and
+    says why; "1" changes nothing."""
+    import yaml
+
+    def non_torch(vllm_env):
+        prof = yaml.safe_load(Path("profiles/qwen3-8b.yaml").read_text())
+        prof["model"]["path"] = str((Path("profiles") / prof["model"]["path"]).resolve())
+        prof.setdefault("vllm", {})["env"] = vllm_env
+        (tmp_path / "p.yaml").write_text(yaml.safe_dump(prof))
+        r = validate("--plan-only", "--json", "--profile", str(tmp_path / "p.yaml"), "--tensor-parallel-size", "2")
+        assert r.returncode in (0, 1), r.stderr
+        ledger = json.loads(r.stdout)["ledger"]
+        return ledger["non_torch_bytes"] / 2**30, ledger["sources"]["non_torch_bytes"]
+
+    on, _ = non_torch({k: "1" for k in env})
+    off, why = non_torch(env)
+    assert round(on - off, 2) == round(2.1 - 0.55, 2)
+    assert f"{next(iter(env))}=0" in why
+
+
 def test_prefix_caching_off_is_planned_but_not_load_tested(tmp_path):
     import yaml
 

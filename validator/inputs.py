@@ -11,7 +11,7 @@ from pathlib import Path
 
 from validator.errors import InputError
 from validator.plan import speculative
-from validator.plan.gpu_memory import DEFAULT_VLLM_VERSION, parse_version
+from validator.plan.gpu_memory import DEFAULT_VLLM_VERSION, nvls_off, parse_version
 from validator.plan.ledger import PlanInput
 from validator.plan.model_shape import shape_from_config
 from validator.plan.quant import with_tile
@@ -108,6 +108,7 @@ def plan_input_from_profile(profile: Profile) -> PlanInput:
         enable_prefix_caching=bool(profile.cache.enable_prefix_caching),
         interconnect=profile.hardware.interconnect,
         gpu_arch=profile.hardware.gpu_arch,
+        nccl_off=nvls_off(profile.vllm.env or {}),
         mamba_ssm_cache_dtype=_ssm_cache_dtype(profile),
         speculative=speculative.from_extra_args(extra),
     )

@@ -38,6 +38,11 @@ NON_TORCH_TP1_OLD = 0.13 * GiB
 NON_TORCH_TP = 2.1 * GiB  # TP >= 2 over NVLink (H100 SXM): NCCL buffers (2.07-2.21 GiB logged)
 NON_TORCH_TP_PCIE = 0.2 * GiB  # TP >= 2 over PCIe without NVLink: no NVLink buffers (0.20 GiB logged)
 NON_TORCH_PP = 0.07 * GiB  # a pipeline stage at TP 1
+# TP >= 2 on H100s without NCCL's NVLS buffers: 0.55 GiB (llm-d-benchmark's Llama-3.3-70B FP8 at TP 2,
+# vLLM 0.11-0.14). NVLS needs cuMem: NCCL_CUMEM_ENABLE=0 (vLLM's own default until
+# vllm-project/vllm#24141, September 2025) or NCCL_NVLS_ENABLE=0 turns them off
+NON_TORCH_TP_NO_NVLS = 0.55 * GiB
+NVLS_OFF = {"NCCL_NVLS_ENABLE": "0", "NCCL_CUMEM_ENABLE": "0"}
 PRE_HOPPER = ("turing", "ampere", "ada")  # hardware.gpu_arch values without NVLink SHARP
 # "Estimated CUDA graph memory" in the logs = the larger first capture (piecewise or full) + a graph
 # for each further piecewise size and each further full (decode) size: Llama-3.1-8B at 1024
@@ -122,9 +127,20 @@ def activation_peak(
     return Term(bytes=forward, source=fwd_src)
 
 
+def nvls_off(env: dict[str, str]) -> str | None:
+    """The server environment's setting that keeps NCCL from allocating NVLS buffers, if any."""
+    return next((f"{k}={v}" for k, v in NVLS_OFF.items() if env.get(k, "").strip() == v), None)
+
+
 def non_torch(
-    tp: int, pp: int, version: tuple[int, int, int], interconnect: str | None = None, gpu_arch: str | None = None
+    tp: int,
+    pp: int,
+    version: tuple[int, int, int],
+    interconnect: str | None = None,
+    gpu_arch: str | None = None,
+    nccl_off: str | None = None,
 ) -> Term:
+    """`nccl_off`: the vllm.env setting that turns NCCL's NVLS buffers off (nvls_off)."""
     if tp >= 2 and interconnect == "pcie":
         return Term(
             bytes=int(NON_TORCH_TP_PCIE),
@@ -136,6 +152,12 @@ def non_torch(
             bytes=int(NON_TORCH_TP_PCIE),
             source=f"TP >= 2 on {gpu_arch} GPUs (no NVLink SHARP before Hopper): 0.21 GiB per GPU on two "
             "Quadro RTX 6000s over an NVLink bridge (vLLM 0.28), 0.20 over PCIe",
+        )
+    if tp >= 2 and nccl_off:
+        return Term(
+            bytes=int(NON_TORCH_TP_NO_NVLS),
+            source=f"TP >= 2 with {nccl_off} in vllm.env (no NCCL NVLS buffers): 0.55 GiB per GPU, as an H100 "
+            "pair logs without them (llm-d-benchmark, Llama-3.3-70B FP8)",
         )
     if tp >= 2:
         return Term(
@@ -210,10 +232,11 @@ def startup_memory(
     dtype: str | None = None,
     interconnect: str | None = None,
     gpu_arch: str | None = None,
+    nccl_off: str | None = None,
 ) -> StartupMemory:
     v = parse_version(version)
     act = activation_peak(shape, max_num_seqs, max_num_batched_tokens, v, has_lm_head=pp == 1, dtype=dtype, tp=tp)
-    nt = non_torch(tp, pp, v, interconnect, gpu_arch)
+    nt = non_torch(tp, pp, v, interconnect, gpu_arch, nccl_off)
     if v >= runner_v2.V2_RUNNER_FROM and pp == 1:
         state = runner_v2.penalty_state_bytes(shape, max_num_seqs)
         nt = Term(

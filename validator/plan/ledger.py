@@ -53,6 +53,7 @@ class PlanInput:
     pin_kv_cache: bool = False  # GPU: pass the planned budget as --kv-cache-memory-bytes
     interconnect: str | None = None  # between the GPUs of one model: nvlink (the default's figures) or pcie
     gpu_arch: str | None = None  # GPU generation (hardware.gpu_arch): NCCL's NVLS buffers need Hopper
+    nccl_off: str | None = None  # the vllm.env setting that turns NCCL's NVLS buffers off (NCCL_NVLS_ENABLE=0 ...)
     enable_prefix_caching: bool = True  # state layers keep block-boundary copies with it (vLLM "align" mode)
     mamba_ssm_cache_dtype: str = "auto"  # the recurrent state's dtype (CPU with AVX-512 BF16: float32)
     speculative: SpecDecode | None = None  # --speculative-config among the launch flags
@@ -115,6 +116,7 @@ def kv_budget(
             enforce_eager=inp.enforce_eager,
             interconnect=inp.interconnect,
             gpu_arch=inp.gpu_arch,
+            nccl_off=inp.nccl_off,
             dtype=None if inp.dtype == "auto" else {"half": "float16", "float": "float32"}.get(inp.dtype, inp.dtype),
         )
         ledger.update(

@@ -230,7 +230,12 @@ class VllmSection:
         [],
         "More vLLM flags, one list item per argv word; the plan reads --enforce-eager and --speculative-config.",
     )
-    env: dict[str, str] = spec("dict[str,str]", {}, "Extra environment variables for the server.")
+    env: dict[str, str] = spec(
+        "dict[str,str]",
+        {},
+        "Extra environment variables for the server; the plan reads NCCL_NVLS_ENABLE=0 and NCCL_CUMEM_ENABLE=0 "
+        "(no NCCL NVLS buffers at TP >= 2: 0.55 GiB of non-torch memory a GPU instead of 2.1).",
+    )
     host: str = spec("str", "127.0.0.1", "Address the server binds to.")
     port: int | None = spec("int", None, "Port; default: a free one.", minimum=1, maximum=65535)
     api_key_env: str | None = spec("str", None, "Name of the environment variable holding the API key.")
