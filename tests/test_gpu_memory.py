@@ -190,6 +190,20 @@ def test_held_out_families_within_3_percent():
     assert len(errs) >= 5 and max(errs) < 0.03
 
 
+def test_the_ledger_says_how_many_rows_back_each_version():
+    """gpu_memory.BACKING_ROWS (what the ledger's KV source says) is the data: the rows within 3 %
+    by version; a version without rows says so."""
+    from validator.plan.gpu_memory import BACKING_ROWS, backing
+
+    counted: dict[tuple[int, int], int] = {}
+    for r in WITHIN:
+        lo = parse_version(row_version(r))[:2]
+        counted[lo] = counted.get(lo, 0) + 1
+    assert counted == {lo: n for lo, _, n, _ in BACKING_ROWS}
+    assert backing((0, 19, 0)).startswith("63 public start-ups") and backing((0, 13, 0)).startswith("5 public")
+    assert backing((0, 32, 0)).startswith("no public start-up of vLLM 0.32")
+
+
 def test_unstated_versions_predict_the_same_across_their_range():
     """llm-d-benchmark's H100 table states no vLLM version; its dates and template bound it to 0.11-0.14
     (`vllm_version_range`). The accounting the model applies is the same for every one of them (the

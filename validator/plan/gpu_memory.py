@@ -54,6 +54,30 @@ CUDAGRAPH_PER_GRAPH = 6 * MiB  # at hidden size 4096, and in proportion above (7
 CUDAGRAPH_SUBTRACTED_FROM = (0, 21)  # VLLM_MEMORY_PROFILER_ESTIMATE_CUDAGRAPHS, on by default
 
 
+# the public start-ups (tests/data/vllm-gpu-starts/starts.csv) the model predicts within 3 %, by the
+# versions they ran: (first, last minor version, rows, what); tests/test_gpu_memory.py checks it against the data
+BACKING_ROWS = (
+    ((0, 11), (0, 14), 5, "one unstated version of 0.11-0.14 (H100)"),
+    ((0, 15), (0, 15), 1, "0.15 (H100)"),
+    ((0, 16), (0, 16), 1, "0.16 (H100)"),
+    ((0, 17), (0, 17), 1, "0.17 (H100)"),
+    ((0, 18), (0, 18), 1, "0.18 (H100)"),
+    ((0, 19), (0, 19), 63, "0.19 (H100, A100)"),
+    ((0, 28), (0, 28), 2, "0.28 (Quadro RTX 6000, eager)"),
+)
+
+
+def backing(version: tuple[int, int, int]) -> str:
+    """How many public start-ups of this version back the memory model, for the ledger to say."""
+    for lo, hi, n, what in BACKING_ROWS:
+        if lo <= version[:2] <= hi:
+            return f"{n} public start-up{'s' if n > 1 else ''} of vLLM {what} back these terms"
+    return (
+        f"no public start-up of vLLM {version[0]}.{version[1]} backs these terms; they follow the rules read off "
+        "0.11-0.19 and 0.28, docs/kv-accounting.md"
+    )
+
+
 def parse_version(text: str) -> tuple[int, int, int]:
     # 0.19.0, v0.19.0, 0.11.2.post1, 0.10.1+cu128, 0.33.0rc2, 0.28.1rc1.dev50+g1234abc
     m = re.fullmatch(r"v?(\d+)\.(\d+)(?:\.(\d+))?((?:rc|a|b|post|dev|[.+\-])\S*)?", (text or "").strip())

@@ -7,7 +7,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from validator.errors import InputError
-from validator.plan.gpu_memory import DEFAULT_VLLM_VERSION, startup_memory
+from validator.plan.gpu_memory import DEFAULT_VLLM_VERSION, backing, parse_version, startup_memory
 from validator.plan.model_shape import ModelShape
 from validator.plan.record import LedgerMode
 from validator.plan.speculative import SpecDecode
@@ -162,7 +162,9 @@ def kv_budget(
         kv = memory.kv_cache_bytes
         sources["kv_cache_bytes"] = (
             f"vLLM {memory.version}'s available KV: utilization x total - "
-            "weights - activation peak - non-torch" + (" - CUDA-graph estimate" if memory.cudagraph_subtracted else "")
+            "weights - activation peak - non-torch"
+            + (" - CUDA-graph estimate" if memory.cudagraph_subtracted else "")
+            + f" ({backing(parse_version(memory.version))})"
         )
     else:
         kv = budget - weights_rank - inp.workspace_bytes
