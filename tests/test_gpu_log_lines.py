@@ -262,6 +262,15 @@ def test_the_post_capture_usage_line_gives_activation_and_non_torch():
     assert unknown.activation_peak_gib is None  # applied, but no estimate to take off
 
 
+def test_the_usage_line_of_another_rank_is_read_when_rank_0_has_none():
+    """Pipeline stages: rank PP2 may be the only one whose "Actual usage" line reached the log."""
+    log = "(Worker_PP0 pid=1) INFO 09-04 11:00:12 [gpu_worker.py:624] Available KV cache memory: 17.79 GiB\n" + (
+        GLM_LOG.splitlines()[-1].replace("Worker_TP0_EP0", "Worker_PP2") + "\n"
+    )
+    f = parse_log(log)
+    assert (f.consumed_gib, f.activation_peak_gib) == (64.44, 4.19)  # no estimate applied in this log
+
+
 def test_the_debug_profile_split_wins_over_the_usage_line():
     debug = "INFO 01-01 00:00:00 [gpu_worker.py:300] torch peak memory increase: 3.70 GiB\n"
     assert parse_log(debug + GLM_LOG).activation_peak_gib == 3.7

@@ -213,7 +213,9 @@ def parse_log(text: str, facts: StartupFacts | None = None) -> StartupFacts:
         if f.figures_rank is None:
             f.figures_rank = next((r for r in per_rank if LogLine(r, None, "").rank0), None)
     f.cudagraph_wording = cg_wording.value if cg_wording else None
-    _split_usage(f, rank0 if "usage_activation_gib" in rank0 else next(iter(per_rank.values()), {}), cg_applied)
+    usage = rank0 if "usage_activation_gib" in rank0 else None  # else the first rank that logged the line
+    usage = usage or next((figs for figs in per_rank.values() if "usage_activation_gib" in figs), {})
+    _split_usage(f, usage, cg_applied)
     if errors:
         roots = [e for e in errors if not any(w in e for w in _WRAPPERS)]
         f.fatal_error = roots[0] if roots else errors[-1]
