@@ -77,7 +77,7 @@ def shape_for(r):
     return dataclasses.replace(shape, quant=with_tile(shape.quant, arch, version, int(r["tp"] or 1)))
 
 
-def predict(r, version: str | None = None):
+def predict(r):
     shape = shape_for(r)
     dtype = r["dtype"] if r["dtype"] in ("float16", "float32", "bfloat16") else None
     tp, pp = int(r["tp"] or 1), int(r["pp"] or 1)
@@ -94,7 +94,7 @@ def predict(r, version: str | None = None):
         max_num_batched_tokens=int(r["max_num_batched_tokens"] or 8192),
         tp=tp,
         pp=pp,
-        version=version or row_version(r),
+        version=row_version(r),
         enforce_eager=r["enforce_eager"] == "True",
         interconnect=r.get("interconnect") or None,
         gpu_arch=r.get("gpu_arch") or ("hopper" if r["gpu"].startswith("H100") else None),

