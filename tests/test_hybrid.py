@@ -227,6 +227,32 @@ def test_nccl_settings_that_turn_nvls_off_take_its_buffers_out_of_the_ledger(tmp
     assert f"{next(iter(env))}=0" in why
 
 
+def test_vllm_env_chooses_the_model_runner_the_plan_follows(tmp_path):
+    """VLLM_USE_V2_MODEL_RUNNER=0 in vllm.env: Qwen3-8B on an H100 at vLLM 0.32 is planned with the V1
+    runner's profile (the sampler warm-up's 3.83 x 1024 x vocab x 4 B, 2.22 GiB), not V2's forward
+    pass (0.81 GiB) and penalty state; unset, the release's default (V2) is planned."""
+    import yaml
+
+    def ledger(vllm_env):
+        prof = yaml.safe_load(Path("profiles/qwen3-8b.yaml").read_text())
+        prof["model"]["path"] = str((Path("profiles") / prof["model"]["path"]).resolve())
+        prof.setdefault("vllm", {})["env"] = vllm_env
+        prof["limits"] = {"max_model_len": 4096, "max_num_seqs": 1024, "max_num_batched_tokens": 8192}  # H100 defaults
+        (tmp_path / "p.yaml").write_text(yaml.safe_dump(prof))
+        r = validate("--plan-only", "--json", "--profile", str(tmp_path / "p.yaml"), "--vllm-version", "0.32.0")
+        assert r.returncode in (0, 1), r.stderr
+        return json.loads(r.stdout)["ledger"]
+
+    default, v1 = ledger({}), ledger({"VLLM_USE_V2_MODEL_RUNNER": "0"})
+    assert "V2 model runner" in default["sources"]["activation_peak_bytes"]
+    assert "VLLM_USE_V2_MODEL_RUNNER=0" in v1["sources"]["activation_peak_bytes"]
+    assert round(v1["activation_peak_bytes"] / 2**30, 2) == 2.22
+    assert round(default["activation_peak_bytes"] / 2**30, 2) == 0.81
+    assert (
+        "penalty state" in default["sources"]["non_torch_bytes"] and "penalty" not in v1["sources"]["non_torch_bytes"]
+    )
+
+
 def test_prefix_caching_off_is_planned_but_not_load_tested(tmp_path):
     import yaml
 

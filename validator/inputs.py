@@ -15,6 +15,7 @@ from validator.plan.gpu_memory import DEFAULT_VLLM_VERSION, nvls_off, parse_vers
 from validator.plan.ledger import PlanInput
 from validator.plan.model_shape import shape_from_config
 from validator.plan.quant import with_tile
+from validator.plan.runner_v2 import RUNNER_ENV
 from validator.plan.weights import count_weights
 from validator.profile import Profile
 from validator.units import cdiv
@@ -109,6 +110,7 @@ def plan_input_from_profile(profile: Profile) -> PlanInput:
         interconnect=profile.hardware.interconnect,
         gpu_arch=profile.hardware.gpu_arch,
         nccl_off=nvls_off(profile.vllm.env or {}),
+        runner_env=(profile.vllm.env or {}).get(RUNNER_ENV),
         mamba_ssm_cache_dtype=_ssm_cache_dtype(profile),
         speculative=speculative.from_extra_args(extra),
     )

@@ -7,7 +7,8 @@ vLLM sizes the KV cache after loading the weights and running one profile step:
 
 Each term below carries where its figure comes from. Read off the public start-ups in
 tests/data/vllm-gpu-starts/starts.csv (H100s at vLLM 0.15-0.19, Turing cards at 0.28; the V2 model
-runner's terms from 0.28.1 in runner_v2.py); docs/kv-accounting.md gives the error distribution.
+runner's terms, where the release or vllm.env selects it, in runner_v2.py); docs/kv-accounting.md
+gives the error distribution.
 The constants are the logs' figures, not tuned to make tests pass: every row with a config is
 predicted end to end from config.json and the launch flags.
 """
@@ -119,13 +120,16 @@ def activation_peak(
     has_lm_head: bool = True,
     dtype: str | None = None,
     tp: int = 1,
+    runner_env: str | None = None,
 ) -> Term:
-    if version >= runner_v2.V2_RUNNER_FROM and has_lm_head:
+    """`runner_env`: the server's VLLM_USE_V2_MODEL_RUNNER (runner_v2.selected)."""
+    v2, why = runner_v2.selected(shape, version, runner_env)
+    if v2 and has_lm_head:
         fwd = runner_v2.forward_bytes(shape, max_num_batched_tokens, tp, dtype)
         smp = runner_v2.sampler_bytes(shape, max_num_seqs, max_num_batched_tokens)
         return Term(
             bytes=max(fwd, smp),
-            source="V2 model runner (vLLM >= 0.28.1): "
+            source=f"V2 model runner ({why}): "
             + (
                 "forward pass, max_num_batched_tokens x (3 x MLP width / TP + 4-5 x hidden) x dtype"
                 if fwd >= smp
@@ -138,6 +142,7 @@ def activation_peak(
     fwd_src = f"{FORWARD_FACTOR} x max_num_batched_tokens x MLP width x {dt} B"
     if not has_lm_head:
         return Term(bytes=forward, source=f"{fwd_src} (pipeline stage without the LM head)")
+    fwd_src += f"; V1 model runner: {why}"
     factor = SAMPLER_FACTOR_NEW if version >= (0, 17) else SAMPLER_FACTOR_OLD
     ws = workspace_bytes(shape, max_num_batched_tokens, tp, dtype)
     sampler = int(factor * max_num_seqs * (shape.vocab_size or 0) * 4) + ws
@@ -145,7 +150,7 @@ def activation_peak(
         return Term(
             bytes=sampler,
             source=f"sampler warm-up: {factor} x max_num_seqs x vocab x 4 B "
-            f"(vLLM {'>=' if version >= (0, 17) else '<'} 0.17)"
+            f"(vLLM {'>=' if version >= (0, 17) else '<'} 0.17; V1 model runner: {why})"
             + (f" + the fused-MoE workspace still held, {ws / GiB:.2f} GiB" if ws else ""),
         )
     return Term(bytes=forward, source=fwd_src)
@@ -257,11 +262,15 @@ def startup_memory(
     interconnect: str | None = None,
     gpu_arch: str | None = None,
     nccl_off: str | None = None,
+    runner_env: str | None = None,
 ) -> StartupMemory:
+    """`runner_env`: VLLM_USE_V2_MODEL_RUNNER as vllm.env sets it (None: the release's default)."""
     v = parse_version(version)
-    act = activation_peak(shape, max_num_seqs, max_num_batched_tokens, v, has_lm_head=pp == 1, dtype=dtype, tp=tp)
+    act = activation_peak(
+        shape, max_num_seqs, max_num_batched_tokens, v, has_lm_head=pp == 1, dtype=dtype, tp=tp, runner_env=runner_env
+    )
     nt = non_torch(tp, pp, v, interconnect, gpu_arch, nccl_off)
-    if v >= runner_v2.V2_RUNNER_FROM and pp == 1:
+    if runner_v2.selected(shape, v, runner_env)[0] and pp == 1:
         state = runner_v2.penalty_state_bytes(shape, max_num_seqs)
         nt = Term(
             bytes=nt.bytes + state,

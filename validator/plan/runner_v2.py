@@ -1,9 +1,10 @@
 """The profile step of vLLM's V2 model runner (pure): its activation peak and the sampler state it
 holds, which the V1 figures in gpu_memory.py do not describe.
 
-"Using V2 Model Runner" appears in the 0.28.1rc1.dev50 start-ups of tests/data/vllm-gpu-starts and
-the runner is reported the default from 0.29.0 (vllm/config/vllm.py `use_v2_model_runner`: on
-unless a feature it lacks is asked for). What differs, read in vLLM 0.32's v1/worker/gpu:
+"Using V2 Model Runner" appears in the 0.28.1rc1.dev50 start-ups of tests/data/vllm-gpu-starts; in
+0.32 it is the default for every model (vllm/config/vllm.py `use_v2_model_runner`: on unless a
+feature it lacks is asked for), earlier releases by family (`selected` below). What differs, read
+in vLLM 0.32's v1/worker/gpu:
 
 - profile_run pushes max_num_batched_tokens tokens through the model with attention skipped, then
   samples one token for min(tokens, max_num_seqs) requests. The sampler keeps the logits as the
@@ -17,6 +18,12 @@ unless a feature it lacks is asked for). What differs, read in vLLM 0.32's v1/wo
 
 The two constants (4 and 1 hidden-wide tensors) are read off the only V2 rows, Qwen2.5-1.5B at TP 1
 and 2: 0.504 and 0.322 GiB predicted, 0.50 and 0.32 logged. Nothing else holds them out yet.
+
+Which runner a start-up uses (`selected`): VLLM_USE_V2_MODEL_RUNNER when the server's environment sets
+it, else the release's default, which grew by model family (vllm-project/vllm#41286's steps, as the
+release notes give them): 0.22.0 the Qwen3 dense checkpoints (#39337, a list of model names: kvgate
+takes model_type qwen3), 0.23.0 also Llama and Mistral dense models (#43458), 0.25.0 every dense model
+(#44443), and from the builds after 0.28.0 (0.28.1rc1.dev...) MoE and hybrid models too (#53183).
 """
 
 from __future__ import annotations
@@ -25,7 +32,10 @@ from validator.plan.model_shape import DTYPE_BYTES, ModelShape
 from validator.plan.moe_workspace import workspace_bytes
 from validator.units import cdiv
 
-V2_RUNNER_FROM = (0, 28, 1)
+V2_RUNNER_FROM = (0, 28, 1)  # every model (#53183)
+V2_DENSE_FROM = (0, 25, 0)  # dense models: neither MoE nor hybrid (#44443)
+V2_FAMILIES_FROM = {"qwen3": (0, 22, 0), "llama": (0, 23, 0), "mistral": (0, 23, 0)}  # #39337, #43458
+RUNNER_ENV = "VLLM_USE_V2_MODEL_RUNNER"
 HIDDEN_WIDE = 4  # hidden states, residual and the projections' outputs at the MLP's peak
 HIDDEN_WIDE_TP = 1  # the all-reduce's copy at TP >= 2
 
@@ -54,3 +64,23 @@ def penalty_state_bytes(shape: ModelShape, max_num_seqs: int) -> int:
     """output_bin_counts (int32 per request and token id) and prompt_bin_mask (a bit per token id)."""
     v = shape.vocab_size or 0
     return max_num_seqs * (v + cdiv(v, 32)) * 4
+
+
+def selected(shape: ModelShape, version: tuple[int, int, int], env: str | None = None) -> tuple[bool, str]:
+    """Whether vLLM runs the V2 model runner for this model, and why. `env`: the server's
+    VLLM_USE_V2_MODEL_RUNNER, when vllm.env sets it."""
+    flag = (env or "").strip().lower()
+    if flag in ("1", "true"):
+        return True, f"{RUNNER_ENV}=1 in vllm.env"
+    if flag in ("0", "false"):
+        return False, f"{RUNNER_ENV}=0 in vllm.env"
+    dense = not shape.moe and shape.state is None
+    if version >= V2_RUNNER_FROM:
+        return True, "vLLM >= 0.28.1's default for every model"
+    if dense and version >= V2_DENSE_FROM:
+        return True, "vLLM >= 0.25's default for dense models"
+    first = V2_FAMILIES_FROM.get(shape.model_type)
+    if dense and first and version >= first:
+        return True, f"vLLM >= {first[0]}.{first[1]}'s default for dense {shape.model_type} models"
+    kind = "dense" if dense else ("MoE" if shape.moe else "hybrid")
+    return False, f"vLLM {version[0]}.{version[1]} runs {kind} {shape.model_type or 'models'} on the V1 runner"
