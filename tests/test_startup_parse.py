@@ -200,6 +200,34 @@ def test_gpu_memory_checks_pass_on_the_log_and_fail_when_doctored():
     assert gpu_memory_checks(record("cpu"), StartupFacts()) == []  # CPU logs none of it
 
 
+V2_LINE = "(EngineCore_DP0 pid=812) INFO 04-02 10:11:09 [gpu_worker.py:518] Using V2 Model Runner\n"
+
+
+def test_the_model_runner_is_read_from_the_log():
+    """vLLM's worker announces the V2 runner before it loads the weights; V1 says nothing, so a log that
+    got to "Model loading took" without the announcement ran V1, and one that did not get there says
+    nothing either way."""
+    assert parse_log(V2_LINE + GPU_LOG).model_runner == "v2"
+    assert parse_log(GPU_LOG).model_runner == "v1"
+    assert parse_log(PINNED_LOG).model_runner is None
+
+
+def test_the_runner_check_fails_when_vllm_ran_the_other_runner():
+    """startup.model_runner: the ledger's terms follow one runner's profile step; a log of the other
+    fails, a log that does not show it is not measured, a plan without profile terms is not judged."""
+    from validator.judge.startup import gpu_memory_checks
+
+    def status(plan, facts):
+        (c,) = [c for c in gpu_memory_checks(plan, facts) if c.name == "startup.model_runner"]
+        return c.status
+
+    v1, v2 = gpu_plan(model_runner="v1"), gpu_plan(model_runner="v2")
+    assert status(v1, parse_log(GPU_LOG)) == "pass" and status(v2, parse_log(V2_LINE + GPU_LOG)) == "pass"
+    assert status(v1, parse_log(V2_LINE + GPU_LOG)) == "fail" and status(v2, parse_log(GPU_LOG)) == "fail"
+    assert status(v1, StartupFacts()) == "not_measured"
+    assert status(gpu_plan(), parse_log(GPU_LOG)) == "not_judged"
+
+
 def test_a_pinned_budget_is_checked_as_reserved_not_as_profiled():
     from validator.judge.startup import gpu_memory_checks
 

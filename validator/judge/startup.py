@@ -6,7 +6,7 @@ from __future__ import annotations
 from typing import Any
 
 from validator.judge.check import Check
-from validator.plan.record import LedgerMode, PlanRecord, Platform
+from validator.plan.record import Ledger, LedgerMode, PlanRecord, Platform
 from validator.rundir.startup import StartupFacts
 from validator.units import GiB
 
@@ -110,7 +110,10 @@ def gpu_memory_checks(plan: PlanRecord, facts: StartupFacts, started_here: bool 
             explanation=f"{what} (GiB): the ledger vs vLLM's start-up log" + where,
         )
 
-    out = [rel("startup.weights_gib", L.weights_bytes, facts.weights_gib, "Model loading took")]
+    out = [
+        rel("startup.weights_gib", L.weights_bytes, facts.weights_gib, "Model loading took"),
+        _runner(L, facts, judged),
+    ]
     if L.kv_pinned or L.mode is LedgerMode.GIVEN:
         # vLLM took the budget as given and skipped its memory profile: it logs the reservation
         exp = round(L.kv_cache_bytes / GiB, 2) if L.kv_cache_bytes is not None else None
@@ -168,6 +171,41 @@ def gpu_memory_checks(plan: PlanRecord, facts: StartupFacts, started_here: bool 
             )
         )
     return out
+
+
+def _runner(L: Ledger, facts: StartupFacts, judged: bool) -> Check:
+    """The model runner the ledger's activation and non-torch terms follow, against the one vLLM ran:
+    its profile step differs (V2: forward pass and penalty state, V1: the sampler warm-up)."""
+    why = L.sources.get("model_runner", "")
+    if L.model_runner is None:
+        return Check(
+            name="startup.model_runner",
+            expected=None,
+            observed=facts.model_runner,
+            passed=None,
+            tolerance="exact",
+            explanation="the plan has no profile terms (KV budget given): no runner assumed",
+            judged=False,
+        )
+    if facts.model_runner is None:
+        return Check(
+            name="startup.model_runner",
+            expected=L.model_runner,
+            observed=None,
+            passed=None,
+            tolerance="exact",
+            explanation="not in vLLM's log (no 'Model loading took' line to show the runner was chosen)",
+            judged=judged,
+        )
+    return Check(
+        name="startup.model_runner",
+        expected=L.model_runner,
+        observed=facts.model_runner,
+        passed=L.model_runner == facts.model_runner,
+        tolerance="exact",
+        explanation=f"the runner whose profile the ledger follows ({why}) vs vLLM's log ('Using V2 Model Runner' "
+        "or its absence); another runner: set VLLM_USE_V2_MODEL_RUNNER in vllm.env or --vllm-version",
+    )
 
 
 def kv_shortfall(ledger: dict[str, Any], facts: StartupFacts) -> str | None:

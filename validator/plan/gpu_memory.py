@@ -104,6 +104,8 @@ class StartupMemory:
     non_torch: Term
     cudagraph: Term
     cudagraph_subtracted: bool
+    model_runner: runner_v2.ModelRunner = runner_v2.ModelRunner.V1  # whose profile step the terms follow
+    model_runner_source: str = ""  # why vLLM runs that one
 
     @property
     def kv_cache_bytes(self) -> int:
@@ -123,8 +125,8 @@ def activation_peak(
     runner_env: str | None = None,
 ) -> Term:
     """`runner_env`: the server's VLLM_USE_V2_MODEL_RUNNER (runner_v2.selected)."""
-    v2, why = runner_v2.selected(shape, version, runner_env)
-    if v2 and has_lm_head:
+    runner, why = runner_v2.selected(shape, version, runner_env)
+    if runner is runner_v2.ModelRunner.V2 and has_lm_head:
         fwd = runner_v2.forward_bytes(shape, max_num_batched_tokens, tp, dtype)
         smp = runner_v2.sampler_bytes(shape, max_num_seqs, max_num_batched_tokens)
         return Term(
@@ -270,7 +272,8 @@ def startup_memory(
         shape, max_num_seqs, max_num_batched_tokens, v, has_lm_head=pp == 1, dtype=dtype, tp=tp, runner_env=runner_env
     )
     nt = non_torch(tp, pp, v, interconnect, gpu_arch, nccl_off)
-    if runner_v2.selected(shape, v, runner_env)[0] and pp == 1:
+    runner, why = runner_v2.selected(shape, v, runner_env)
+    if runner is runner_v2.ModelRunner.V2 and pp == 1:
         state = runner_v2.penalty_state_bytes(shape, max_num_seqs)
         nt = Term(
             bytes=nt.bytes + state,
@@ -289,4 +292,6 @@ def startup_memory(
         non_torch=nt,
         cudagraph=cg,
         cudagraph_subtracted=subtracted,
+        model_runner=runner,
+        model_runner_source=why,
     )

@@ -94,6 +94,7 @@ def kv_budget(
         "non_torch_bytes": None,
         "cudagraph_bytes": None,
         "cudagraph_subtracted": None,
+        "model_runner": None,
         "sources": sources,
     }
     memory = None
@@ -126,8 +127,10 @@ def kv_budget(
             non_torch_bytes=memory.non_torch.bytes,
             cudagraph_bytes=memory.cudagraph.bytes,
             cudagraph_subtracted=memory.cudagraph_subtracted,
+            model_runner=memory.model_runner.value,
         )
         sources.update(
+            model_runner=memory.model_runner_source,
             activation_peak_bytes=memory.activation_peak.source,
             non_torch_bytes=memory.non_torch.source,
             cudagraph_bytes=memory.cudagraph.source,

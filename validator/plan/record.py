@@ -39,6 +39,7 @@ class Ledger:
     non_torch_bytes: int | None = None
     cudagraph_bytes: int | None = None
     cudagraph_subtracted: bool | None = None
+    model_runner: str | None = None  # "v1" / "v2": the GPU model runner whose profile the terms follow
     kv_pinned: bool = False  # the planned budget passed as --kv-cache-memory-bytes
     kv_bytes_at_limits: int | None = None
     kv_payload_bytes_at_limits: int | None = None

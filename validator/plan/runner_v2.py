@@ -28,6 +28,8 @@ takes model_type qwen3), 0.23.0 also Llama and Mistral dense models (#43458), 0.
 
 from __future__ import annotations
 
+from enum import Enum
+
 from validator.plan.model_shape import DTYPE_BYTES, ModelShape
 from validator.plan.moe_workspace import workspace_bytes
 from validator.units import cdiv
@@ -36,6 +38,15 @@ V2_RUNNER_FROM = (0, 28, 1)  # every model (#53183)
 V2_DENSE_FROM = (0, 25, 0)  # dense models: neither MoE nor hybrid (#44443)
 V2_FAMILIES_FROM = {"qwen3": (0, 22, 0), "llama": (0, 23, 0), "mistral": (0, 23, 0)}  # #39337, #43458
 RUNNER_ENV = "VLLM_USE_V2_MODEL_RUNNER"
+
+
+class ModelRunner(str, Enum):
+    """The GPU model runner whose profile step sizes the KV budget (the ledger's model_runner)."""
+
+    V1 = "v1"
+    V2 = "v2"  # logs "Using V2 Model Runner" at start-up
+
+
 HIDDEN_WIDE = 4  # hidden states, residual and the projections' outputs at the MLP's peak
 HIDDEN_WIDE_TP = 1  # the all-reduce's copy at TP >= 2
 
@@ -66,21 +77,21 @@ def penalty_state_bytes(shape: ModelShape, max_num_seqs: int) -> int:
     return max_num_seqs * (v + cdiv(v, 32)) * 4
 
 
-def selected(shape: ModelShape, version: tuple[int, int, int], env: str | None = None) -> tuple[bool, str]:
-    """Whether vLLM runs the V2 model runner for this model, and why. `env`: the server's
-    VLLM_USE_V2_MODEL_RUNNER, when vllm.env sets it."""
+def selected(shape: ModelShape, version: tuple[int, int, int], env: str | None = None) -> tuple[ModelRunner, str]:
+    """The runner vLLM uses for this model, and why. `env`: the server's VLLM_USE_V2_MODEL_RUNNER,
+    when vllm.env sets it."""
     flag = (env or "").strip().lower()
     if flag in ("1", "true"):
-        return True, f"{RUNNER_ENV}=1 in vllm.env"
+        return ModelRunner.V2, f"{RUNNER_ENV}=1 in vllm.env"
     if flag in ("0", "false"):
-        return False, f"{RUNNER_ENV}=0 in vllm.env"
+        return ModelRunner.V1, f"{RUNNER_ENV}=0 in vllm.env"
     dense = not shape.moe and shape.state is None
     if version >= V2_RUNNER_FROM:
-        return True, "vLLM >= 0.28.1's default for every model"
+        return ModelRunner.V2, "vLLM >= 0.28.1's default for every model"
     if dense and version >= V2_DENSE_FROM:
-        return True, "vLLM >= 0.25's default for dense models"
+        return ModelRunner.V2, "vLLM >= 0.25's default for dense models"
     first = V2_FAMILIES_FROM.get(shape.model_type)
     if dense and first and version >= first:
-        return True, f"vLLM >= {first[0]}.{first[1]}'s default for dense {shape.model_type} models"
+        return ModelRunner.V2, f"vLLM >= {first[0]}.{first[1]}'s default for dense {shape.model_type} models"
     kind = "dense" if dense else ("MoE" if shape.moe else "hybrid")
-    return False, f"vLLM {version[0]}.{version[1]} runs {kind} {shape.model_type or 'models'} on the V1 runner"
+    return ModelRunner.V1, f"vLLM {version[0]}.{version[1]} runs {kind} {shape.model_type or 'models'} on the V1 runner"
