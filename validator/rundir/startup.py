@@ -38,7 +38,8 @@ class StartupFacts:
     figures_rank: str | None = None  # the rank the memory figures above are from ("0": rank 0 or the engine)
     per_rank: dict[str, dict[str, float]] | None = None  # every rank's first figure of each kind
     cudagraph_wording: str | None = None  # startup_log.CgWording: the line that gave the estimate
-    # "v2" when the log says "Using V2 Model Runner"; "v1" when the weights loaded without it
+    # "v2" when the log says "Using V2 Model Runner"; "v1" when it says "using the V1 model runner" or
+    # the weights loaded without the V2 line
     model_runner: str | None = None
 
     def to_json(self) -> dict:

@@ -55,8 +55,11 @@ _FIGURES: tuple[tuple[str, re.Pattern[str]], ...] = (
 # printed only when the CUDA-graph estimate was taken off the KV budget (the 0.21 default): then the
 # "peak activation" above holds that estimate too (gpu_worker.py: transient peak + estimate applied)
 _CG_APPLIED = re.compile(r"CUDA graph memory profiling is enabled")
-# a worker announces the V2 model runner before it loads the weights (gpu_worker.py); V1 says nothing
+# a worker announces the V2 model runner before it loads the weights (gpu_worker.py); V1 is named only
+# when V2 was the default and could not run ("Model Runner V2 requires Triton; using the V1 model runner
+# instead.", "... does not yet support X; using the V1 model runner instead.")
 _RUNNER_V2 = re.compile(r"Using V2 Model Runner")
+_RUNNER_V1 = re.compile(r"using the V1 model runner")
 
 
 # the CUDA-graph estimate: one wording a version, the pool line's "(estimated)" when it is the only one
@@ -169,7 +172,7 @@ def parse_log(text: str, facts: StartupFacts | None = None) -> StartupFacts:
     per_rank: dict[str, dict[str, float]] = {}
     rank0: dict[str, float] = {}
     cg_wording: CgWording | None = None
-    cg_applied = runner_v2 = False
+    cg_applied = runner_v2 = runner_v1 = False
     lines = [split_line(x) for x in text.splitlines()]
     for i, ln in enumerate(lines):
         msg = ln.message
@@ -181,6 +184,7 @@ def parse_log(text: str, facts: StartupFacts | None = None) -> StartupFacts:
             f.refused_estimated_max_model_len = int(m.group(1))
         cg_applied = cg_applied or bool(_CG_APPLIED.search(msg))
         runner_v2 = runner_v2 or bool(_RUNNER_V2.search(msg))
+        runner_v1 = runner_v1 or bool(_RUNNER_V1.search(msg))
         found: dict[str, float] = {}
         for attr, rx in _FIGURES:
             if attr not in found and (m := rx.search(msg)):
@@ -218,7 +222,7 @@ def parse_log(text: str, facts: StartupFacts | None = None) -> StartupFacts:
     f.cudagraph_wording = cg_wording.value if cg_wording else None
     if runner_v2:
         f.model_runner = "v2"
-    elif f.weights_gib is not None and f.model_runner is None:  # loaded, and no V2 announcement before it
+    elif runner_v1 or (f.weights_gib is not None and f.model_runner is None):  # or loaded without V2's line
         f.model_runner = "v1"
     usage = rank0 if "usage_activation_gib" in rank0 else None  # else the first rank that logged the line
     usage = usage or next((figs for figs in per_rank.values() if "usage_activation_gib" in figs), {})
