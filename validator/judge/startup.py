@@ -194,7 +194,8 @@ def _runner(L: Ledger, facts: StartupFacts, judged: bool) -> Check:
             observed=None,
             passed=None,
             tolerance="exact",
-            explanation="not in vLLM's log (no 'Model loading took' line to show the runner was chosen)",
+            explanation="not in vLLM's log: neither 'Using V2 Model Runner' nor V1's fallback line, and no "
+            "'Model loading took' to show the runner was chosen",
             judged=judged,
         )
     return Check(
@@ -203,8 +204,9 @@ def _runner(L: Ledger, facts: StartupFacts, judged: bool) -> Check:
         observed=facts.model_runner,
         passed=L.model_runner == facts.model_runner,
         tolerance="exact",
-        explanation=f"the runner whose profile the ledger follows ({why}) vs vLLM's log ('Using V2 Model Runner' "
-        "or its absence); another runner: set VLLM_USE_V2_MODEL_RUNNER in vllm.env or --vllm-version",
+        explanation=f"the runner whose profile the ledger follows ({why}) vs vLLM's log ('Using V2 Model Runner', "
+        "or '... using the V1 model runner' or no V2 line); another runner: set VLLM_USE_V2_MODEL_RUNNER in "
+        "vllm.env or --vllm-version",
     )
 
 
