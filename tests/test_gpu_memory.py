@@ -65,12 +65,17 @@ def miss_key(r) -> tuple[str, str, str]:
     return (r["model"], r["tp"], r["vllm_version"] or r["vllm_version_range"])
 
 
+def _shape(model: str):
+    """The model's shape from its stored config.json (keys starting "_" are the data's notes)."""
+    return shape_from_config({k: v for k, v in CONFIGS[model].items() if not k.startswith("_")})
+
+
 def shape_for(r):
     """The row's model as vLLM loaded it: --quantization fp8 applied, MXFP4 experts padded to the
     kernel tile of the row's GPU and version (a row without a version predates 0.19)."""
     from validator.plan.quant import with_tile
 
-    shape = shape_from_config({k: v for k, v in CONFIGS[r["model"]].items() if not k.startswith("_")})
+    shape = _shape(r["model"])
     if r["quantization"] == "fp8":
         shape = dataclasses.replace(shape, quant_method="fp8")  # --quantization fp8 on a bf16 checkpoint
     arch = r.get("gpu_arch") or ("hopper" if r["gpu"].startswith("H100") else "ampere")
@@ -281,7 +286,7 @@ def test_weights_from_config_match_the_logs():
     for r in PREDICTABLE:
         if r["quantization"] not in ("", "None", None) or r["dtype"] == "float32":
             continue
-        shape = shape_from_config({k: v for k, v in CONFIGS[r["model"]].items() if not k.startswith("_")})
+        shape = _shape(r["model"])
         w = count_weights(shape).held_bytes(int(r["tp"]), int(r["pp"])) / GiB
         # MLA: DeepSeek-V2-Lite holds 0.02 / 0.07 / 0.11 GiB more than counted at TP 1 / 2 / 4 (the TP 2
         # and 4 rows come from run JSONs without a log to say where): named, not hidden in the bound
@@ -346,14 +351,14 @@ def test_quantized_rows_are_all_read():
 
 def test_mxfp4_unpadded_would_miss_the_h100_row():
     """The padding is what makes gpt-oss-120b right: the checkpoint's own sizes are 5.6 % short."""
-    shape = shape_from_config({k: v for k, v in CONFIGS["openai/gpt-oss-120b"].items() if not k.startswith("_")})
+    shape = _shape("openai/gpt-oss-120b")
     w = count_weights(shape).rank_bytes() / GiB
     assert 60.5 < w < 61.0  # 64.38 GiB logged
 
 
 def _qwen3_8b_on_an_h100() -> dict:
     """startup_memory's arguments for Qwen3-8B on an H100 at the API server's defaults."""
-    shape = shape_from_config({k: v for k, v in CONFIGS["Qwen/Qwen3-8B"].items() if not k.startswith("_")})
+    shape = _shape("Qwen/Qwen3-8B")
     return dict(
         shape=shape,
         weights_rank=15 * GiB,
@@ -387,10 +392,6 @@ def test_the_v2_model_runner_profiles_the_forward_pass_and_holds_the_penalty_sta
         m = predict(r)
         assert abs(m.activation_peak.bytes / GiB - _f(r["activation_peak_gib"])) < 0.01
         assert abs(m.kv_cache_bytes / GiB / _f(r["available_kv_gib"]) - 1) < 0.006
-
-
-def _shape(model: str):
-    return shape_from_config({k: v for k, v in CONFIGS[model].items() if not k.startswith("_")})
 
 
 @pytest.mark.parametrize(

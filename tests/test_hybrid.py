@@ -204,21 +204,29 @@ def test_pcie_gpus_keep_the_nccl_buffers_out_of_the_ledger():
     assert "PCIe" in pcie["sources"]["non_torch_bytes"]
 
 
+def _qwen3_8b_ledger(tmp_path, vllm_env: dict, *args: str, limits: dict | None = None) -> dict:
+    """The --plan-only ledger of profiles/qwen3-8b.yaml with this vllm.env (and limits, when given)."""
+    import yaml
+
+    prof = yaml.safe_load(Path("profiles/qwen3-8b.yaml").read_text())
+    prof["model"]["path"] = str((Path("profiles") / prof["model"]["path"]).resolve())
+    prof.setdefault("vllm", {})["env"] = vllm_env
+    if limits is not None:
+        prof["limits"] = limits
+    (tmp_path / "p.yaml").write_text(yaml.safe_dump(prof))
+    r = validate("--plan-only", "--json", "--profile", str(tmp_path / "p.yaml"), *args)
+    assert r.returncode in (0, 1), r.stderr
+    return json.loads(r.stdout)["ledger"]
+
+
 @pytest.mark.parametrize("env", [{"NCCL_NVLS_ENABLE": "0"}, {"NCCL_CUMEM_ENABLE": "0"}])
 def test_nccl_settings_that_turn_nvls_off_take_its_buffers_out_of_the_ledger(tmp_path, env):
     """NCCL's NVLS buffers (the 2.1 GiB per H100 at TP >= 2) need cuMem: with NCCL_NVLS_ENABLE=0 or
     NCCL_CUMEM_ENABLE=0 in vllm.env the plan takes the 0.55 GiB an H100 pair logs without them, and
     says why; "1" changes nothing."""
-    import yaml
 
     def non_torch(vllm_env):
-        prof = yaml.safe_load(Path("profiles/qwen3-8b.yaml").read_text())
-        prof["model"]["path"] = str((Path("profiles") / prof["model"]["path"]).resolve())
-        prof.setdefault("vllm", {})["env"] = vllm_env
-        (tmp_path / "p.yaml").write_text(yaml.safe_dump(prof))
-        r = validate("--plan-only", "--json", "--profile", str(tmp_path / "p.yaml"), "--tensor-parallel-size", "2")
-        assert r.returncode in (0, 1), r.stderr
-        ledger = json.loads(r.stdout)["ledger"]
+        ledger = _qwen3_8b_ledger(tmp_path, vllm_env, "--tensor-parallel-size", "2")
         return ledger["non_torch_bytes"] / 2**30, ledger["sources"]["non_torch_bytes"]
 
     on, _ = non_torch({k: "1" for k in env})
@@ -231,19 +239,9 @@ def test_vllm_env_chooses_the_model_runner_the_plan_follows(tmp_path):
     """VLLM_USE_V2_MODEL_RUNNER=0 in vllm.env: Qwen3-8B on an H100 at vLLM 0.32 is planned with the V1
     runner's profile (the sampler warm-up's 3.83 x 1024 x vocab x 4 B, 2.22 GiB), not V2's forward
     pass (0.81 GiB) and penalty state; unset, the release's default (V2) is planned."""
-    import yaml
-
-    def ledger(vllm_env):
-        prof = yaml.safe_load(Path("profiles/qwen3-8b.yaml").read_text())
-        prof["model"]["path"] = str((Path("profiles") / prof["model"]["path"]).resolve())
-        prof.setdefault("vllm", {})["env"] = vllm_env
-        prof["limits"] = {"max_model_len": 4096, "max_num_seqs": 1024, "max_num_batched_tokens": 8192}  # H100 defaults
-        (tmp_path / "p.yaml").write_text(yaml.safe_dump(prof))
-        r = validate("--plan-only", "--json", "--profile", str(tmp_path / "p.yaml"), "--vllm-version", "0.32.0")
-        assert r.returncode in (0, 1), r.stderr
-        return json.loads(r.stdout)["ledger"]
-
-    default, v1 = ledger({}), ledger({"VLLM_USE_V2_MODEL_RUNNER": "0"})
+    h100 = {"max_model_len": 4096, "max_num_seqs": 1024, "max_num_batched_tokens": 8192}  # vLLM's H100 defaults
+    default = _qwen3_8b_ledger(tmp_path, {}, "--vllm-version", "0.32.0", limits=h100)
+    v1 = _qwen3_8b_ledger(tmp_path, {"VLLM_USE_V2_MODEL_RUNNER": "0"}, "--vllm-version", "0.32.0", limits=h100)
     assert "V2 model runner" in default["sources"]["activation_peak_bytes"]
     assert "VLLM_USE_V2_MODEL_RUNNER=0" in v1["sources"]["activation_peak_bytes"]
     assert round(v1["activation_peak_bytes"] / 2**30, 2) == 2.22

@@ -176,37 +176,28 @@ def gpu_memory_checks(plan: PlanRecord, facts: StartupFacts, started_here: bool 
 def _runner(L: Ledger, facts: StartupFacts, judged: bool) -> Check:
     """The model runner the ledger's activation and non-torch terms follow, against the one vLLM ran:
     its profile step differs (V2: forward pass and penalty state, V1: the sampler warm-up)."""
-    why = L.sources.get("model_runner", "")
-    if L.model_runner is None:
-        return Check(
-            name="startup.model_runner",
-            expected=None,
-            observed=facts.model_runner,
-            passed=None,
-            tolerance="exact",
-            explanation="the plan has no profile terms (KV budget given): no runner assumed",
-            judged=False,
+    planned, ran = L.model_runner, facts.model_runner
+    if planned is None:
+        why = "the plan has no profile terms (KV budget given): no runner assumed"
+    elif ran is None:
+        why = (
+            "not in vLLM's log: neither 'Using V2 Model Runner' nor V1's fallback line, and no "
+            "'Model loading took' to show the runner was chosen"
         )
-    if facts.model_runner is None:
-        return Check(
-            name="startup.model_runner",
-            expected=L.model_runner,
-            observed=None,
-            passed=None,
-            tolerance="exact",
-            explanation="not in vLLM's log: neither 'Using V2 Model Runner' nor V1's fallback line, and no "
-            "'Model loading took' to show the runner was chosen",
-            judged=judged,
+    else:
+        why = (
+            f"the runner whose profile the ledger follows ({L.sources.get('model_runner', '')}) vs vLLM's log "
+            "('Using V2 Model Runner', or '... using the V1 model runner' or no V2 line); another runner: set "
+            "VLLM_USE_V2_MODEL_RUNNER in vllm.env or --vllm-version"
         )
     return Check(
         name="startup.model_runner",
-        expected=L.model_runner,
-        observed=facts.model_runner,
-        passed=L.model_runner == facts.model_runner,
+        expected=planned,
+        observed=ran,
+        passed=None if planned is None or ran is None else planned == ran,
         tolerance="exact",
-        explanation=f"the runner whose profile the ledger follows ({why}) vs vLLM's log ('Using V2 Model Runner', "
-        "or '... using the V1 model runner' or no V2 line); another runner: set VLLM_USE_V2_MODEL_RUNNER in "
-        "vllm.env or --vllm-version",
+        explanation=why,
+        judged=planned is not None and (ran is not None or judged),  # judged: vLLM's log is kvgate's own
     )
 
 

@@ -119,14 +119,14 @@ def activation_peak(
     max_num_seqs: int,
     max_num_batched_tokens: int,
     version: tuple[int, int, int],
+    runner: tuple[runner_v2.ModelRunner, str],
     has_lm_head: bool = True,
     dtype: str | None = None,
     tp: int = 1,
-    runner_env: str | None = None,
 ) -> Term:
-    """`runner_env`: the server's VLLM_USE_V2_MODEL_RUNNER (runner_v2.selected)."""
-    runner, why = runner_v2.selected(shape, version, runner_env)
-    if runner is runner_v2.ModelRunner.V2 and has_lm_head:
+    """`runner`: the model runner vLLM uses and why (runner_v2.selected)."""
+    runner_kind, why = runner
+    if runner_kind is runner_v2.ModelRunner.V2 and has_lm_head:
         fwd = runner_v2.forward_bytes(shape, max_num_batched_tokens, tp, dtype)
         smp = runner_v2.sampler_bytes(shape, max_num_seqs, max_num_batched_tokens)
         return Term(
@@ -268,11 +268,9 @@ def startup_memory(
 ) -> StartupMemory:
     """`runner_env`: VLLM_USE_V2_MODEL_RUNNER as vllm.env sets it (None: the release's default)."""
     v = parse_version(version)
-    act = activation_peak(
-        shape, max_num_seqs, max_num_batched_tokens, v, has_lm_head=pp == 1, dtype=dtype, tp=tp, runner_env=runner_env
-    )
-    nt = non_torch(tp, pp, v, interconnect, gpu_arch, nccl_off)
     runner, why = runner_v2.selected(shape, v, runner_env)
+    act = activation_peak(shape, max_num_seqs, max_num_batched_tokens, v, (runner, why), pp == 1, dtype, tp)
+    nt = non_torch(tp, pp, v, interconnect, gpu_arch, nccl_off)
     if runner is runner_v2.ModelRunner.V2 and pp == 1:
         state = runner_v2.penalty_state_bytes(shape, max_num_seqs)
         nt = Term(
