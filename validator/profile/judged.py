@@ -57,8 +57,8 @@ class TolerancesSection:
     api_share_ms: float = spec(
         "float",
         80.0,
-        "Client TTFT - (vLLM's queue time + its TTFT), request by request: the median at most this, in ms "
-        "(measured on 2 CPU cores: 9-24 ms).",
+        "Client TTFT - (vLLM's queue time + its TTFT), request by request: the least at most this, the median "
+        "this + the run's longest engine step, in ms (measured on 2 CPU cores: 9-24 ms).",
         minimum=0,
         maximum=60000,
     )
