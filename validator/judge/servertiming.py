@@ -90,8 +90,17 @@ def server_timing_check(run: RunData, share_ms: float, step_ms: float) -> Check:
         "which a request that reaches the engine mid-step waits for before vLLM queues it)"
         + (f"; {len(ok) - len(got)} responses without the metrics" if len(got) != len(ok) else "")
         + ("; negative: the client's clock or records are wrong" if low < -CLOCK_MS else "")
-        + ("; even the least is above the API server's bound: the client's clock runs late" if low > share_ms else ""),
+        + (_late(run) if low > share_ms else ""),
     )
+
+
+def _late(run: RunData) -> str:
+    """Why even the least share is past the API server's bound: a late clock; at a server kvgate did
+    not start, perhaps traffic it did not send, which kept the engine stepping through the whole run."""
+    why = "; even the least is above the API server's bound: the client's clock runs late"
+    if run.server_started is False:
+        why += ", or traffic kvgate did not send kept the server at --url busy through the whole run"
+    return why
 
 
 def _pair(run: RunData, metric: str) -> tuple[list[float], list[float], int]:
