@@ -23,12 +23,7 @@ from validator.judge.figures import RunFigures, _pct, bucket_of, hist_delta, pre
 from validator.judge.freezecheck import freeze_checks, utilization
 from validator.judge.layout import ONE_FULL_GROUP, HeldGroup, outside_the_block_model, replayed_window, window_of
 from validator.judge.predict import Lookup
-from validator.judge.servertiming import (
-    per_request_latency_checks,
-    run_share_bound_ms,
-    server_timing_check,
-    step_bound_ms,
-)
+from validator.judge.servertiming import ShareBounds, per_request_latency_checks, server_timing_check, share_bounds
 from validator.judge.slo import slo_checks
 from validator.judge.sweep import sweep_checks
 from validator.plan.record import PlanRecord, Platform
@@ -85,15 +80,12 @@ def _kv_checks(run: RunData, f: RunFigures, plan: PlanRecord, tol: TolerancesSec
 
 
 def _latency_checks(
-    run: RunData, f: RunFigures, tol: TolerancesSection, platform: Platform, share: float, step: float
+    run: RunData, f: RunFigures, tol: TolerancesSection, platform: Platform, bounds: ShareBounds
 ) -> list[Check]:
-    """Client percentiles against the server's histogram buckets (cold, warm and latency runs);
-    `share`: the API server's share bound for this run (run_share_bound_ms); `step`: the engine's
-    longest step (step_bound_ms)."""
+    """Client percentiles against the server's histogram buckets (cold, warm and latency runs); on
+    the CPU against vLLM's per-request timing, within this run's `bounds` (share_bounds)."""
     if platform is Platform.CPU:
-        # the tail scales with the host too: twice the scaled median bound where that passes the floor
-        # (the AVX2 host under CI load: a p99 share of 270 ms beside a median bound of 258)
-        judged = per_request_latency_checks(run, share, max(tol.api_share_p99_ms, 2 * share), tol.api_share_ms, step)
+        judged = per_request_latency_checks(run, bounds)
         if judged is not None:
             return judged
     out = []
@@ -268,11 +260,11 @@ def _run_checks(
             + (f"; {f.first_error}" if f.first_error else ""),
         )
     )
-    share, step = run_share_bound_ms(run, tol.api_share_ms, tol.api_share_itls), step_bound_ms(run)
+    bounds = share_bounds(run, tol)
     if run.kind.judges_latency or run.kind is RunKind.SWEEP:
-        checks.append(server_timing_check(run, share, step))
+        checks.append(server_timing_check(run, bounds))
     if run.kind.judges_latency:
-        checks += _latency_checks(run, f, tol, plan.platform, share, step)
+        checks += _latency_checks(run, f, tol, plan.platform, bounds)
     return checks
 
 
