@@ -1,7 +1,7 @@
 """A multimodal model's vision tower, from config.json's vision_config, counted where the layers vLLM
 loads and the projector are known (one formula per family): Gemma 3's SigLIP, Mistral 3's Pixtral,
-the CLIP or SigLIP ViT of LLaVA and LLaVA-NeXT (granite-vision among them) and Llama 4's. Elsewhere
-the tower is not counted and the ledger says so (MoonViT, Qwen-VL's, ...)."""
+the CLIP or SigLIP ViT of LLaVA and LLaVA-NeXT (granite-vision among them), Llama 4's and Kimi-VL's
+MoonViT. Elsewhere the tower is not counted and the ledger says so (Qwen-VL's, ...)."""
 
 from __future__ import annotations
 
@@ -26,6 +26,11 @@ class VisionTower(ABC):
     @property
     @abstractmethod
     def params(self) -> int: ...
+
+    @property
+    def replicated_params(self) -> int:
+        """Parameters every TP rank holds whole (a projector vLLM builds with ReplicatedLinear)."""
+        return 0
 
 
 def _vit_layer(h: int, i: int) -> int:
@@ -153,6 +158,32 @@ class Llama4Tower(VisionTower):
         return self.layers * _vit_layer(h, self.intermediate) + embeddings + adapter + self.output * self.text_hidden
 
 
+@dataclass(frozen=True)
+class MoonVitTower(VisionTower):
+    """Kimi-VL (vLLM's moonvit.py): MoonViT, a ViT of biased fused q/k/v, o and fc0/fc1 with two
+    LayerNorms a layer (split by TP: QKVParallelLinear, Column / RowParallelLinear), a patch
+    convolution with bias, a learned position table (init_pos_emb_height x width x hidden), a final
+    LayerNorm; its 2D rotary table has no parameters. The projector (kimi_vl.py's
+    KimiVLMultiModalProjector: a LayerNorm, linear_1 over merge^2 patches, GELU, linear_2 to the text
+    hidden, both biased) is a pair of ReplicatedLinear: every rank holds it whole (the H100 rows:
+    15.53 GiB at TP 2 of 30.74 at TP 1)."""
+
+    name: ClassVar[str] = "MoonViT"
+    positions: int  # the learned table's height x width
+    merge: int  # patches merged into one projector input (merge_kernel_size's product)
+
+    @property
+    def params(self) -> int:
+        h = self.hidden
+        embeddings = self.channels * self.patch**2 * h + h + self.positions * h
+        return self.layers * _vit_layer(h, self.intermediate) + embeddings + 2 * h
+
+    @property
+    def replicated_params(self) -> int:
+        m, t = self.merge * self.hidden, self.text_hidden
+        return 2 * self.hidden + m * m + m + m * t + t
+
+
 def _int(d: dict[str, Any], key: str, default: int | None = None) -> int | None:
     v = d.get(key, default)
     return v if isinstance(v, int) and not isinstance(v, bool) and 0 < v < 1 << 24 else None
@@ -197,6 +228,13 @@ def vision_tower(cfg: dict[str, Any], text_hidden: int | None) -> VisionTower | 
         mid, out, output = (x for x in dims if x is not None)
         bias = v.get("multi_modal_projector_bias", False) is True
         return Llama4Tower(h, i, n, p, channels, text_hidden, image, i, mid, out, output, bias)
+    if (model, vit) == ("kimi_vl", "moonvit"):
+        height, width = _int(v, "init_pos_emb_height", 64), _int(v, "init_pos_emb_width", 64)  # MoonViTConfig's
+        kernel = v.get("merge_kernel_size", [2, 2])
+        sides = [_int({"side": k}, "side") for k in kernel] if isinstance(kernel, list) and len(kernel) == 2 else []
+        if height is None or width is None or len(sides) != 2 or sides[0] is None or sides[1] is None:
+            return None
+        return MoonVitTower(h, i, n, p, channels, text_hidden, height * width, sides[0] * sides[1])
     llava = LLAVA_TOWERS.get(vit) if model in ("llava", "llava_next") else None
     picks = _feature_layers(cfg, n, -2)  # LlavaConfig's default: the penultimate layer
     if llava is None or image is None or picks is None:

@@ -34,6 +34,7 @@ class WeightCount:
     format_label: str  # how the linear weights are stored
     rope_cache: int = 0  # the rotary cos/sin tables, on every rank (plan/rope.py)
     vision: int = 0  # a multimodal model's vision tower and projector (plan/vision.py), split by TP
+    vision_replicated: int = 0  # the part of it every TP rank holds whole
     # the weight tensors as vLLM allocates them (q/k/v and gate/up fused, experts stacked), whole
     # model, each split by TP: per layer, then the vocabulary-padded embedding and LM head
     layer_tensors: tuple[tuple[tuple[int, bool], ...], ...] = ()  # (bytes, held whole by every rank)
@@ -47,7 +48,7 @@ class WeightCount:
         lo, hi = stage * per_stage, min((stage + 1) * per_stage, layers)
         b = cdiv(sum(self.per_layer[lo:hi]), tp) + sum(self.per_layer_replicated[lo:hi]) + self.rope_cache
         if stage == 0:
-            b += cdiv(self.embedding + self.vision, tp)
+            b += cdiv(self.embedding + self.vision, tp) + self.vision_replicated
         if stage == pp - 1:
             b += cdiv(self.lm_head, tp) + self.final_norm
         return b
@@ -200,6 +201,7 @@ def count_weights(shape: ModelShape, dtype: str | None = None, fmt: QuantFormat 
         # 3's 8 x 131,072 linearly scaled positions of 256); MLA rotates only its qk_rope_head_dim part
         rope_cache=sum(n * d for n, d in shape.rope_tables) * dt,
         vision=shape.vision.params * dt if shape.vision else 0,
+        vision_replicated=shape.vision.replicated_params * dt if shape.vision else 0,
         layer_tensors=tuple(tensors),
         per_layer_replicated=tuple(whole),
         edge_tensors=(cdiv(v, 64) * 64 * h * dt, 0 if shape.tie_word_embeddings else cdiv(v, 64) * 64 * h * dt),
