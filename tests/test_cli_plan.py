@@ -290,6 +290,62 @@ def test_not_modelled_is_refused_by_name(tmp_path):
     assert r.stderr.startswith("validate: error: not modelled: linear layers")
 
 
+GEMMA4_26B_TEXT = {  # google/gemma-4-26B-A4B's text_config as public fixtures quote it
+    "model_type": "gemma4_text",
+    "num_hidden_layers": 30,
+    "hidden_size": 2816,
+    "intermediate_size": 11264,
+    "num_attention_heads": 16,
+    "num_key_value_heads": 8,
+    "num_global_key_value_heads": 2,
+    "head_dim": 256,
+    "global_head_dim": 512,
+    "sliding_window": 1024,
+    "attention_k_eq_v": True,
+    "vocab_size": 262144,
+    "enable_moe_block": True,
+    "num_experts": 128,
+    "top_k_experts": 8,
+    "moe_intermediate_size": 704,
+    "layer_types": (["sliding_attention"] * 5 + ["full_attention"]) * 5,
+    "torch_dtype": "bfloat16",
+}
+
+
+@pytest.mark.parametrize("wrapped", [False, True])
+def test_gemma4_is_refused_by_name_not_planned_as_the_decoder_it_resembles(tmp_path, wrapped):
+    """Its full-attention layers are 2 KV heads of 512 (4,096 B a token) beside sliding layers of 8 of
+    256 (8,192 B): read as one head shape, the plan said 245,760 B a token and 27.0 GiB of KV on an
+    80 GiB GPU at 32,768 tokens without a word; refused, one line, exit 2 (text-only and multimodal config.json)."""
+    cfg = {"model_type": "gemma4", "architectures": ["Gemma4ForConditionalGeneration"], "text_config": GEMMA4_26B_TEXT}
+    (tmp_path / "config.json").write_text(json.dumps(cfg if wrapped else GEMMA4_26B_TEXT))
+    r = validate("--plan-only", "--model", str(tmp_path), "--platform", "gpu", "--gpu-memory-bytes", "80GiB")
+    assert r.returncode == 2 and len(r.stderr.strip().splitlines()) == 1
+    assert r.stderr.startswith("validate: error: not modelled: Gemma 4") and "global_head_dim" in r.stderr
+
+
+def test_layers_with_an_attention_shape_of_their_own_are_refused(tmp_path):
+    """Step 3.5's config gives its full layers 64 query heads and its sliding ones 96
+    (attention_other_setting); one head shape for all would be a guess, so the key is named."""
+    cfg = {
+        "model_type": "step3p5",
+        "num_hidden_layers": 4,
+        "num_attention_heads": 64,
+        "num_attention_groups": 8,
+        "head_dim": 128,
+        "hidden_size": 4096,
+        "sliding_window": 512,
+        "layer_types": ["full_attention", "sliding_attention", "sliding_attention", "full_attention"],
+        "attention_other_setting": {"attention_type": "sliding_attention", "num_attention_heads": 96},
+        "torch_dtype": "bfloat16",
+    }
+    (tmp_path / "config.json").write_text(json.dumps(cfg))
+    r = validate("--plan-only", "--model", str(tmp_path), "--kv-cache-bytes", "1GiB", "--max-model-len", "1024")
+    assert r.returncode == 2 and "Traceback" not in r.stderr
+    assert r.stderr.startswith("validate: error: not modelled: step3p5: layers with an attention shape of their own")
+    assert "attention_other_setting" in r.stderr
+
+
 @pytest.mark.parametrize("P,G,token_reads,gib_read", [(8192, 1025, 8_912_384, 1224), (2048, 2048, 6_286_337, None)])
 def test_cumulative_reads_through_the_cli(P, G, token_reads, gib_read):
     p = plan_json("--profile", "profiles/qwen3-8b.yaml", "--prompt-tokens", str(P), "--output-tokens", str(G))

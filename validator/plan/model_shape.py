@@ -12,6 +12,7 @@ from typing import Any
 from validator.errors import InputError
 from validator.plan.layer_kinds import CHUNKED, FULL, LINEAR, LLAMA4_TYPES, NO_CACHE, SLIDING, layer_kinds
 from validator.plan.quant import QuantFormat, format_from_config
+from validator.plan.refusals import refuse_unmodelled
 from validator.plan.rope import rope_tables
 from validator.plan.ssm_state import (
     ATTENTION,
@@ -162,6 +163,7 @@ def shape_from_config(cfg: Config) -> ModelShape:
     archs = cfg.get("architectures") or []
     arch = archs[0] if isinstance(archs, list) and archs and isinstance(archs[0], str) else "unknown"
     model_type = str(cfg.get("model_type", "unknown"))
+    refuse_unmodelled(cfg, model_type)
 
     layers = _required_int(
         cfg, "num_hidden_layers", "num_hidden_layers", "n_layer", "num_layers", "n_layers", maximum=MAX_LAYERS
