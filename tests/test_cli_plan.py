@@ -313,15 +313,23 @@ GEMMA4_26B_TEXT = {  # google/gemma-4-26B-A4B's text_config as public fixtures q
 
 
 @pytest.mark.parametrize("wrapped", [False, True])
-def test_gemma4_is_refused_by_name_not_planned_as_the_decoder_it_resembles(tmp_path, wrapped):
-    """Its full-attention layers are 2 KV heads of 512 (4,096 B a token) beside sliding layers of 8 of
-    256 (8,192 B): read as one head shape, the plan said 245,760 B a token and 27.0 GiB of KV on an
-    80 GiB GPU at 32,768 tokens without a word; refused, one line, exit 2 (text-only and multimodal config.json)."""
+def test_gemma4s_full_layers_are_planned_with_their_own_heads(tmp_path, wrapped):
+    """gemma-4-26B-A4B: 25 sliding layers of 8 KV heads x 256 beside 5 full ones of 2 x 512 (K as V):
+    225,280 B a token, the figure a public fixture pins for the checkpoint (read as one head shape,
+    the plan said 245,760 without a word); the full layers' pages are half the sliding ones', so their
+    block is raised to 32 beside 16. Its weights are not counted from config.json (per-layer input
+    embeddings, a dense MLP beside the experts): on a GPU the plan asks for them, exit 2."""
     cfg = {"model_type": "gemma4", "architectures": ["Gemma4ForConditionalGeneration"], "text_config": GEMMA4_26B_TEXT}
     (tmp_path / "config.json").write_text(json.dumps(cfg if wrapped else GEMMA4_26B_TEXT))
+    p = plan_json("--model", str(tmp_path), "--kv-cache-bytes", "20GiB", "--max-model-len", "32768")
+    assert p["kv_bytes_per_token"] == 225_280
+    assert p["model"]["own_layer_heads"] == [[i, 512, 2] for i in (5, 11, 17, 23, 29)]
+    assert sorted({(g["kind"], g["block_size"]) for g in p["kv_groups"]}) == [
+        ("FullAttentionSpec", 32),
+        ("SlidingWindowSpec", 16),
+    ]
     r = validate("--plan-only", "--model", str(tmp_path), "--platform", "gpu", "--gpu-memory-bytes", "80GiB")
-    assert r.returncode == 2 and len(r.stderr.strip().splitlines()) == 1
-    assert r.stderr.startswith("validate: error: not modelled: Gemma 4") and "global_head_dim" in r.stderr
+    assert r.returncode == 2 and r.stderr.startswith("validate: error: model.weights_bytes: unknown")
 
 
 def test_layers_with_an_attention_shape_of_their_own_are_refused(tmp_path):

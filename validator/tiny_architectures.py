@@ -1,7 +1,7 @@
 """The tiny models kvgate builds from code, one transformers config each (validator/tinymodels.py
 builds them): small enough to serve on a CPU in seconds, each a family whose cache vLLM sizes its
-own way (GQA, MHA, sliding windows, sinks, chunked local attention, linear-attention and SSM
-hybrids)."""
+own way (GQA, MHA, sliding windows, sinks, chunked local attention, layers of their own head size,
+linear-attention and SSM hybrids)."""
 
 from __future__ import annotations
 
@@ -96,6 +96,26 @@ ARCHITECTURES: dict[str, tuple[str, dict[str, Any], tuple[str, ...]]] = {
             intermediate_size=128,
             intermediate_size_mlp=256,
             attention_chunk_size=256,
+        ),
+        (),
+    ),
+    # Gemma 4: 5 sliding : 1 full layer, the full one with its own head size and KV heads (K as V),
+    # its KV page twice the sliding ones' (vLLM raises their block to match); per-layer input embeddings
+    "tiny-gemma4": (
+        "Gemma4TextConfig",
+        dict(
+            hidden_size=128,
+            num_hidden_layers=6,
+            num_attention_heads=4,
+            num_key_value_heads=2,
+            head_dim=64,
+            global_head_dim=256,
+            num_global_key_value_heads=1,
+            attention_k_eq_v=True,
+            sliding_window=128,
+            vocab_size_per_layer_input=VOCAB,
+            hidden_size_per_layer_input=16,
+            layer_types=["sliding_attention"] * 5 + ["full_attention"],
         ),
         (),
     ),

@@ -8,7 +8,7 @@ widest group's pages, divides the KV byte budget by it, holds one block back
 from __future__ import annotations
 
 from collections import Counter
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from functools import cached_property
 
 from validator.errors import InputError, NotModelled
@@ -35,14 +35,14 @@ def kv_dtype_bytes(kv_cache_dtype: str, model_dtype: str) -> int:
     return DTYPE_BYTES[kv_cache_dtype]
 
 
-def kv_heads_per_rank(shape: ModelShape, tp: int) -> int:
+def kv_heads_per_rank(shape: ModelShape, tp: int, kv_heads: int | None = None) -> int:
     """vLLM splits KV heads across ranks, and replicates them when TP > KV heads."""
     if shape.num_attention_heads % tp:
         raise InputError(
             f"tensor_parallel_size: {tp} does not divide num_attention_heads "
             f"({shape.num_attention_heads}); pick a divisor"
         )
-    h = shape.num_kv_heads
+    h = kv_heads or shape.num_kv_heads
     if h % tp and tp % h:
         raise InputError(f"tensor_parallel_size: {tp} and num_key_value_heads ({h}) must divide one another")
     return max(1, h // tp)
@@ -102,7 +102,7 @@ def layer_specs(
     state_spec = None
     if LINEAR in shape.layer_kinds and shape.state is not None and shape.mla is None:
         block_size, state_spec = _state_specs(shape, block_size, b, tp, setup or StateSetup())
-    for kind in shape.layer_kinds:
+    for i, kind in enumerate(shape.layer_kinds):
         if kind == NO_CACHE:
             continue
         if kind == LINEAR and state_spec is not None:
@@ -118,7 +118,8 @@ def layer_specs(
                 raise NotModelled(f"{kind} MLA layers")
             specs.append(MLASpec(block_size=block_size, latent_size=shape.mla.latent_dim, dtype_bytes=b))
             continue
-        attn = dict(block_size=block_size, num_kv_heads=kv_heads_per_rank(shape, tp), head_size=shape.head_dim)
+        head, kv = shape.layer_heads[i] if shape.layer_heads else (shape.head_dim, shape.num_kv_heads)
+        attn = dict(block_size=block_size, num_kv_heads=kv_heads_per_rank(shape, tp, kv), head_size=head)
         if kind == SLIDING:
             assert shape.sliding_window is not None  # model_shape refuses sliding layers without a window
             specs.append(SlidingWindowSpec(**attn, dtype_bytes=b, sliding_window=shape.sliding_window))
@@ -136,16 +137,32 @@ class KVGroup:
     num_layers: int
 
 
+def unify_page_sizes(specs: list[KVSpec]) -> list[KVSpec]:
+    """vLLM's unify_kv_cache_spec_page_size: where attention layers' pages differ in size (Gemma 4's
+    full layers beside its sliding ones), the smaller pages' block size is raised until each page is
+    as large as the largest (recorded: a tiny Gemma 4's sliding groups at 256 tokens a block beside
+    its full group at 128). Pages that do not divide the largest, or beside state or MLA layers, vLLM
+    pads or packs otherwise: refused."""
+    pages = {s.page_size_bytes for s in specs}
+    if len(pages) == 1:
+        return specs
+    largest = max(pages)
+    if any(isinstance(s, (MambaSpec, MLASpec)) for s in specs) or any(largest % p for p in pages):
+        raise NotModelled("layers with different page sizes beside state or MLA layers, or not dividing the largest")
+    return [
+        s if s.page_size_bytes == largest else replace(s, block_size=s.block_size * largest // s.page_size_bytes)
+        for s in specs
+    ]
+
+
 def group_layers(specs: list[KVSpec]) -> tuple[KVGroup, ...]:
     """vLLM's KV cache groups: one for uniform models; for hybrids, each kind
     split into groups of equal layer count (the "1" of an n:1 pattern, or the
     larger count when the two are within 1.5x)."""
-    counts = Counter(specs)  # frozen dataclasses: equal specs merge
+    counts = Counter(unify_page_sizes(specs))  # frozen dataclasses: equal specs merge
     if len(counts) == 1:
         spec, n = next(iter(counts.items()))
         return (KVGroup(spec, n),)
-    if len({s.page_size_bytes for s in counts}) != 1:
-        raise NotModelled("hybrid layers with different page sizes (vLLM packs them block-outermost)")
     sizes = list(counts.values())
     group_size = min(sizes)
     if max(sizes) < group_size * 1.5:
@@ -173,7 +190,8 @@ class KVLayout:
 
     @property
     def block_size(self) -> int:
-        return self.groups[0].spec.block_size
+        """The block the launch asks for: the groups' smallest (the others' were raised to match pages)."""
+        return min(g.spec.block_size for g in self.groups)
 
     @cached_property
     def bytes_per_block(self) -> int:

@@ -10,9 +10,10 @@ from dataclasses import dataclass
 from typing import Any
 
 from validator.errors import InputError
+from validator.plan.layer_heads import layer_heads
 from validator.plan.layer_kinds import CHUNKED, FULL, LINEAR, LLAMA4_TYPES, NO_CACHE, SLIDING, layer_kinds
 from validator.plan.quant import QuantFormat, format_from_config
-from validator.plan.refusals import refuse_unmodelled
+from validator.plan.refusals import LAYER_HEADS_READ, refuse_unmodelled
 from validator.plan.rope import rope_tables
 from validator.plan.ssm_state import (
     ATTENTION,
@@ -105,6 +106,8 @@ class ModelShape:
     rope_tables: tuple[tuple[int, int], ...] = ()  # (positions, rotary dims) of each cos/sin table vLLM builds
     multimodal: bool = False  # config.json has a vision_config
     vision: VisionTower | None = None  # its tower, where counted (plan/vision.py)
+    # (head_dim, KV heads) of each layer where some differ (Gemma 4's full layers), else ()
+    layer_heads: tuple[tuple[int, int], ...] = ()
 
     @property
     def mlp_width(self) -> int | None:
@@ -304,6 +307,7 @@ def shape_from_config(cfg: Config) -> ModelShape:
         rope_tables=rope_tables(cfg, mla.qk_rope_head_dim if mla else head_dim, max_pos),
         multimodal=isinstance(top.get("vision_config"), dict),
         vision=vision_tower(top, hidden),
+        layer_heads=layer_heads(cfg, kinds, head_dim, kv_heads) if model_type in LAYER_HEADS_READ else (),
     )
 
 

@@ -51,6 +51,10 @@ class Plan:
                 "sliding_window": s.sliding_window,
                 "max_position_embeddings": s.max_position_embeddings,
                 "mla_latent_dim": s.mla.latent_dim if s.mla else None,
+                # layers with their own attention shape (Gemma 4's full layers): index, head_dim, KV heads
+                "own_layer_heads": [
+                    [i, d, k] for i, (d, k) in enumerate(s.layer_heads) if (d, k) != (s.head_dim, s.num_kv_heads)
+                ],
             },
             "platform": self.inp.platform,
             "vllm_version": self.inp.vllm_version,
@@ -65,6 +69,7 @@ class Plan:
                     "kind": type(g.spec).__name__,
                     "layers": g.num_layers,
                     "page_size_bytes": g.spec.page_size_bytes,
+                    "block_size": g.spec.block_size,
                     **(
                         {"attention_chunk_size": g.spec.attention_chunk_size}
                         if isinstance(g.spec, ChunkedLocalSpec)

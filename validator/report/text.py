@@ -25,6 +25,20 @@ def plan_text(plan_json: dict) -> str:
     ]
     if m["sliding_window"]:
         out.append(f"           sliding window {m['sliding_window']} tokens")
+    own = {
+        (d, k): [i for i, d2, k2 in m.get("own_layer_heads") or () if (d2, k2) == (d, k)]
+        for _, d, k in m.get("own_layer_heads") or ()
+    }
+    for (d, k), idx in own.items():
+        out.append(
+            f"           layer{'s' if len(idx) > 1 else ''} {', '.join(map(str, idx))}: head_dim {d}, {k} KV heads"
+        )
+    blocks = sorted({g["block_size"] for g in p["kv_groups"] if g.get("block_size")})
+    if len(blocks) > 1:
+        out.append(
+            f"           block sizes {', '.join(map(str, blocks))}: vLLM raises the smaller pages' blocks "
+            "to the largest page"
+        )
     out.append(
         f"platform   {p['platform']}, tensor parallel {p['tensor_parallel_size']}, KV dtype {p['kv_cache_dtype']}"
     )
