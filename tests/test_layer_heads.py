@@ -74,3 +74,17 @@ def test_pages_of_two_sizes_are_raised_to_the_largest_and_odd_ones_refused():
     odd = FullAttentionSpec(block_size=128, num_kv_heads=3, head_size=64, dtype_bytes=2)
     with pytest.raises(NotModelled, match="not dividing the largest"):
         group_layers([sliding] * 5 + [odd])
+
+
+def test_shared_caches_hold_nothing_in_gemma4_and_are_refused_elsewhere():
+    """Gemma 4's last num_kv_shared_layers read earlier layers' caches (vLLM skips them in the KV
+    spec): 8 layers, 3 shared, leave 5 caching groups; the same key in another family (Gemma 3n's
+    sharing is not recorded here) is refused, not planned as if every layer cached."""
+    from validator.plan.capacity import layer_specs
+
+    cfg = dict(BASE, num_hidden_layers=8, num_kv_shared_layers=3, layer_types=(BASE["layer_types"][2:]) * 2)
+    shape = shape_from_config(cfg)
+    assert shape.layer_kinds[5:] == ("none",) * 3 and len(layer_specs(shape, 128)) == 5
+    other = shape_from_config(dict(cfg, model_type="gemma3n_text"))
+    with pytest.raises(NotModelled, match="cross-layer KV sharing"):
+        layer_specs(other, 128)

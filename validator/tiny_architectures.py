@@ -99,13 +99,14 @@ ARCHITECTURES: dict[str, tuple[str, dict[str, Any], tuple[str, ...]]] = {
         ),
         (),
     ),
-    # Gemma 4: 5 sliding : 1 full layer, the full one with its own head size and KV heads (K as V),
-    # its KV page twice the sliding ones' (vLLM raises their block to match); per-layer input embeddings
+    # Gemma 4: 3 sliding : 1 full layer, the full ones with their own head size and KV heads (K as V),
+    # their KV page twice the sliding ones' (vLLM raises those blocks to match); the last 3 layers read
+    # earlier layers' caches (E2B / E4B's num_kv_shared_layers); per-layer input embeddings
     "tiny-gemma4": (
         "Gemma4TextConfig",
         dict(
             hidden_size=128,
-            num_hidden_layers=6,
+            num_hidden_layers=8,
             num_attention_heads=4,
             num_key_value_heads=2,
             head_dim=64,
@@ -115,7 +116,8 @@ ARCHITECTURES: dict[str, tuple[str, dict[str, Any], tuple[str, ...]]] = {
             sliding_window=128,
             vocab_size_per_layer_input=VOCAB,
             hidden_size_per_layer_input=16,
-            layer_types=["sliding_attention"] * 5 + ["full_attention"],
+            num_kv_shared_layers=3,
+            layer_types=(["sliding_attention"] * 3 + ["full_attention"]) * 2,
         ),
         (),
     ),

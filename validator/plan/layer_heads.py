@@ -11,7 +11,7 @@ from __future__ import annotations
 from typing import Any
 
 from validator.errors import InputError
-from validator.plan.layer_kinds import FULL
+from validator.plan.layer_kinds import FULL, NO_CACHE
 
 GEMMA4_GLOBAL_HEAD_DIM = 512  # Gemma4TextConfig's default for global_head_dim
 OVERRIDABLE = ("head_dim", "num_key_value_heads")
@@ -52,3 +52,12 @@ def layer_heads(cfg: dict[str, Any], kinds: list[str], head_dim: int, kv_heads: 
         k = _positive(over.get("num_key_value_heads", kv_heads), f"layer {i}'s num_key_value_heads")
         heads.append((d, k))
     return () if all(h == (head_dim, kv_heads) for h in heads) else tuple(heads)
+
+
+def without_shared_caches(kinds: list[str], shared: Any) -> tuple[list[str], int]:
+    """Gemma 4 (E2B, E4B): its last num_kv_shared_layers read the cache of the last earlier layer of
+    their type and hold none of their own (vLLM's gemma4.py: kv_sharing_target_layer_name; the KV
+    cache spec skips them): those layers cache nothing, and no sharing is left to refuse."""
+    if isinstance(shared, bool) or not isinstance(shared, int) or not 0 < shared < len(kinds):
+        return kinds, shared if isinstance(shared, int) else 0
+    return [NO_CACHE if i >= len(kinds) - shared else k for i, k in enumerate(kinds)], 0

@@ -10,7 +10,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from validator.errors import InputError
-from validator.plan.layer_heads import layer_heads
+from validator.plan.layer_heads import layer_heads, without_shared_caches
 from validator.plan.layer_kinds import CHUNKED, FULL, LINEAR, LLAMA4_TYPES, NO_CACHE, SLIDING, layer_kinds
 from validator.plan.quant import QuantFormat, format_from_config
 from validator.plan.refusals import LAYER_HEADS_READ, refuse_unmodelled
@@ -266,6 +266,8 @@ def shape_from_config(cfg: Config) -> ModelShape:
     bits = quant.get("bits")
     qbits = bits if isinstance(bits, int) and not isinstance(bits, bool) and 1 <= bits <= 16 else None
     shared = cfg.get("num_kv_shared_layers") or 0
+    if model_type in LAYER_HEADS_READ:
+        kinds, shared = without_shared_caches(kinds, shared)
     for key in ("intermediate_size", "vocab_size"):  # optional, but never of the wrong type
         if cfg.get(key) is not None:
             _required_int(cfg, key, key, maximum=1 << 32)
