@@ -291,24 +291,11 @@ def test_not_modelled_is_refused_by_name(tmp_path):
 
 
 GEMMA4_26B_TEXT = {  # google/gemma-4-26B-A4B's text_config as public fixtures quote it
-    "model_type": "gemma4_text",
-    "num_hidden_layers": 30,
-    "hidden_size": 2816,
-    "intermediate_size": 11264,
-    "num_attention_heads": 16,
-    "num_key_value_heads": 8,
-    "num_global_key_value_heads": 2,
-    "head_dim": 256,
-    "global_head_dim": 512,
-    "sliding_window": 1024,
-    "attention_k_eq_v": True,
-    "vocab_size": 262144,
-    "enable_moe_block": True,
-    "num_experts": 128,
-    "top_k_experts": 8,
-    "moe_intermediate_size": 704,
-    "layer_types": (["sliding_attention"] * 5 + ["full_attention"]) * 5,
-    "torch_dtype": "bfloat16",
+    k: v
+    for k, v in json.loads(
+        (Path(__file__).parent / "data/vllm-gpu-starts/configs-kvgate/google__gemma-4-26B-A4B.json").read_text()
+    ).items()
+    if not k.startswith("_")
 }
 
 

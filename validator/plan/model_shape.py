@@ -167,7 +167,6 @@ def shape_from_config(cfg: Config) -> ModelShape:
     arch = archs[0] if isinstance(archs, list) and archs and isinstance(archs[0], str) else "unknown"
     model_type = str(cfg.get("model_type", "unknown"))
     refuse_unmodelled(cfg, model_type)
-
     layers = _required_int(
         cfg, "num_hidden_layers", "num_hidden_layers", "n_layer", "num_layers", "n_layers", maximum=MAX_LAYERS
     )
@@ -292,7 +291,8 @@ def shape_from_config(cfg: Config) -> ModelShape:
         moe=bool(moe),
         kv_shared_layers=int(shared) if isinstance(shared, int) else 0,
         num_experts=experts,
-        experts_per_token=_optional_int(cfg, "num_experts_per_tok", "num_experts_per_tok", "moe_topk") or 0,
+        experts_per_token=_optional_int(cfg, "num_experts_per_tok", "num_experts_per_tok", "moe_topk", "top_k_experts")
+        or 0,
         moe_intermediate_size=moe_inter,
         shared_expert_intermediate_size=shared_inter if isinstance(shared_inter, int) and shared_inter > 0 else 0,
         first_dense_layers=dense_first if isinstance(dense_first, int) and 0 <= dense_first <= layers else 0,
