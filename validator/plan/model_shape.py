@@ -10,10 +10,10 @@ from dataclasses import dataclass
 from typing import Any
 
 from validator.errors import InputError
-from validator.plan.layer_heads import layer_heads, without_shared_caches
+from validator.plan.layer_heads import gemma4_layers
 from validator.plan.layer_kinds import CHUNKED, FULL, LINEAR, LLAMA4_TYPES, NO_CACHE, SLIDING, layer_kinds
 from validator.plan.quant import QuantFormat, format_from_config
-from validator.plan.refusals import LAYER_HEADS_READ, refuse_unmodelled
+from validator.plan.refusals import refuse_unmodelled
 from validator.plan.rope import rope_tables
 from validator.plan.ssm_state import (
     ATTENTION,
@@ -265,8 +265,7 @@ def shape_from_config(cfg: Config) -> ModelShape:
     bits = quant.get("bits")
     qbits = bits if isinstance(bits, int) and not isinstance(bits, bool) and 1 <= bits <= 16 else None
     shared = cfg.get("num_kv_shared_layers") or 0
-    if model_type in LAYER_HEADS_READ:
-        kinds, shared = without_shared_caches(kinds, shared)
+    kinds, shared, own_heads = gemma4_layers(cfg, model_type, kinds, shared, head_dim, kv_heads)
     for key in ("intermediate_size", "vocab_size"):  # optional, but never of the wrong type
         if cfg.get(key) is not None:
             _required_int(cfg, key, key, maximum=1 << 32)
@@ -309,7 +308,7 @@ def shape_from_config(cfg: Config) -> ModelShape:
         rope_tables=rope_tables(cfg, mla.qk_rope_head_dim if mla else head_dim, max_pos),
         multimodal=isinstance(top.get("vision_config"), dict),
         vision=vision_tower(top, hidden),
-        layer_heads=layer_heads(cfg, kinds, head_dim, kv_heads) if model_type in LAYER_HEADS_READ else (),
+        layer_heads=own_heads,
     )
 
 

@@ -6,6 +6,7 @@ from __future__ import annotations
 from typing import Any
 
 from validator.errors import NotModelled
+from validator.plan.layer_heads import GEMMA4
 
 # Keys that give some layers an attention shape of their own: read for Gemma 4 (plan/layer_heads.py,
 # as vLLM's gemma4.py builds them); elsewhere (Step 3.5's other-setting layers, ...) refused
@@ -15,12 +16,11 @@ PER_LAYER_ATTENTION_KEYS = (
     "num_global_key_value_heads",
     "attention_other_setting",
 )
-LAYER_HEADS_READ = ("gemma4_text", "gemma4")  # Gemma 4, text-only or its multimodal text_config
 
 
 def refuse_unmodelled(cfg: dict[str, Any], model_type: str) -> None:
     """Raise NotModelled for a config with per-layer attention shapes kvgate does not read."""
-    if model_type in LAYER_HEADS_READ:
+    if model_type in GEMMA4:
         return
     own = [k for k in PER_LAYER_ATTENTION_KEYS if cfg.get(k) is not None]
     if own:

@@ -17,6 +17,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from validator.plan.allocator import rounding_bytes
+from validator.plan.layer_heads import GEMMA4
 from validator.plan.layer_kinds import LINEAR
 from validator.plan.model_shape import DTYPE_BYTES, ModelShape
 from validator.plan.quant import Fp8, Int8Channel, Matrix, Mxfp4, QuantFormat, Role, online_format
@@ -161,16 +162,13 @@ def _other_params(shape: ModelShape) -> int:
     return n
 
 
-# Gemma 4 adds what the count has no term for (per-layer input embeddings, a dense MLP beside the
-# experts, K doubling as V, full layers of their own head size): its weights come from the checkpoint
-NOT_COUNTED = ("gemma4_text", "gemma4")
-
-
 def count_weights(shape: ModelShape, dtype: str | None = None, fmt: QuantFormat | None = None) -> WeightCount | None:
     """The bytes of a Llama/Qwen/Mistral/gpt-oss-style decoder, dense or MoE, quantized or not;
     MLA included; None for shapes it does not describe (state-space hybrids, missing sizes)."""
     h, v = shape.hidden_size, shape.vocab_size
-    if LINEAR in shape.layer_kinds or h is None or v is None or shape.model_type in NOT_COUNTED:
+    # Gemma 4 adds what the count has no term for (per-layer input embeddings, a dense MLP beside the
+    # experts, K doubling as V, full layers of their own head size): its weights come from the checkpoint
+    if LINEAR in shape.layer_kinds or h is None or v is None or shape.model_type in GEMMA4:
         return None
     dt = DTYPE_BYTES[dtype or shape.dtype]
     fmt = fmt or shape.quant or online_format(shape.quant_method)

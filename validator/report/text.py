@@ -25,10 +25,9 @@ def plan_text(plan_json: dict) -> str:
     ]
     if m["sliding_window"]:
         out.append(f"           sliding window {m['sliding_window']} tokens")
-    own = {
-        (d, k): [i for i, d2, k2 in m.get("own_layer_heads") or () if (d2, k2) == (d, k)]
-        for _, d, k in m.get("own_layer_heads") or ()
-    }
+    own: dict[tuple[int, int], list[int]] = {}  # the layers of each shape of their own
+    for i, d, k in m.get("own_layer_heads") or ():
+        own.setdefault((d, k), []).append(i)
     for (d, k), idx in own.items():
         out.append(
             f"           layer{'s' if len(idx) > 1 else ''} {', '.join(map(str, idx))}: head_dim {d}, {k} KV heads"
