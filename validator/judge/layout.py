@@ -9,7 +9,9 @@ the comparison gave (a mismatch there is no evidence against vLLM, and a match n
 The start-up checks, the request counts at a freeze and the latency checks are layout-free and stay;
 so do the freezes' block counts where every group is full, chunked-local or sliding-window attention:
 those count each group's blocks (HeldGroup), and beside a sliding window the copies of a shared
-prefix its cache checkpoints imply, as do that layout's prefix hits (checkpoint_window).
+prefix its cache checkpoints imply, as do that layout's prefix hits (checkpoint_window). Where the
+groups' blocks differ (Gemma 4: the sliding groups' raised to match the full layers' larger pages),
+each group counts at its own size and a hit lands where both kinds' blocks end.
 """
 
 from __future__ import annotations
@@ -43,6 +45,11 @@ class HeldGroup:
 
     chunk: int | None = None
     window: int | None = None  # a sliding window: frees the blocks wholly before it (gpt-oss)
+    block: int | None = None  # its own block size where the groups' differ (Gemma 4), else the plan's
+
+    def size(self, block_size: int) -> int:
+        """Tokens a block of this group holds: its own size, else the plan's `block_size`."""
+        return self.block or block_size
 
     @property
     def cache(self) -> str:
@@ -50,9 +57,10 @@ class HeldGroup:
         return "full" if self.window is None else "window"
 
     def first_held(self, computed: int, block_size: int) -> int:
+        bs = self.size(block_size)
         if self.window is not None:  # get_num_skipped_tokens: computed - window + 1
-            return max(0, computed - self.window + 1) // block_size
-        return 0 if self.chunk is None else (computed // self.chunk * self.chunk) // block_size
+            return max(0, computed - self.window + 1) // bs
+        return 0 if self.chunk is None else (computed // self.chunk * self.chunk) // bs
 
 
 ONE_FULL_GROUP = (HeldGroup(),)
@@ -75,7 +83,8 @@ class BlockLayout:
     def dense(self) -> bool:
         """Every group caches every full block (full, MLA, chunked-local: Llama 4): a prefix is hit
         where the full group has it, as in one group, each block held once per group."""
-        return bool(self.groups) and all(g.window is None for g in self.groups or ())
+        gs = self.groups or ()
+        return bool(gs) and all(g.window is None for g in gs) and len({g.block for g in gs}) == 1
 
     @property
     def cache_groups(self) -> tuple[int, int]:
@@ -92,7 +101,16 @@ class BlockLayout:
         windows = {g.window for g in gs if g.window is not None}
         if len(windows) != 1 or all(g.window is not None for g in gs) or any(g.chunk is not None for g in gs):
             return None
+        if len({g.block for g in gs if g.window is None}) != 1 or len({g.block for g in gs if g.window}) != 1:
+            return None  # one block size a kind of group: the prefix model's two sizes
         return windows.pop()
+
+    def blocks(self, block_size: int) -> tuple[int, int]:
+        """(the dense groups' block, the window groups' block) in tokens: the plan's `block_size` for
+        both, unless the groups carry their own (Gemma 4: the window's raised to match the pages)."""
+        gs = self.groups or ONE_FULL_GROUP
+        dense = next((g.size(block_size) for g in gs if g.window is None), block_size)
+        return dense, next((g.size(block_size) for g in gs if g.window is not None), dense)
 
 
 def block_layout(kv_groups: Any) -> BlockLayout:
@@ -103,22 +121,25 @@ def block_layout(kv_groups: Any) -> BlockLayout:
         return BlockLayout(
             None, f"not modelled for this layout ({len(kv_groups)} KV cache groups listed, more than any model has)"
         )
+    blocks = {g.get("block_size") for g in kv_groups if isinstance(g, dict)} - {None}
+    # Gemma 4: pages of two sizes, the smaller ones' block raised to match (capacity.unify_page_sizes)
+    listed = [isinstance(g, dict) and g.get("block_size") is not None for g in kv_groups]
+    own = len(blocks) > 1 or (any(listed) and not all(listed))  # a partial list is not counted at one size
     kinds, groups = [], []
     for g in kv_groups:
         kind = g.get("kind") if isinstance(g, dict) else None
         chunk = g.get("attention_chunk_size") if isinstance(g, dict) else None
+        block = g.get("block_size") if own and isinstance(g, dict) else None
         kinds.append(kind)
+        if own and not (type(block) is int and block > 0):
+            continue  # each group's size or none: a partial list is not this layout
         if kind in ONE_GROUP_KINDS:
-            groups.append(HeldGroup())
-        elif kind == "ChunkedLocalSpec" and type(chunk) is int and chunk > 0:
-            groups.append(HeldGroup(chunk))
+            groups.append(HeldGroup(block=block))
+        elif kind == "ChunkedLocalSpec" and type(chunk) is int and chunk > 0 and not own:
+            groups.append(HeldGroup(chunk))  # vLLM asserts a chunked group's block is the alignment
         elif kind == "SlidingWindowSpec" and type(window := g.get("sliding_window")) is int and window > 1:
-            groups.append(HeldGroup(window=window))
+            groups.append(HeldGroup(window=window, block=block))
     covered = tuple(groups) if len(groups) == len(kinds) else None
-    blocks = {g.get("block_size") for g in kv_groups if isinstance(g, dict)} - {None}
-    if len(blocks) > 1:  # Gemma 4: the judge counts every group's blocks at plan.json's one block size
-        sizes = ", ".join(str(b) for b in sorted(blocks, key=str))
-        return BlockLayout(None, f"not modelled for this layout (KV cache groups of block sizes {sizes})")
     if len(kinds) == 1 and kinds[0] in ONE_GROUP_KINDS:
         return BlockLayout(covered, None)
     named = ", ".join(sorted({str(k).removesuffix("Spec") for k in kinds}))
@@ -179,6 +200,8 @@ def replayed_window(layout: BlockLayout, window: int | None) -> tuple[int, bool]
     (prefixsim.py) covers the layout: one full-attention group beside one sliding-window group."""
     if window is None or layout.cache_groups != (1, 1) or not layout.groups:
         return None
+    if any(g.block for g in layout.groups):
+        return None  # the replay counts one block size
     return window, layout.groups[0].window is not None
 
 

@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import bisect
 import functools
+import math
 from collections import OrderedDict
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -38,19 +39,20 @@ def block_keys(tokens: list[int], block_size: int, n_blocks: int | None = None) 
     return keys
 
 
-def window_hit(keys: list[Any], full: int, need: int, cached: Callable[[object], bool]) -> int:
+def window_hit(keys: list[Any], full: int, need: int, cached: Callable[[object], bool], step: int = 1) -> int:
     """SlidingWindowManager.find_longest_cache_hit within the full group's hit of `full` blocks: the
     rightmost run of `need` blocks the window group has cached (`cached(("w", key))`), else the run
-    cached from block 0."""
+    cached from block 0. A run ends where a hit may (`step`: the window blocks the hit alignment spans,
+    where its block is smaller than the alignment), the run from 0 rounded down to it."""
     run = 0
     for j in range(full - 1, -1, -1):
-        if cached(("w", keys[j])):
+        if cached(("w", keys[j])) and (run or (j + 1) % step == 0):
             run += 1
             if run >= need:
                 return j + need
         else:
             run = 0
-    return run
+    return run // step * step
 
 
 @dataclass(frozen=True)
@@ -62,6 +64,11 @@ class Lookup:
 
     hits: int
     first_copy: dict[str, frozenset[int]] = field(default_factory=dict)
+    block: int = 1  # tokens a hit block holds (the dense groups'); the window's copies count its own
+
+    @property
+    def hit_tokens(self) -> int:
+        return self.hits * self.block
 
 
 class PrefixCacheModel:
@@ -71,16 +78,25 @@ class PrefixCacheModel:
     each costs that many blocks of the pool they share."""
 
     def __init__(
-        self, block_size: int, capacity_blocks: int, window: int | None = None, groups: tuple[int, int] = (1, 1)
+        self,
+        block_size: int,
+        capacity_blocks: int,
+        window: int | None = None,
+        groups: tuple[int, int] = (1, 1),
+        window_block: int | None = None,
     ):
         self.bs = block_size
+        # Gemma 4: the window group's own block; a hit lands on both groups' blocks (vLLM's
+        # scheduler_block_size, their least common multiple), every page one block of the pool
+        self.wbs = window_block or block_size
+        self.align = math.lcm(self.bs, self.wbs)
         self.capacity = max(capacity_blocks, 1)
         self.cached: OrderedDict[object, int] = OrderedDict()  # key -> the blocks it holds
         self.size = 0
         self.window = window
         self.cost = (max(groups[0], 1), max(groups[1], 1))
         # a hit in the window group needs the blocks the window spans before it (no EAGLE)
-        self.need = cdiv(window - 1, block_size) if window else 0
+        self.need = cdiv(window - 1, self.wbs) if window else 0
 
     def reset(self) -> None:
         self.cached.clear()
@@ -94,35 +110,43 @@ class PrefixCacheModel:
 
     def request(self, prompt: list[int], output: list[int] | None = None) -> int:
         """Hit tokens for this prompt; then its full blocks (prompt + known output) are cached."""
-        return self.lookup(prompt, output).hits * self.bs
+        return self.lookup(prompt, output).hit_tokens
 
     def lookup(self, prompt: list[int], output: list[int] | None = None) -> Lookup:
-        keys = block_keys(prompt, self.bs)
-        cap = min((len(prompt) - 1) // self.bs, len(keys))
+        bs, wbs, align = self.bs, self.wbs, self.align
+        keys = block_keys(prompt, bs)
+        wkeys = keys if wbs == bs else block_keys(prompt, wbs)
+        cap = min((len(prompt) - 1) // bs, len(keys))
         full = 0
         while full < cap and keys[full] in self.cached:
             full += 1
-        hits = window_hit(keys, full, self.need, self.cached.__contains__) if self.window else full
+        full = full * bs // align * align  # the full group's hit, in tokens: aligned
+        held = self.cached.__contains__
+        # the window group's hit within it, in tokens (the full group's then cut to it)
+        tokens = window_hit(wkeys, full // wbs, self.need, held, align // wbs) * wbs if self.window else full
+        hits = tokens // bs
         for k in keys[:hits]:
             self.cached.move_to_end(k)
-        for j in range(max(0, hits - self.need), hits if self.window else 0):  # the window's hit blocks
-            self.cached.move_to_end(("w", keys[j]))
+        for j in range(max(0, tokens // wbs - self.need), tokens // wbs if self.window else 0):
+            self.cached.move_to_end(("w", wkeys[j]))  # the window's hit blocks
         copies = {"full": frozenset(j for j in range(hits, len(keys)) if keys[j] not in self.cached)}
         # positions with KV at the end: prompt + output - 1
         seq = prompt + (output or [])
-        for k in block_keys(seq, self.bs, n_blocks=(len(seq) - 1) // self.bs if output else None):
+        for k in block_keys(seq, bs, n_blocks=(len(seq) - 1) // bs if output else None):
             self._cache(k)
         if self.window:
             # the window group caches the tail before the replay boundary (the last prompt token) and
-            # before the junction of a prefix the full group had and it did not (reachable_block_mask)
-            ends = {(len(prompt) - 1) // self.bs} | ({full} if hits < full else set())
-            tail = {j for e in ends for j in range(max(hits, e - self.need), min(e, len(keys)))}
-            copies["window"] = frozenset(j for j in tail if ("w", keys[j]) not in self.cached)
+            # before the junction of a prefix the full group had and it did not (reachable_block_mask),
+            # each boundary aligned down
+            ends = {(len(prompt) - 1) // align * align} | ({full} if tokens < full else set())
+            start = tokens // wbs
+            tail = {j for e in ends for j in range(max(start, e // wbs - self.need), min(e // wbs, len(wkeys)))}
+            copies["window"] = frozenset(j for j in tail if ("w", wkeys[j]) not in self.cached)
             for j in sorted(tail):
-                self._cache(("w", keys[j]), window=True)
+                self._cache(("w", wkeys[j]), window=True)
         while self.size > self.capacity:
             self.size -= self.cached.popitem(last=False)[1]
-        return Lookup(hits, copies)
+        return Lookup(hits, copies, bs)
 
 
 @dataclass
@@ -182,13 +206,14 @@ def final_peak(
     at its full length, a chunked or sliding one at most local_peak; shared prompt blocks are counted
     once in the full groups only, and not at all beside a window (a request its checkpoints made miss
     a prefix holds its own copy)."""
-    full_groups = sum(1 for g in groups if g.chunk is None and g.window is None)
-    dedupe = full_groups if all(g.window is None for g in groups) else 0
+    full_groups = [g.size(block_size) for g in groups if g.chunk is None and g.window is None]
+    # the shared keys are the plan's blocks: counted once only where every group holds those
+    dedupe = len(full_groups) if all(g.window is None and g.block is None for g in groups) else 0
 
     def full(h: Held) -> int:
         end = h.prompt_tokens + len(h.chunk_times) - 1
-        local = sum(local_peak(g, h.prompt_tokens, end, block_size) for g in groups if g.chunk or g.window)
-        return full_groups * cdiv(end, block_size) + local
+        local = sum(local_peak(g, h.prompt_tokens, end, g.size(block_size)) for g in groups if g.chunk or g.window)
+        return sum(cdiv(end, bs) for bs in full_groups) + local
 
     done = [h for h in held if h.chunk_times]
     best = 0

@@ -1,0 +1,80 @@
+"""What a freeze's client view implies the engine holds (pure): blocks in each KV group, running and
+waiting requests. freezecheck.py compares it with the server's reading."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from validator.judge.layout import ONE_FULL_GROUP, HeldGroup
+from validator.judge.predict import Lookup, block_keys
+from validator.units import cdiv
+
+Prompts = dict[str, Any]  # request id -> the prompt as saved (token ids, or text)
+
+
+FRESH = (
+    "not measured: a request had its first token only, and which of its chunk's or window's blocks vLLM "
+    "freed then depends on its cache hit (not modelled); "
+)
+NO_LOOKUP = (
+    "not measured: beside a sliding-window group which copy of a prompt block a request holds follows the "
+    "window's cache checkpoints, modelled for vLLM >= 0.32 at the default prefix_cache_retention_interval "
+    "and prompts sent as token ids only; "
+)
+
+
+def expected_state(
+    requests: list[dict[str, Any]],
+    prompts: Prompts,
+    block_size: int,
+    groups: tuple[HeldGroup, ...] = ONE_FULL_GROUP,
+    lookups: dict[str, Lookup] | None = None,
+) -> dict[str, Any]:
+    """Blocks in use, running and waiting that the client's view implies: in each KV group, the
+    blocks each decoding request holds there (all of them, or from its current chunk or window on),
+    shared prompt blocks once.
+
+    vLLM frees a chunk's or a window's blocks when it schedules a step (remove_skipped_blocks, on the
+    tokens computed before that step): a request with d >= 2 tokens was last scheduled for a decode
+    step with n - 1 of its n positions computed. One with a single token was last scheduled for its
+    prefill, with only its cache hit computed: where a group frees blocks they are not known from the
+    client's view, and kv_blocks is None (not measured).
+
+    Beside a sliding-window group, which copy of a prompt block a request holds follows its lookup
+    (`lookups`, predict.PrefixCacheModel): a hit shares the first cached copy, a block it cached first
+    is that copy, any other is its own (a prefix the window group made it miss is held twice). Each
+    group counts its blocks at its own size (HeldGroup.size: Gemma 4's differ), the plan's otherwise."""
+    blocks = running = waiting = 0
+    live = []
+    windowed = any(g.window is not None for g in groups)
+    for r in requests:
+        d, p, out = r["delivered"], r["prompt_tokens"], r.get("output_tokens")
+        if d == 0:
+            waiting += 1
+        elif out is None or d < out:
+            running += 1
+            prompt = prompts.get(r["id"])
+            keys = {
+                bs: block_keys(prompt, bs, None if windowed else (p - 1) // bs) if isinstance(prompt, list) else []
+                for bs in {g.size(block_size) for g in groups}
+            }
+            live.append((p + d - 1, d, keys, (lookups or {}).get(r["id"])))
+    state: dict[str, Any] = {"kv_blocks": None, "running": running, "waiting": waiting}
+    if any(g.chunk is not None or g.window is not None for g in groups) and any(d == 1 for _, d, _, _ in live):
+        return state | {"why": FRESH}
+    if windowed and any(look is None for _, _, _, look in live):
+        return state | {"why": NO_LOOKUP}
+    for g in groups:
+        seen: set[int] = set()
+        bs = g.size(block_size)  # Gemma 4: each group's blocks at its own size
+        for n, _, by_size, look in live:
+            held = by_size[bs]
+            hit = None if look is None else look.hit_tokens // bs
+            first = frozenset() if look is None else look.first_copy.get(g.cache, frozenset())
+            for j in range(g.first_held(n - 1, block_size), cdiv(n, bs)):
+                if j < len(held) and (hit is None or j < hit or j in first):
+                    if held[j] in seen:
+                        continue
+                    seen.add(held[j])
+                blocks += 1
+    return state | {"kv_blocks": blocks}
