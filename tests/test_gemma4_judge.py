@@ -16,6 +16,7 @@ from dataclasses import replace
 from tests.test_compare import PLAN, broken
 from tests.test_sliding_window_judge import warm_prompts
 from validator.judge.freezecheck import expected_state
+from validator.judge.freezestate import one_step_prefills
 from validator.judge.layout import HeldGroup, block_layout, replayed_window
 from validator.judge.predict import PrefixCacheModel
 
@@ -135,3 +136,48 @@ def test_gemma4_freezes_are_judged_and_a_reading_one_block_off_fails():
     # the utilization rests on one group's arithmetic: still not measured, naming the layout
     assert "5 KV cache groups" in ok["cold.kv_utilization"].explanation
     assert ok["cold.kv_utilization"].status == "not_measured"
+
+
+def test_a_freeze_at_a_requests_first_token_counts_its_prefill_on_its_hit():
+    """At its first token a request was last scheduled for its prefill, with its cache hit computed:
+    where that prefill took one step, a window group still holds every prompt block past the hit's
+    window. vLLM held 169 blocks at 2/1/1/1 tokens of 480-token prompts (28 + 3 x (15 + 4 x 8)), 124 at
+    the warm run's 1/1/1/1 (the first missed the primed prefix), 93 at 2/1/1/1 of 256-token prompts."""
+    cold = decoding(["c0", "c1", "c2", "c3"], 480, (2, 1, 1, 1))
+    none = {r["id"]: model().lookup(list(range(480))) for r in cold}
+    every = frozenset(none)
+    assert expected_state(cold, {}, 32, GROUPS, none, every)["kv_blocks"] == 169
+    blind = expected_state(cold, {}, 32, GROUPS, none)  # one step not known: not measured, saying why
+    assert blind["kv_blocks"] is None and "first token only" in blind["why"]
+    warm, looks = looked_up()
+    prompts = {f"w{i}": p for i, p in enumerate(warm)}
+    lookups = {f"w{i}": x for i, x in enumerate(looks)}
+    first = decoding(["w0", "w1", "w2", "w3"], 480, (1, 1, 1, 1))
+    # w0 47 (all its blocks); w1 15 + 4 x 4 (its window hit blocks are w0's checkpoint copies); w2, w3 7 + 16
+    assert expected_state(first, prompts, 32, GROUPS, lookups, frozenset(lookups))["kv_blocks"] == 124
+    probe = decoding(["p0", "p1", "p2", "p3"], 256, (2, 1, 1, 1), 256)
+    fresh = {f"p{i}": none["c0"] for i in range(4)}
+    assert expected_state(probe, {}, 32, GROUPS, fresh, frozenset(fresh))["kv_blocks"] == 93
+
+
+def test_one_step_prefills_follow_the_budget_and_the_flags_that_cap_a_chunk():
+    from tests.test_compare import cold_run, freeze
+
+    run = cold_run()  # 4 requests of 480 tokens sent together
+    run.freezes[0] = freeze("freeze1", run.freezes[0].t_pause, [2, 1, 1, 1], 169 / 256, 4.0)
+    assert one_step_prefills(run, 2048, 4) == {"n1", "n2", "n3"}  # only those caught at their first token
+    assert one_step_prefills(run, 1919, 4) == frozenset()  # 4 x 480 do not fit: a prefill may be cut
+    assert one_step_prefills(run, 1919, 3) == {"n1", "n2", "n3"}  # at most 3 run at once: 1,440 fit
+    assert one_step_prefills(run, 2048, 4, ("--long-prefill-token-threshold=256",)) == frozenset()
+    assert one_step_prefills(run, 0, 4) == frozenset()  # the budget not known
+    # judged on the Gemma 4 layout: 169 passes, a block off fails; 4 x 480 over a budget of 1,919 is not measured
+    plan = replace(gemma4_plan(), max_num_batched_tokens=2048)
+    for blocks, status in ((169, "pass"), (168, "fail"), (170, "fail")):
+
+        def doctored(r, b=blocks):
+            r.freezes[0] = freeze("freeze1", r.freezes[0].t_pause, [2, 1, 1, 1], b / 256, 4.0)
+            r.freezes[1] = freeze("freeze2", r.freezes[1].t_pause, [10] * 4, 112 / 256, 4.0)
+
+        assert broken(doctored, plan=plan)["cold.freeze1.kv_blocks"].status == status, blocks
+    tight = broken(doctored, plan=replace(plan, max_num_batched_tokens=1919))["cold.freeze1.kv_blocks"]
+    assert tight.status == "not_measured" and "first token only" in tight.explanation

@@ -130,6 +130,7 @@ def freeze_checks(
     block_size: int,
     groups: tuple[HeldGroup, ...] = ONE_FULL_GROUP,
     lookups: dict[str, Lookup] | None = None,
+    one_step: frozenset[str] = frozenset(),
 ) -> list[Check]:
     """Per planned freeze of `run` (a RunData): the records tied to it, and three exact checks. A
     freeze not taken, not settled, or whose reading is no measurement is `not measured`; so is a
@@ -195,7 +196,7 @@ def freeze_checks(
                 + (": " + "; ".join(bad[:3]) if bad else ""),
             )
         )
-        exp = expected_state(rec.requests, run.served_ids, block_size, groups, lookups)
+        exp = expected_state(rec.requests, run.served_ids, block_size, groups, lookups, one_step)
         if exp["kv_blocks"] is not None and (clash := contradicted(run, rec, lookups, groups)):
             exp |= {"kv_blocks": None, "why": clash}
         obs = observed_state(rec.reading, usable_blocks)

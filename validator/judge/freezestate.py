@@ -3,10 +3,12 @@ waiting requests. freezecheck.py compares it with the server's reading."""
 
 from __future__ import annotations
 
+import math
 from typing import Any
 
 from validator.judge.layout import ONE_FULL_GROUP, HeldGroup
 from validator.judge.predict import Lookup, block_keys
+from validator.rundir.rundata import RunData
 from validator.units import cdiv
 
 Prompts = dict[str, Any]  # request id -> the prompt as saved (token ids, or text)
@@ -14,8 +16,11 @@ Prompts = dict[str, Any]  # request id -> the prompt as saved (token ids, or tex
 
 FRESH = (
     "not measured: a request had its first token only, and which of its chunk's or window's blocks vLLM "
-    "freed then depends on its cache hit (not modelled); "
+    "freed then depends on its cache hit and on whether its prefill took one step (known beside a window "
+    "where the prompts in flight with it fit max_num_batched_tokens); "
 )
+# flags that cap a prefill's chunk below the step's budget: then one step is not implied by the budget
+CHUNK_CAPS = ("--long-prefill-token-threshold", "--max-num-partial-prefills")
 NO_LOOKUP = (
     "not measured: beside a sliding-window group which copy of a prompt block a request holds follows the "
     "window's cache checkpoints, modelled for vLLM >= 0.32 at the default prefix_cache_retention_interval "
@@ -29,6 +34,7 @@ def expected_state(
     block_size: int,
     groups: tuple[HeldGroup, ...] = ONE_FULL_GROUP,
     lookups: dict[str, Lookup] | None = None,
+    one_step: frozenset[str] = frozenset(),
 ) -> dict[str, Any]:
     """Blocks in use, running and waiting that the client's view implies: in each KV group, the
     blocks each decoding request holds there (all of them, or from its current chunk or window on),
@@ -37,8 +43,9 @@ def expected_state(
     vLLM frees a chunk's or a window's blocks when it schedules a step (remove_skipped_blocks, on the
     tokens computed before that step): a request with d >= 2 tokens was last scheduled for a decode
     step with n - 1 of its n positions computed. One with a single token was last scheduled for its
-    prefill, with only its cache hit computed: where a group frees blocks they are not known from the
-    client's view, and kv_blocks is None (not measured).
+    prefill, with only its cache hit computed where that prefill took one step (`one_step`:
+    one_step_prefills) and its hit is known (`lookups`); otherwise where a group frees blocks they are not
+    known from the client's view, and kv_blocks is None (not measured).
 
     Beside a sliding-window group, which copy of a prompt block a request holds follows its lookup
     (`lookups`, predict.PrefixCacheModel): a hit shares the first cached copy, a block it cached first
@@ -58,23 +65,51 @@ def expected_state(
                 bs: block_keys(prompt, bs, None if windowed else (p - 1) // bs) if isinstance(prompt, list) else []
                 for bs in {g.size(block_size) for g in groups}
             }
-            live.append((p + d - 1, d, keys, (lookups or {}).get(r["id"])))
+            look = (lookups or {}).get(r["id"])
+            # the tokens computed when it was last scheduled: n - 1 for a decode, the hit for its prefill
+            computed = p + d - 2 if d >= 2 else (look.hit_tokens if look and r["id"] in one_step else None)
+            live.append((p + d - 1, computed, keys, look))
     state: dict[str, Any] = {"kv_blocks": None, "running": running, "waiting": waiting}
-    if any(g.chunk is not None or g.window is not None for g in groups) and any(d == 1 for _, d, _, _ in live):
+    if any(g.chunk is not None or g.window is not None for g in groups) and any(c is None for _, c, _, _ in live):
         return state | {"why": FRESH}
     if windowed and any(look is None for _, _, _, look in live):
         return state | {"why": NO_LOOKUP}
     for g in groups:
         seen: set[int] = set()
         bs = g.size(block_size)  # Gemma 4: each group's blocks at its own size
-        for n, _, by_size, look in live:
+        for n, computed, by_size, look in live:
             held = by_size[bs]
             hit = None if look is None else look.hit_tokens // bs
             first = frozenset() if look is None else look.first_copy.get(g.cache, frozenset())
-            for j in range(g.first_held(n - 1, block_size), cdiv(n, bs)):
+            for j in range(g.first_held(computed or 0, block_size), cdiv(n, bs)):
                 if j < len(held) and (hit is None or j < hit or j in first):
                     if held[j] in seen:
                         continue
                     seen.add(held[j])
                 blocks += 1
     return state | {"kv_blocks": blocks}
+
+
+def one_step_prefills(run: RunData, budget: int, max_running: int, vllm_args: tuple[str, ...] = ()) -> frozenset[str]:
+    """Requests a freeze caught at their first token whose prefill surely took one engine step: the
+    largest `max_running` prompts of the requests in flight between its sending and its first token
+    (itself included) fit the step's token budget (max_num_batched_tokens), so the scheduler never cut
+    its prefill into chunks. None where a flag caps a prefill's chunk below the budget, or the budget
+    is not known."""
+    if budget <= 0 or max_running <= 0 or any(str(a).split("=", 1)[0] in CHUNK_CAPS for a in vllm_args):
+        return frozenset()
+    fresh = {q.get("id") for f in run.freezes for q in f.requests if q.get("delivered") == 1}
+    spans = []
+    for r in run.records if fresh else ():
+        if r.sent is None or r.prompt_tokens is None:
+            continue
+        end = r.sent + (r.done if r.done is not None else (r.chunk_times[-1] if r.chunk_times else math.inf))
+        spans.append((r.id, r.sent, r.sent + r.chunk_times[0] if r.chunk_times else None, end, r.prompt_tokens))
+    out = set()
+    for rid, sent, first, _, _ in spans:
+        if first is None or rid not in fresh:
+            continue  # only those a freeze caught at their first token
+        along = sorted((p for _, s, _, e, p in spans if s <= first and e >= sent), reverse=True)
+        if sum(along[:max_running]) <= budget:
+            out.add(rid)
+    return frozenset(out)
