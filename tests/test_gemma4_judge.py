@@ -16,7 +16,7 @@ from dataclasses import replace
 from tests.test_compare import PLAN, broken
 from tests.test_sliding_window_judge import warm_prompts
 from validator.judge.freezecheck import expected_state
-from validator.judge.freezestate import one_step_prefills
+from validator.judge.freezestate import LAUNCHED_ARGV, launched_budget, one_step_prefills
 from validator.judge.layout import HeldGroup, block_layout, replayed_window
 from validator.judge.predict import PrefixCacheModel
 
@@ -168,16 +168,27 @@ def test_one_step_prefills_follow_the_budget_and_the_flags_that_cap_a_chunk():
     assert one_step_prefills(run, 2048, 4) == {"n1", "n2", "n3"}  # only those caught at their first token
     assert one_step_prefills(run, 1919, 4) == frozenset()  # 4 x 480 do not fit: a prefill may be cut
     assert one_step_prefills(run, 1919, 3) == {"n1", "n2", "n3"}  # at most 3 run at once: 1,440 fit
-    assert one_step_prefills(run, 2048, 4, ("--long-prefill-token-threshold=256",)) == frozenset()
-    assert one_step_prefills(run, 0, 4) == frozenset()  # the budget not known
-    # judged on the Gemma 4 layout: 169 passes, a block off fails; 4 x 480 over a budget of 1,919 is not measured
-    plan = replace(gemma4_plan(), max_num_batched_tokens=2048)
-    for blocks, status in ((169, "pass"), (168, "fail"), (170, "fail")):
+    assert one_step_prefills(run, None, 4) == frozenset()  # the budget not known
+    # the budget is the one kvgate started vLLM with (startup.json's argv); a server it did not start
+    # (--url: no argv), or a flag capping a prefill's chunk, leaves it unknown
+    argv = ["python", "-m", "vllm.entrypoints.openai.api_server", "--max-num-batched-tokens", "2048"]
+    assert launched_budget(argv) == 2048 and launched_budget(["--max-num-batched-tokens=512"]) == 512
+    assert launched_budget(None) is None and launched_budget(argv[:3]) is None
+    assert launched_budget([*argv, "--long-prefill-token-threshold=256"]) is None
+    assert launched_budget([*argv, "--max-num-partial-prefills", "2"]) is None
+    # judged on the Gemma 4 layout: 169 passes, a block off fails; over a budget of 1,919 not measured
+    plan = replace(gemma4_plan(), shown={**gemma4_plan().shown, LAUNCHED_ARGV: argv})
 
-        def doctored(r, b=blocks):
-            r.freezes[0] = freeze("freeze1", r.freezes[0].t_pause, [2, 1, 1, 1], b / 256, 4.0)
+    def read(blocks):
+        def doctored(r):
+            r.freezes[0] = freeze("freeze1", r.freezes[0].t_pause, [2, 1, 1, 1], blocks / 256, 4.0)
             r.freezes[1] = freeze("freeze2", r.freezes[1].t_pause, [10] * 4, 112 / 256, 4.0)
 
-        assert broken(doctored, plan=plan)["cold.freeze1.kv_blocks"].status == status, blocks
-    tight = broken(doctored, plan=replace(plan, max_num_batched_tokens=1919))["cold.freeze1.kv_blocks"]
-    assert tight.status == "not_measured" and "first token only" in tight.explanation
+        return doctored
+
+    for blocks, status in ((169, "pass"), (168, "fail"), (170, "fail")):
+        assert broken(read(blocks), plan=plan)["cold.freeze1.kv_blocks"].status == status, blocks
+    for shown in ({LAUNCHED_ARGV: argv[:3] + ["--max-num-batched-tokens", "1919"]}, {}):
+        other = replace(plan, shown={**gemma4_plan().shown, **shown})
+        c = broken(read(169), plan=other)["cold.freeze1.kv_blocks"]
+        assert c.status == "not_measured" and "first token only" in c.explanation

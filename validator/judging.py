@@ -13,6 +13,7 @@ from validator import provenance
 from validator.errors import EXIT_FAIL, EXIT_INFRA, EXIT_OK
 from validator.judge.check import Check
 from validator.judge.compare import judge
+from validator.judge.freezestate import LAUNCHED_ARGV
 from validator.judge.layout import SERVED_RETENTION
 from validator.judge.quality_run import judge_quality
 from validator.judge.startup import cross_check
@@ -75,6 +76,8 @@ def judge_run_dir(run_dir: Path, meta: dict | None = None, rejudged: dict | None
     served = facts.get("prefix_cache_retention_interval") if isinstance(facts, dict) else None
     if isinstance(served, str):  # how the server caches window groups, in its own words (judge/layout.py)
         record = replace(record, shown={**record.shown, SERVED_RETENTION: served})
+    if "argv" in saved.startup:  # how kvgate started it: the step's budget (judge/freezestate.py)
+        record = replace(record, shown={**record.shown, LAUNCHED_ARGV: saved.startup["argv"]})
     checks, figures = (
         judge(record, runs, profile.slo, profile.tolerances, blocks if isinstance(blocks, int) else None)
         if runs

@@ -21,7 +21,7 @@ from validator.judge.cachedtokens import cached_tokens_check, predictions
 from validator.judge.check import Check
 from validator.judge.figures import RunFigures, _pct, bucket_of, hist_delta, predict_prefix, run_figures
 from validator.judge.freezecheck import freeze_checks, utilization
-from validator.judge.freezestate import one_step_prefills
+from validator.judge.freezestate import LAUNCHED_ARGV, launched_budget, one_step_prefills
 from validator.judge.layout import ONE_FULL_GROUP, HeldGroup, outside_the_block_model, replayed_window, window_of
 from validator.judge.predict import Lookup
 from validator.judge.servertiming import ShareBounds, per_request_latency_checks, server_timing_check, share_bounds
@@ -39,7 +39,7 @@ KVModel = tuple[tuple[HeldGroup, ...], dict[str, Lookup] | None]
 def _kv_checks(run: RunData, f: RunFigures, plan: PlanRecord, tol: TolerancesSection, kv: KVModel) -> list[Check]:
     """Freezes (exact), the sampled upper bound, and the cold run's utilization."""
     groups, lookups = kv
-    one = one_step_prefills(run, plan.max_num_batched_tokens, plan.max_num_seqs, plan.vllm_args)
+    one = one_step_prefills(run, launched_budget(plan.shown.get(LAUNCHED_ARGV)), plan.max_num_seqs)
     checks = freeze_checks(run, f.usable_blocks, plan.block_size, groups, lookups, one)
     bound, peak = f.kv_upper_bound, f.kv_observed_peak
     checks.append(

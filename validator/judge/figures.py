@@ -11,7 +11,7 @@ import numpy as np
 
 from loadgen.results.records import RequestRecord
 from validator.judge.freezecheck import freeze_intervals, observed_state, unsettled
-from validator.judge.freezestate import expected_state, one_step_prefills
+from validator.judge.freezestate import LAUNCHED_ARGV, expected_state, launched_budget, one_step_prefills
 from validator.judge.layout import ONE_FULL_GROUP, HeldGroup
 from validator.judge.predict import (
     Held,
@@ -210,7 +210,7 @@ def run_figures(
     late = sum(1 for r in ok if first_done is not None and (r.sent or 0.0) + r.chunk_times[0] >= first_done - 1e-3)
     ttft, itl, held_t, held_i = latency_values(run)
     freezes = []
-    one = one_step_prefills(run, plan.max_num_batched_tokens, plan.max_num_seqs, plan.vllm_args)
+    one = one_step_prefills(run, launched_budget(plan.shown.get(LAUNCHED_ARGV)), plan.max_num_seqs)
     for f in run.freezes:
         o = observed_state(f.reading, usable)
         freezes.append(

@@ -17,10 +17,11 @@ Prompts = dict[str, Any]  # request id -> the prompt as saved (token ids, or tex
 FRESH = (
     "not measured: a request had its first token only, and which of its chunk's or window's blocks vLLM "
     "freed then depends on its cache hit and on whether its prefill took one step (known beside a window "
-    "where the prompts in flight with it fit max_num_batched_tokens); "
+    "where the prompts in flight with it fit the --max-num-batched-tokens kvgate started vLLM with); "
 )
 # flags that cap a prefill's chunk below the step's budget: then one step is not implied by the budget
 CHUNK_CAPS = ("--long-prefill-token-threshold", "--max-num-partial-prefills")
+LAUNCHED_ARGV = "launched_argv"  # what the judge adds to the plan's shown keys: startup.json's argv
 NO_LOOKUP = (
     "not measured: beside a sliding-window group which copy of a prompt block a request holds follows the "
     "window's cache checkpoints, modelled for vLLM >= 0.32 at the default prefix_cache_retention_interval "
@@ -90,13 +91,28 @@ def expected_state(
     return state | {"kv_blocks": blocks}
 
 
-def one_step_prefills(run: RunData, budget: int, max_running: int, vllm_args: tuple[str, ...] = ()) -> frozenset[str]:
+def launched_budget(argv: Any) -> int | None:
+    """The step's token budget vLLM was started with (--max-num-batched-tokens in the argv kvgate
+    launched, startup.json's), or None: a server kvgate did not start (--url), no such flag, or a flag
+    that caps a prefill's chunk below it."""
+    if not isinstance(argv, list) or not all(isinstance(a, str) for a in argv):
+        return None
+    words = [w for a in argv for w in a.split("=", 1)]
+    if any(w in CHUNK_CAPS for w in words):
+        return None
+    budget = None
+    for i, w in enumerate(words[:-1]):
+        if w == "--max-num-batched-tokens" and words[i + 1].isdigit():
+            budget = int(words[i + 1])
+    return budget
+
+
+def one_step_prefills(run: RunData, budget: int | None, max_running: int) -> frozenset[str]:
     """Requests a freeze caught at their first token whose prefill surely took one engine step: the
     largest `max_running` prompts of the requests in flight between its sending and its first token
-    (itself included) fit the step's token budget (max_num_batched_tokens), so the scheduler never cut
-    its prefill into chunks. None where a flag caps a prefill's chunk below the budget, or the budget
-    is not known."""
-    if budget <= 0 or max_running <= 0 or any(str(a).split("=", 1)[0] in CHUNK_CAPS for a in vllm_args):
+    (itself included) fit the step's token budget (`budget`: launched_budget), so the scheduler never
+    cut its prefill into chunks. None where the budget is not known."""
+    if not budget or max_running <= 0:
         return frozenset()
     fresh = {q.get("id") for f in run.freezes for q in f.requests if q.get("delivered") == 1}
     spans = []
