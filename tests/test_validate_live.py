@@ -320,8 +320,8 @@ def test_a_lie_about_kv_space_fails_the_startup_checks(tmp_path, tiny_model):
 
 def several_groups_run(tmp_path, build: str, blocks: int) -> tuple[dict, set[str]]:
     """The demo's job on a tiny model of several KV groups with `blocks` in the pool: its checks by
-    name (0 failed, verdict inconclusive, exit 1) and the freezes whose blocks were judged
-    (every freeze passed, or caught a request at its first token: not measured, saying so)."""
+    name (0 failed; verdict pass, exit 0, or inconclusive, exit 1, where a freeze caught a request
+    at its first token on a chunked layout: not measured, saying so) and the freezes judged."""
     prof = yaml.safe_load((ROOT / "profiles" / "tiny-cpu.yaml").read_text())
     prof["model"] |= {"path": str(tmp_path / build), "build": build}
     prof["vllm"]["cpus"] = TEST_CPU
@@ -329,14 +329,19 @@ def several_groups_run(tmp_path, build: str, blocks: int) -> tuple[dict, set[str
     f = tmp_path / f"{build}.yaml"
     f.write_text(yaml.safe_dump(prof))
     r = validate("--profile", str(f), "--out", str(tmp_path / "run"), "--json")
-    assert r.returncode == 1, r.stdout[-3000:] + r.stderr[-3000:]
+    assert r.returncode in (0, 1), r.stdout[-3000:] + r.stderr[-3000:]
     rep = json.loads(r.stdout)
-    assert rep["verdict"] == "inconclusive" and rep["counts"]["failed"] == 0
+    assert rep["counts"]["failed"] == 0, r.stdout[-3000:]
     checks = {c["name"]: c for c in rep["checks"]}
     frozen = {n: c for n, c in checks.items() if n.endswith(".kv_blocks")}
     passed = {n for n, c in frozen.items() if c["status"] == "pass"}
     fresh = {n for n, c in frozen.items() if c["status"] == "not_measured" and "first token only" in c["explanation"]}
     assert len(passed) >= 4 and passed | fresh == set(frozen), frozen
+    # every other check judged: the verdict passes, or is inconclusive for such a freeze only
+    assert {n for n, c in checks.items() if c["status"] == "not_measured"} == fresh
+    assert (r.returncode, rep["verdict"]) == ((1, "inconclusive") if fresh else (0, "pass"))
+    # the utilization counted in requests: 4 running over the concurrency vLLM reported (judge/utilization.py)
+    assert checks["cold.kv_utilization"]["status"] == "pass", checks["cold.kv_utilization"]
     return checks, passed
 
 
@@ -352,23 +357,19 @@ def decoded(checks: dict, passed: set[str], run: str) -> list[str]:
     return out
 
 
-def test_llama4_starts_and_freezes_exactly_and_its_other_block_checks_are_not_measured(tmp_path, tiny_model):
+def test_llama4_starts_freezes_and_hits_exactly(tmp_path, tiny_model):
     """The demo's job on a tiny Llama 4 (3 chunked-local layers : 1 full, 4 KV groups): the start-up
     cross-check, every freeze's blocks (counted per group) and the prefix hits are exact against real
-    vLLM; the other block checks, whose one-group model does not cover the layout, are `not
-    measured` (verdict inconclusive, exit 1), never failed."""
-    # 4 x 64 blocks a request (4 groups of 16) + the null block; 7 of 7 freezes passed here
+    vLLM, the utilization counted in requests (4 running over vLLM's 4.02): verdict pass."""
+    # 4 x 64 blocks a request (4 groups of 16) + the null block; 7 of 7 freezes passed here (one caught
+    # the 4 requests at their first token: 240, each whole prompt in every group)
     checks, passed = several_groups_run(tmp_path, "tiny-llama4", 257)
     for name in ("startup.num_gpu_blocks", "startup.kv_cache_tokens", "startup.max_concurrency"):
         assert checks[name]["status"] == "pass", checks[name]
     assert checks["startup.num_gpu_blocks"]["observed"] == 257
-    assert all(checks[n]["expected"] == 160 for n in passed if n.startswith("cold."))  # one group: 64
-    unmeasured = {
-        n for n, c in checks.items() if c["status"] == "not_measured" and "KV cache groups" in c["explanation"]
-    }
-    assert unmeasured == {"cold.kv_utilization"}  # vLLM reserves a chunk a request and holds less
+    assert all(checks[n]["expected"] == 160 for n in decoded(checks, passed, "cold."))  # one group: 64
+    assert passed == {n for n in checks if n.endswith(".kv_blocks")}  # first-token freezes judged too
     assert all(checks[n]["status"] == "pass" for n in checks if n.endswith(".kv_samples_bound"))
-    assert all("4 KV cache groups" in checks[n]["explanation"] for n in unmeasured)
     # every group caches every block: hits as in one group (24 x 256 over the primed prefix)
     assert checks["warm.prefix_hits"]["status"] == "pass" and checks["warm.prefix_hits"]["expected"] == 24 * 256
     assert checks["cold.freeze1.running"]["status"] == "pass"
@@ -379,19 +380,15 @@ def test_gptoss_freezes_and_prefix_hits_follow_the_windows_checkpoints(tmp_path,
     every freeze's blocks and every run's prefix hits exact against real vLLM, counted per group
     with the window group's cache checkpoints (the first warm request misses the primed prefix and
     holds its own copy of it: 68 blocks at the warm freezes, 23 x 256 hits, where one group says 40
-    and 24 x 256), the sampled bound counted per group. The utilization stays `not measured`:
-    inconclusive, exit 1."""
+    and 24 x 256), the sampled bound counted per group, the utilization in requests (4 over vLLM's
+    4.03): verdict pass."""
     checks, passed = several_groups_run(tmp_path, "tiny-gptoss", 133)  # 4 x 32 blocks (2 groups of 16) + null
     facts = json.loads((tmp_path / "run" / "startup.json").read_text())["facts"]
     assert facts["prefix_cache_retention_interval"] == "0"  # vLLM's cache_config_info: checkpoints only
     assert all(checks[n]["expected"] == 84 for n in decoded(checks, passed, "cold."))  # one group: 64
-    assert all(checks[n]["expected"] == 68 for n in decoded(checks, passed, "warm."))
-    assert passed == {n for n in checks if n.endswith(".kv_blocks")}  # first-token freezes judged too  # one group: 40
+    assert all(checks[n]["expected"] == 68 for n in decoded(checks, passed, "warm."))  # one group: 40
+    assert passed == {n for n in checks if n.endswith(".kv_blocks")}  # first-token freezes judged too
     assert checks["warm.prefix_hits"]["status"] == "pass" and checks["warm.prefix_hits"]["expected"] == 23 * 256
-    unmeasured = {
-        n for n, c in checks.items() if c["status"] == "not_measured" and "KV cache groups" in c["explanation"]
-    }
-    assert unmeasured == {"cold.kv_utilization"}, unmeasured  # vLLM reserves a window a request, holds less
     assert all(checks[n]["status"] == "pass" for n in checks if n.endswith(".kv_samples_bound"))
 
 
@@ -399,7 +396,8 @@ def test_gemma4_freezes_count_each_group_at_its_own_block(tmp_path, tiny_model):
     """The demo's job on a tiny Gemma 4 (4 sliding-window groups whose block vLLM raised to 64 beside a
     full group at 32): every freeze's blocks and every run's prefix hits exact against real vLLM, each
     group counted at its own block size (112 blocks at the cold freezes, 96 at the warm ones, where one
-    block size says 144 and 128; 23 x 256 hit tokens). The utilization stays `not measured`."""
+    block size says 144 and 128; 23 x 256 hit tokens), the utilization in requests (4 over vLLM's
+    4.94 for 257 blocks): verdict pass."""
     checks, passed = several_groups_run(tmp_path, "tiny-gemma4", 257)
     for name in ("startup.num_gpu_blocks", "startup.kv_cache_tokens", "startup.max_concurrency"):
         assert checks[name]["status"] == "pass", checks[name]
@@ -408,10 +406,6 @@ def test_gemma4_freezes_count_each_group_at_its_own_block(tmp_path, tiny_model):
     # a freeze that caught a request at its first token is judged on its prefill's cache hit (7 of 7 here)
     assert passed == {n for n in checks if n.endswith(".kv_blocks")}
     assert checks["warm.prefix_hits"]["status"] == "pass" and checks["warm.prefix_hits"]["expected"] == 23 * 256
-    unmeasured = {
-        n for n, c in checks.items() if c["status"] == "not_measured" and "KV cache groups" in c["explanation"]
-    }
-    assert unmeasured == {"cold.kv_utilization"}, unmeasured
     assert all(checks[n]["status"] == "pass" for n in checks if n.endswith(".kv_samples_bound"))
 
 

@@ -18,6 +18,7 @@ from validator.judge.layout import SERVED_RETENTION
 from validator.judge.quality_run import judge_quality
 from validator.judge.startup import cross_check
 from validator.judge.sweep import sweep_summary
+from validator.judge.utilization import SERVED_CONCURRENCY
 from validator.judge.verdict import counts_line
 from validator.plan.record import PlanRecord
 from validator.profile import from_dict
@@ -76,6 +77,9 @@ def judge_run_dir(run_dir: Path, meta: dict | None = None, rejudged: dict | None
     served = facts.get("prefix_cache_retention_interval") if isinstance(facts, dict) else None
     if isinstance(served, str):  # how the server caches window groups, in its own words (judge/layout.py)
         record = replace(record, shown={**record.shown, SERVED_RETENTION: served})
+    conc = facts.get("kv_cache_max_concurrency") if isinstance(facts, dict) else None
+    if conc is not None:  # the requests vLLM's pool holds at max_model_len, in its own words (judge/utilization.py)
+        record = replace(record, shown={**record.shown, SERVED_CONCURRENCY: conc})
     if "argv" in saved.startup:  # how kvgate started it: the step's budget (judge/freezestate.py)
         record = replace(record, shown={**record.shown, LAUNCHED_ARGV: saved.startup["argv"]})
     checks, figures = (

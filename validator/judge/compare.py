@@ -20,13 +20,14 @@ from validator.judge import evidence
 from validator.judge.cachedtokens import cached_tokens_check, predictions
 from validator.judge.check import Check
 from validator.judge.figures import RunFigures, _pct, bucket_of, hist_delta, predict_prefix, run_figures
-from validator.judge.freezecheck import freeze_checks, utilization
+from validator.judge.freezecheck import freeze_checks
 from validator.judge.freezestate import LAUNCHED_ARGV, launched_budget, one_step_prefills
 from validator.judge.layout import ONE_FULL_GROUP, HeldGroup, outside_the_block_model, replayed_window, window_of
 from validator.judge.predict import Lookup
 from validator.judge.servertiming import ShareBounds, per_request_latency_checks, server_timing_check, share_bounds
 from validator.judge.slo import slo_checks
 from validator.judge.sweep import sweep_checks
+from validator.judge.utilization import utilization_check
 from validator.plan.record import PlanRecord, Platform
 from validator.profile import SloSection, TolerancesSection
 from validator.rundir.rundata import RunData
@@ -60,24 +61,7 @@ def _kv_checks(run: RunData, f: RunFigures, plan: PlanRecord, tol: TolerancesSec
         )
     )
     if run.kind is RunKind.COLD and tol.min_kv_utilization > 0:
-        util = utilization(run, f.usable_blocks)
-        source = "at a freeze"
-        if util is None and not run.freeze_points and peak is not None:
-            util, source = peak / f.usable_blocks, "sampled"
-        ok = None if util is None else util >= tol.min_kv_utilization
-        if source == "sampled" and ok is False:
-            ok = None  # a sample can miss the top: a low sampled peak is no evidence of a loose plan
-        checks.append(
-            Check(
-                name="cold.kv_utilization",
-                expected=f">= {tol.min_kv_utilization:.0%}",
-                observed=None if util is None else round(util, 4),
-                passed=ok,
-                tolerance="fraction",
-                explanation=f"the largest KV reading ({source}) over usable blocks: the planned limits fill most of "
-                "the pool",
-            )
-        )
+        checks.append(utilization_check(run, f.usable_blocks, peak, plan, tol, groups))
     return checks
 
 
@@ -275,7 +259,8 @@ def judge(
 ) -> tuple[list[Check], dict[str, RunFigures]]:
     layout, window = window_of(plan)
     dense, window_block = layout.blocks(plan.block_size)
-    prefix = predict_prefix(runs, dense, plan.usable_blocks, window, layout.cache_groups, window_block)
+    chunked = any(g.chunk is not None for g in layout.groups or ())
+    prefix = predict_prefix(runs, dense, plan.usable_blocks, window, layout.cache_groups, window_block, chunked)
     upper: dict[str, int] = {}
     for r in runs:
         if r.kind is RunKind.DATASET:  # request by request, eviction included (prefixsim.py)
@@ -305,6 +290,9 @@ def judge(
         modelled = window is not None or layout.dense
         hits = tuple(f"{r.name}.prefix_hits" for r in runs if (replayed if r.kind is RunKind.DATASET else modelled))
         audits = tuple(f"{r.name}.cached_tokens" for r in runs if replayed and r.kind is RunKind.DATASET)
+        # the utilization in requests where window or chunk groups free blocks (utilization.py)
+        freeing = any(g.window is not None or g.chunk is not None for g in layout.groups or ())
         keep = ((".kv_blocks", ".kv_samples_bound") if layout.groups else ()) + hits + audits
+        keep += (".kv_utilization",) if freeing else ()
         checks = outside_the_block_model(checks, layout.gap, sweeps, keep)
     return checks, figures

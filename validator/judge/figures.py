@@ -49,10 +49,13 @@ def predict_prefix(
     window: int | None = None,
     groups: tuple[int, int] = (1, 1),
     window_block: int | None = None,
+    looked_up: bool = False,
 ) -> dict[str, dict[str, Any]]:
     """Predicted hit tokens per run, simulating the cache across runs in the order they ran; with
-    `window` (a sliding-window group beside the full ones) each request's lookup too. `groups`: the
-    layout's (dense, window) groups; `block_size`, `window_block`: their blocks (PrefixCacheModel)."""
+    `window` (a sliding-window group beside the full ones), or `looked_up` (chunked groups: the hit a
+    first-token freeze counts from), each frozen request's lookup too. `groups`: the layout's (dense,
+    window) groups; `block_size`, `window_block`: their blocks (PrefixCacheModel)."""
+    looked_up = looked_up or window is not None
     model = PrefixCacheModel(block_size, usable_blocks, window, groups, window_block)
     out = {}
     for run in runs:
@@ -61,7 +64,7 @@ def predict_prefix(
         hits = 0
         lookups: dict[str, Lookup] = {}
         # kept for the requests a freeze caught only: held per freeze, not per request of the run
-        frozen = {q.get("id") for f in run.freezes for q in f.requests} if window else set()
+        frozen = {q.get("id") for f in run.freezes for q in f.requests} if looked_up else set()
         ids = run.served_ids  # text prompts as the token ids the server computed
         for r in _ordered(run):
             prompt = ids.get(r.id)
@@ -73,7 +76,7 @@ def predict_prefix(
             if r.id in frozen:
                 lookups[r.id] = look
             hits += look.hit_tokens
-        out[run.name] = {"hit_tokens": hits, "lookups": lookups if window else None}
+        out[run.name] = {"hit_tokens": hits, "lookups": lookups if looked_up else None}
     return out
 
 

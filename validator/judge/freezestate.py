@@ -16,8 +16,8 @@ Prompts = dict[str, Any]  # request id -> the prompt as saved (token ids, or tex
 
 FRESH = (
     "not measured: a request had its first token only, and which of its chunk's or window's blocks vLLM "
-    "freed then depends on its cache hit and on whether its prefill took one step (known beside a window "
-    "where the prompts in flight with it fit the --max-num-batched-tokens kvgate started vLLM with); "
+    "freed then depends on its cache hit and on whether its prefill took one step (known where the prompts "
+    "in flight with it fit the --max-num-batched-tokens kvgate started vLLM with); "
 )
 # flags that cap a prefill's chunk below the step's budget: then one step is not implied by the budget
 CHUNK_CAPS = ("--long-prefill-token-threshold", "--max-num-partial-prefills")
@@ -80,8 +80,10 @@ def expected_state(
         bs = g.size(block_size)  # Gemma 4: each group's blocks at its own size
         for n, computed, by_size, look in live:
             held = by_size[bs]
-            hit = None if look is None else look.hit_tokens // bs
-            first = frozenset() if look is None else look.first_copy.get(g.cache, frozenset())
+            # which copy a block is follows the lookup beside a window; elsewhere equal blocks are one
+            copies = look if windowed else None
+            hit = None if copies is None else copies.hit_tokens // bs
+            first = frozenset() if copies is None else copies.first_copy.get(g.cache, frozenset())
             for j in range(g.first_held(computed or 0, block_size), cdiv(n, bs)):
                 if j < len(held) and (hit is None or j < hit or j in first):
                     if held[j] in seen:
