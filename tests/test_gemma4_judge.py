@@ -191,6 +191,10 @@ def test_one_step_prefills_follow_the_budget_and_the_flags_that_cap_a_chunk():
     assert launched_budget(None) is None and launched_budget(argv[:3]) is None
     assert launched_budget([*argv, "--long-prefill-token-threshold=256"]) is None
     assert launched_budget([*argv, "--max-num-partial-prefills", "2"]) is None
+    # in every spelling vLLM's parser reads: underscores, an unambiguous prefix
+    assert launched_budget([*argv, "--long_prefill_token_threshold", "256"]) is None
+    assert launched_budget([*argv, "--long-prefill=256"]) is None
+    assert launched_budget([*argv, "--max-model-len", "512"]) == 2048  # another flag leaves it
     # judged on the Gemma 4 layout: 169 passes, a block off fails; over a budget of 1,919 not measured
     plan = replace(gemma4_plan(), shown={**gemma4_plan().shown, LAUNCHED_ARGV: argv})
 

@@ -21,7 +21,6 @@ from validator.judge.cachedtokens import cached_tokens_check, predictions
 from validator.judge.check import Check
 from validator.judge.figures import RunFigures, _pct, bucket_of, hist_delta, predict_prefix, run_figures
 from validator.judge.freezecheck import freeze_checks
-from validator.judge.freezestate import LAUNCHED_ARGV, launched_budget, one_step_prefills
 from validator.judge.layout import ONE_FULL_GROUP, HeldGroup, outside_the_block_model, replayed_window, window_of
 from validator.judge.predict import Lookup
 from validator.judge.servertiming import ShareBounds, per_request_latency_checks, server_timing_check, share_bounds
@@ -40,8 +39,7 @@ KVModel = tuple[tuple[HeldGroup, ...], dict[str, Lookup] | None]
 def _kv_checks(run: RunData, f: RunFigures, plan: PlanRecord, tol: TolerancesSection, kv: KVModel) -> list[Check]:
     """Freezes (exact), the sampled upper bound, and the cold run's utilization."""
     groups, lookups = kv
-    one = one_step_prefills(run, launched_budget(plan.shown.get(LAUNCHED_ARGV)), plan.max_num_seqs)
-    checks = freeze_checks(run, f.usable_blocks, plan.block_size, groups, lookups, one)
+    checks = freeze_checks(run, f.usable_blocks, plan.block_size, groups, lookups, f.one_step)
     bound, peak = f.kv_upper_bound, f.kv_observed_peak
     checks.append(
         Check(
@@ -291,7 +289,7 @@ def judge(
         hits = tuple(f"{r.name}.prefix_hits" for r in runs if (replayed if r.kind is RunKind.DATASET else modelled))
         audits = tuple(f"{r.name}.cached_tokens" for r in runs if replayed and r.kind is RunKind.DATASET)
         # the utilization in requests where window or chunk groups free blocks (utilization.py)
-        freeing = any(g.window is not None or g.chunk is not None for g in layout.groups or ())
+        freeing = any(g.frees for g in layout.groups or ())
         keep = ((".kv_blocks", ".kv_samples_bound") if layout.groups else ()) + hits + audits
         keep += (".kv_utilization",) if freeing else ()
         checks = outside_the_block_model(checks, layout.gap, sweeps, keep)

@@ -176,6 +176,7 @@ class RunFigures:
     paused_ttft_adjusted: int  # how many TTFTs spanned a freeze (the pause subtracted)
     paused_itl_adjusted: int
     prefix_hits_upper: int | None = None  # a dataset run's replay may leave a range: [predicted, upper]
+    one_step: frozenset[str] = frozenset()  # requests caught at their first token, prefilled in one step
 
 
 def run_figures(
@@ -213,6 +214,7 @@ def run_figures(
     late = sum(1 for r in ok if first_done is not None and (r.sent or 0.0) + r.chunk_times[0] >= first_done - 1e-3)
     ttft, itl, held_t, held_i = latency_values(run)
     freezes = []
+    # a first-token freeze is judged where its prefill surely took one step (freezestate.py)
     one = one_step_prefills(run, launched_budget(plan.shown.get(LAUNCHED_ARGV)), plan.max_num_seqs)
     for f in run.freezes:
         o = observed_state(f.reading, usable)
@@ -252,4 +254,5 @@ def run_figures(
         itl_ms=itl,
         paused_ttft_adjusted=held_t,
         paused_itl_adjusted=held_i,
+        one_step=one,
     )

@@ -6,6 +6,7 @@ from __future__ import annotations
 import math
 from typing import Any
 
+from validator.flags import flag_key, names
 from validator.judge.layout import ONE_FULL_GROUP, HeldGroup
 from validator.judge.predict import Lookup, block_keys
 from validator.rundir.rundata import RunData
@@ -71,7 +72,7 @@ def expected_state(
             computed = p + d - 2 if d >= 2 else (look.hit_tokens if look and r["id"] in one_step else None)
             live.append((p + d - 1, computed, keys, look))
     state: dict[str, Any] = {"kv_blocks": None, "running": running, "waiting": waiting}
-    if any(g.chunk is not None or g.window is not None for g in groups) and any(c is None for _, c, _, _ in live):
+    if any(g.frees for g in groups) and any(c is None for _, c, _, _ in live):
         return state | {"why": FRESH}
     if windowed and any(look is None for _, _, _, look in live):
         return state | {"why": NO_LOOKUP}
@@ -96,16 +97,17 @@ def expected_state(
 def launched_budget(argv: Any) -> int | None:
     """The step's token budget vLLM was started with (--max-num-batched-tokens in the argv kvgate
     launched, startup.json's), or None: a server kvgate did not start (--url), no such flag, or a flag
-    that caps a prefill's chunk below it."""
+    that caps a prefill's chunk below it, in any spelling vLLM reads (flags.flag_key)."""
     if not isinstance(argv, list) or not all(isinstance(a, str) for a in argv):
         return None
-    words = [w for a in argv for w in a.split("=", 1)]
-    if any(w in CHUNK_CAPS for w in words):
+    keys = [flag_key(a) for a in argv]
+    if any(k is not None and names(k, cap) for k in keys for cap in CHUNK_CAPS):
         return None
     budget = None
-    for i, w in enumerate(words[:-1]):
-        if w == "--max-num-batched-tokens" and words[i + 1].isdigit():
-            budget = int(words[i + 1])
+    for i, k in enumerate(keys):
+        if k == "--max-num-batched-tokens":  # kvgate's own flag: refused in the user's extra args
+            value = argv[i].split("=", 1)[1] if "=" in argv[i] else (argv[i + 1] if i + 1 < len(argv) else "")
+            budget = int(value) if value.isdigit() else None
     return budget
 
 

@@ -52,6 +52,11 @@ class HeldGroup:
         return self.block or block_size
 
     @property
+    def frees(self) -> bool:
+        """Whether it frees a request's blocks as it decodes (a window or a chunk group)."""
+        return self.window is not None or self.chunk is not None
+
+    @property
     def cache(self) -> str:
         """How the group caches blocks (predict.Lookup's kinds): densely, or at checkpoints only."""
         return "full" if self.window is None else "window"

@@ -212,7 +212,7 @@ def final_peak(
 
     def full(h: Held) -> int:
         end = h.prompt_tokens + len(h.chunk_times) - 1
-        local = sum(local_peak(g, h.prompt_tokens, end, g.size(block_size)) for g in groups if g.chunk or g.window)
+        local = sum(local_peak(g, h.prompt_tokens, end, g.size(block_size)) for g in groups if g.frees)
         return sum(cdiv(end, bs) for bs in full_groups) + local
 
     done = [h for h in held if h.chunk_times]

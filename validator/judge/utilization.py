@@ -29,7 +29,7 @@ def utilization_check(
     tol: TolerancesSection,
     groups: tuple[HeldGroup, ...],
 ) -> Check:
-    if any(g.window is not None or g.chunk is not None for g in groups):
+    if any(g.frees for g in groups):
         return _reserved(run, plan, tol)
     util = utilization(run, usable_blocks)
     source = "at a freeze"

@@ -5,6 +5,7 @@ vLLM gets (an allow-list of the caller's, usage statistics off)."""
 from __future__ import annotations
 
 from validator.errors import InputError
+from validator.flags import flag_key
 
 # flags that decide capacity or where the server listens (the plan and the launcher own them), and
 # the profile field to change instead
@@ -125,18 +126,6 @@ def launch_environment(inherited: dict[str, str], spec_env: dict[str, str]) -> d
     return env
 
 
-def _flag_key(word: str) -> str | None:
-    """A word as vLLM's parser reads it as an option (None: a value). vLLM (FlexibleArgumentParser)
-    reads `_` as `-` and `--flag=value` as `--flag value`, and takes `--flag.key value` as a key of
-    a JSON flag; argparse then accepts any unambiguous prefix of a flag."""
-    if not word.startswith("-") or word == "-" or word[1:2].isdigit() or word.startswith("-."):
-        return None
-    if word.startswith("--"):
-        key = word[2:].split("=", 1)[0].split(".", 1)[0].replace("_", "-")
-        return "--" + key
-    return word.split("=", 1)[0]
-
-
 def _owned_by(key: str) -> list[str]:
     """The owned flags this option spelling would set: itself, or every owned flag it abbreviates."""
     if key in OWNED_FIELD:
@@ -152,7 +141,7 @@ def validate_extra_args(args: list[str], field: str = "vllm.extra_args") -> None
     for a in args:
         if "\n" in a or "\x00" in a:
             raise InputError(f"{field}: {a[:40]!r} contains a newline or NUL byte")
-        key = _flag_key(a)
+        key = flag_key(a)
         if key is None:
             continue
         if key == "--":

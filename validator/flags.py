@@ -1,0 +1,23 @@
+"""vLLM's command-line spellings (pure): which option a word of an argv names, as vLLM's parser
+reads it. The launcher refuses owned flags in every spelling with it; the judge reads the argv it
+started vLLM with."""
+
+from __future__ import annotations
+
+
+def flag_key(word: str) -> str | None:
+    """A word as vLLM's parser reads it as an option (None: a value). vLLM (FlexibleArgumentParser)
+    reads `_` as `-` and `--flag=value` as `--flag value`, and takes `--flag.key value` as a key of
+    a JSON flag; argparse then accepts any unambiguous prefix of a flag."""
+    if not word.startswith("-") or word == "-" or word[1:2].isdigit() or word.startswith("-."):
+        return None
+    if word.startswith("--"):
+        key = word[2:].split("=", 1)[0].split(".", 1)[0].replace("_", "-")
+        return "--" + key
+    return word.split("=", 1)[0]
+
+
+def names(key: str, flag: str) -> bool:
+    """Whether an option spelled `key` (flag_key's) may set `flag`: the flag itself, or a prefix of
+    it argparse may take for it."""
+    return key == flag or (key.startswith("--") and len(key) > 2 and flag.startswith(key))
