@@ -128,6 +128,13 @@ def test_gemma4_freezes_are_judged_and_a_reading_one_block_off_fails():
     ok = broken(lambda run: read_blocks(run, 112), plan=plan)
     assert ok["cold.freeze1.kv_blocks"].status == "pass" and ok["cold.freeze2.kv_blocks"].expected == 112
     assert ok["cold.prefix_hits"].status == "pass"
+
+    def hit(run):  # vLLM counted a 64-token hit no unshared prompt can have
+        read_blocks(run, 112)
+        run.after.values["prefix_cache_hits"] = 64.0
+        run.snapshots = [run.before, run.after]
+
+    assert broken(hit, plan=plan)["cold.prefix_hits"].status == "fail"
     # the sampled bound: 16 full + 4 x 8 window blocks of 64 (the prompt at its prefill) a request: 192;
     # the fixture's samples read the whole pool, 256
     assert (ok["cold.kv_samples_bound"].expected, ok["cold.kv_samples_bound"].status) == (192, "fail")
