@@ -218,3 +218,22 @@ def test_one_step_prefills_follow_the_budget_and_the_flags_that_cap_a_chunk():
         other = replace(plan, shown={**gemma4_plan().shown, **shown})
         c = broken(read(169), plan=other)["cold.freeze1.kv_blocks"]
         assert c.status == "not_measured" and "first token only" in c.explanation
+
+
+def test_what_the_server_said_comes_from_startup_json_only():
+    """A doctored plan.json naming the server's concurrency, its retention or the launch's argv is no
+    evidence: the judge reads them from startup.json, and without them there they are unknown."""
+    from validator.judging import with_server_word
+
+    forged = replace(
+        gemma4_plan(),
+        shown={**gemma4_plan().shown, SERVED_CONCURRENCY: 4.0, LAUNCHED_ARGV: ["--max-num-batched-tokens", "9"]},
+    )
+    plan = with_server_word(forged, {"url": "http://127.0.0.1:1"})  # --url: no argv, no facts
+    assert plan.shown[SERVED_CONCURRENCY] is None and plan.shown[LAUNCHED_ARGV] is None
+    util = broken(lambda run: read_blocks(run, 112), plan=plan)["cold.kv_utilization"]
+    assert util.status == "not_measured"
+    said = with_server_word(
+        forged, {"argv": ["--max-num-batched-tokens", "2048"], "facts": {"kv_cache_max_concurrency": 4.94}}
+    )
+    assert said.shown[SERVED_CONCURRENCY] == 4.94 and said.shown[LAUNCHED_ARGV] == ["--max-num-batched-tokens", "2048"]

@@ -63,6 +63,23 @@ def startup_checks(saved: Saved) -> list[Check]:
     return [replace(c, explanation=f"{why}: {c.explanation}") if why and c.passed is None else c for c in checks]
 
 
+def with_server_word(record: PlanRecord, startup: dict) -> PlanRecord:
+    """The plan with what the server and its launch said, from startup.json only: a key of that name
+    in plan.json is no evidence (absent from startup.json: None), so a doctored plan.json cannot
+    supply it."""
+    facts = startup.get("facts")
+    said = facts if isinstance(facts, dict) else {}
+    return replace(
+        record,
+        shown={
+            **record.shown,
+            SERVED_RETENTION: said.get("prefix_cache_retention_interval"),  # judge/layout.py
+            SERVED_CONCURRENCY: said.get("kv_cache_max_concurrency"),  # judge/utilization.py
+            LAUNCHED_ARGV: startup.get("argv"),  # the step's budget: judge/freezestate.py
+        },
+    )
+
+
 def judge_run_dir(run_dir: Path, meta: dict | None = None, rejudged: dict | None = None) -> dict:
     """Judge what run_dir holds and write the report (with its provenance, `meta`). The live session
     and `validate --report` both come here, after everything was written: a verdict is the
@@ -74,14 +91,7 @@ def judge_run_dir(run_dir: Path, meta: dict | None = None, rejudged: dict | None
     facts = saved.startup.get("facts")
     blocks = facts.get("num_gpu_blocks") if isinstance(facts, dict) else None
     record = saved.record
-    served = facts.get("prefix_cache_retention_interval") if isinstance(facts, dict) else None
-    if isinstance(served, str):  # how the server caches window groups, in its own words (judge/layout.py)
-        record = replace(record, shown={**record.shown, SERVED_RETENTION: served})
-    conc = facts.get("kv_cache_max_concurrency") if isinstance(facts, dict) else None
-    if conc is not None:  # the requests vLLM's pool holds at max_model_len, in its own words (judge/utilization.py)
-        record = replace(record, shown={**record.shown, SERVED_CONCURRENCY: conc})
-    if "argv" in saved.startup:  # how kvgate started it: the step's budget (judge/freezestate.py)
-        record = replace(record, shown={**record.shown, LAUNCHED_ARGV: saved.startup["argv"]})
+    record = with_server_word(record, saved.startup)
     checks, figures = (
         judge(record, runs, profile.slo, profile.tolerances, blocks if isinstance(blocks, int) else None)
         if runs
