@@ -134,10 +134,12 @@ def test_peak_memory_is_judged_against_the_gpu_budget_and_shown_on_the_cpu():
     assert peak_memory_check([_step_run(1, [10.0])], gpu).passed is None  # not sampled: not measured
 
 
-def test_a_layout_of_several_groups_states_no_one_group_capacity():
-    """The sweep's summary says what the KV cache holds and where the ledger preempts from one
-    full-attention group's arithmetic: for gpt-oss's two groups it gives neither (None, the layout
-    named in the line), where one group would say 8 sequences of 128 + 384 tokens."""
+def test_a_layout_of_several_groups_states_its_own_capacity_or_none():
+    """The sweep's summary says what the KV cache holds and where the ledger preempts: one
+    full-attention group's arithmetic says 8 sequences of 128 + 384 tokens in 132 blocks; gpt-oss's
+    two groups hold a request's 16 full blocks plus up to 5 window blocks, 21, so 6 (the one-group
+    figure would have a run preempt where the ledger says it holds); a layout with per-request
+    state (Mamba) gives neither figure, naming the layout."""
     from dataclasses import replace
 
     from validator.judge.figures import run_figures
@@ -161,6 +163,13 @@ def test_a_layout_of_several_groups_states_no_one_group_capacity():
     ]
     two = replace(one, shown={**one.shown, "kv_groups": groups})
     sw = sweep_summary([run], {run.name: run_figures(run, two)}, two, SloSection())
+    assert sw is not None and (sw["kv_holds"], sw["first_preemption_predicted"]) == (6, 10)
+    assert sw["steps"][0]["admitted_predicted"] == 10  # 8 blocks a prompt (4 a group): 10 x 8 fit in 132
+    assert sw["line"].startswith("the KV cache holds 6 sequences of 128 + 384 tokens")
+    state = [{**groups[1]}, {"kind": "MambaSpec", "layers": 2, "page_size_bytes": 16384}]
+    mamba = replace(one, shown={**one.shown, "kv_groups": state})
+    sw = sweep_summary([run], {run.name: run_figures(run, mamba)}, mamba, SloSection())
     assert sw is not None and (sw["kv_holds"], sw["first_preemption_predicted"]) == (None, None)
     assert sw["steps"][0]["admitted_predicted"] is None
     assert "what the KV cache holds is not modelled for this layout (2 KV cache groups" in sw["line"]
+    assert "(the ledger: not known)" in sw["line"]

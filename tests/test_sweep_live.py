@@ -151,3 +151,63 @@ def test_chromium_finds_the_four_sweep_plots(sweep_run, tmp_path):
     png = tmp_path / "sweep.png"
     subprocess.run([*args, "--window-size=1280,800", f"--screenshot={png}", url], capture_output=True, timeout=120)
     assert png.stat().st_size > 30_000
+
+
+@pytest.fixture(scope="module")
+def window_sweep(tiny_model, tmp_path_factory):
+    """The same profile on the tiny gpt-oss (a window of 128 beside full attention, 2 KV groups):
+    4 steps of 256 + 128 tokens, no bisection."""
+    d = tmp_path_factory.mktemp("window-sweep")
+    prof = yaml.safe_load((ROOT / "profiles" / "tiny-cpu-kvbound.yaml").read_text())
+    prof["model"] |= {"path": str(tiny_model("tiny-gptoss")), "build": "tiny-gptoss"}
+    prof["vllm"]["cpus"] = TEST_CPU
+    prof["sweep"] |= {"prompt_tokens": 256, "output_tokens": 128, "bisect": 0}
+    f = d / "window.yaml"
+    f.write_text(yaml.safe_dump(prof))
+    r = run_validate("--profile", str(f), "--sweep", "2,3,4,5", "--out", str(d / "run"))
+    return r, d / "run"
+
+
+def test_a_window_layouts_sweep_admits_and_preempts_where_the_ledger_runs_the_scheduler(window_sweep, tmp_path):
+    """Beside a sliding window a prompt's blocks are taken in each group (8 + 8 of 256 tokens) and a
+    request at its largest holds 12 full + 5 window blocks: vLLM runs 4 of 5 (one group's arithmetic:
+    5) and first preempts at 4 in flight (one group's: 6), as the ledger's run of its scheduler says
+    (judge/wave.py); a reading doctored by one request, or a preemption where none was, fails."""
+    r, out = window_sweep
+    rep = json.loads((out / "report.json").read_text())
+    c = checks(rep)
+    assert r.returncode == 0 and rep["verdict"] == "pass", r.stderr[-3000:]
+    for n, running, waiting in ((2, 2, 0), (3, 3, 0), (4, 4, 0), (5, 4, 1)):
+        got = (c[f"sweep-c{n}.admitted"], c[f"sweep-c{n}.waiting_at_start"])
+        assert [(x["expected"], x["observed"], x["status"]) for x in got] == [
+            (running, running, "pass"),
+            (waiting, waiting, "pass"),
+        ]
+    assert c["sweep-c3.preemptions"]["observed"] == 0 and c["sweep-c4.preemptions"]["observed"] >= 1
+    assert (c["sweep.first_preemption"]["expected"], c["sweep.first_preemption"]["observed"]) == (4, 4)
+    assert rep["sweep"]["kv_holds"] == 3 and "the KV cache holds 3 sequences of 256 + 128" in rep["sweep"]["line"]
+
+    def one_more_running(d):  # the c5 freeze's engine ran 5, as one group's arithmetic says
+        def f(rows):
+            for reading in rows[0]["readings"]:
+                reading["values"]["num_requests_running"] += 1
+                reading["values"]["num_requests_waiting"] -= 1
+
+        doctor.edit_jl(d / "runs" / "sweep-c5" / "freezes.jsonl", f)
+
+    def a_preemption_at_3(d):
+        def f(m):
+            m["after"]["values"]["num_preemptions"] = m["before"]["values"]["num_preemptions"] + 1
+
+        doctor.edit_json(d / "runs" / "sweep-c3" / "meta.json", f)
+
+    for fn, failing in (
+        (one_more_running, ("sweep-c5.admitted", "sweep-c5.waiting_at_start")),
+        (a_preemption_at_3, ("sweep-c3.preemptions", "sweep.first_preemption")),
+    ):
+        copy = tmp_path / fn.__name__
+        shutil.copytree(out, copy)
+        fn(copy)
+        code, doctored = doctor.rejudge(copy)
+        assert code == 1 and doctored["verdict"] == "fail", fn.__name__
+        assert all(checks(doctored)[name]["status"] == "fail" for name in failing), fn.__name__

@@ -292,5 +292,7 @@ def judge(
         freeing = any(g.frees for g in layout.groups or ())
         keep = ((".kv_blocks", ".kv_samples_bound") if layout.groups else ()) + hits + audits
         keep += (".kv_utilization",) if freeing else ()
+        # a sweep's admission and preemptions from the ledger's run of the scheduler (wave.py)
+        keep += (".admitted", ".waiting_at_start", ".preemptions", "sweep.first_preemption") if freeing else ()
         checks = outside_the_block_model(checks, layout.gap, sweeps, keep)
     return checks, figures

@@ -11,7 +11,8 @@ so do the freezes' block counts where every group is full, chunked-local or slid
 those count each group's blocks (HeldGroup), and beside a sliding window the copies of a shared
 prefix its cache checkpoints imply, as do that layout's prefix hits (checkpoint_window). Where the
 groups' blocks differ (Gemma 4: the sliding groups' raised to match the full layers' larger pages),
-each group counts at its own size and a hit lands where both kinds' blocks end.
+each group counts at its own size and a hit lands where both kinds' blocks end. A sweep's admission
+and preemptions there come from the ledger's run of the scheduler (wave.py, sweepstep.py).
 """
 
 from __future__ import annotations

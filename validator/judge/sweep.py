@@ -7,57 +7,23 @@ it schedules at most max_num_seqs, and no more new requests than it can allocate
 (cdiv(P, block) each; a new request waits for blocks, it is never preempted); running requests
 grow a block every `block` tokens and, when the pool runs out, the newest running one is
 preempted. So the first wave preempts exactly when more than usable // cdiv(P + O - 1, block)
-requests run at once: the KV cache holds that many to their last token.
+requests run at once: the KV cache holds that many to their last token. Beside window or chunk
+groups, which give blocks back as requests decode, there is no closed form: the ledger runs the
+scheduler's loop on the first wave (judge/wave.py, judge/sweepstep.py).
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 from typing import Any
 
 from validator.judge.check import Check
 from validator.judge.figures import RunFigures, _paused, _pct, hist_delta
 from validator.judge.freezecheck import freeze_intervals, observed_state, unsettled
-from validator.judge.layout import block_layout
+from validator.judge.sweepstep import Step, step_of
 from validator.plan.record import PlanRecord, Platform
 from validator.profile import SloSection
 from validator.rundir.rundata import RunData
 from validator.rundir.schedule import RunKind
-from validator.units import cdiv
-
-
-@dataclass(frozen=True)
-class Step:
-    run: str
-    n: int  # requests in flight (the step's concurrency)
-    prompt: int
-    output: int
-    held: int  # full-length requests of this shape the KV cache holds (the ledger)
-    at_once: int  # run at once at most: min(n, max_num_seqs)
-    admitted: int  # predicted running when the first wave is frozen
-    preempts: bool  # predicted: more run at once than the KV cache holds
-
-    @property
-    def waiting(self) -> int:
-        return self.n - self.admitted
-
-
-def step_of(run: RunData, plan: PlanRecord) -> Step | None:
-    """The step's prediction, from what the run directory says was sent (its planned concurrency
-    and the lengths its requests asked)."""
-    if run.planned is None or not run.records:
-        return None
-    asked = {(r.asked_prompt_tokens, r.asked_output_tokens) for r in run.records}
-    if len(asked) != 1:
-        return None
-    ((prompt, out),) = asked
-    if prompt is None or out is None:
-        return None
-    n, bs = run.planned.concurrency, plan.block_size
-    held = plan.usable_blocks // cdiv(prompt + out - 1, bs)
-    admitted = min(n, plan.max_num_seqs, plan.usable_blocks // cdiv(prompt, bs))
-    at_once = min(n, plan.max_num_seqs)
-    return Step(run.name, n, prompt, out, held, at_once, admitted, preempts=at_once > held)
 
 
 def _freeze_reading(run: RunData) -> dict[str, Any] | None:
@@ -80,30 +46,46 @@ def step_checks(run: RunData, step: Step | None, f: RunFigures) -> list[Check]:
     seen = _freeze_reading(run)
     why = None if seen is not None else "no settled freeze of the first wave"
     out = []
+    how = (
+        f"the ledger: {step.n} sent at once, at most max_num_seqs run and no more new ones than "
+        f"prompt blocks ({step.prompt} tokens each) fit"
+        if not step.why
+        else f"{step.why}; {step.n} sent at once"
+    )
     for what, exp, key in (("admitted", step.admitted, "running"), ("waiting_at_start", step.waiting, "waiting")):
         obs = seen[key] if seen is not None else None
+        unknown = None if exp is not None else "the first wave has no one state the freeze could catch (it preempts "
+        unknown = unknown and unknown + "before every admitted request has its tokens), or no prediction"
+        if not step.catchable:  # no freeze can hold that state: shown, not judged
+            unknown, why = (
+                None,
+                (
+                    f"not judged: vLLM preempts in the decode step right after the first wave's first tokens, "
+                    f"before a freeze can hold it ({how}; {key} once the first tokens are out)"
+                ),
+            )
         out.append(
             Check(
                 name=f"{name}.{what}",
                 expected=exp,
                 observed=obs,
-                passed=None if obs is None else obs == exp,
+                passed=None if obs is None or exp is None or not step.catchable else obs == exp,
                 tolerance="exact",
-                explanation=why
-                or f"the ledger: {step.n} sent at once, at most max_num_seqs run and no more new ones than "
-                f"prompt blocks ({step.prompt} tokens each) fit; {key} at the first freeze",
+                judged=step.catchable,
+                explanation=why or (f"{unknown}: {how}" if unknown else f"{how}; {key} at the first freeze"),
             )
         )
     pre = f.preemptions
+    holds = f"the KV cache holds {step.held}" if step.held is not None else "what the KV cache holds is not known"
     out.append(
         Check(
             name=f"{name}.preemptions",
-            expected=">= 1" if step.preempts else "0",
+            expected=None if step.preempts is None else ">= 1" if step.preempts else "0",
             observed=pre,
-            passed=None if pre is None else (pre >= 1) == step.preempts,
+            passed=None if pre is None or step.preempts is None else (pre >= 1) == step.preempts,
             tolerance="count",
-            explanation=f"{step.at_once} run at once at most; the KV cache holds {step.held} of "
-            f"{step.prompt} + {step.output} tokens to their last token",
+            explanation=f"{step.at_once} run at once at most; {holds} of "
+            f"{step.prompt} + {step.output} tokens to their last token" + (f"; {step.why}" if step.why else ""),
         )
     )
     return out
@@ -123,22 +105,35 @@ def sweep_checks(runs: list[RunData], figures: dict[str, RunFigures], plan: Plan
     for r, s in steps:
         checks += step_checks(r, s, figures[r.name])
     known = [(s, figures[r.name].preemptions) for r, s in steps if s is not None]
-    predicted = next((s.n for s, _ in known if s.preempts), None)
+    predicted = first_predicted(s for _, s in steps)
+    unknown = predicted is ... or any(s is None for _, s in steps)
     missing = [s.run for s, p in known if p is None]
     observed = next((s.n for s, p in known if p), None)
     checks.append(peak_memory_check([r for r, _ in steps], plan))
     checks.append(
         Check(
             name="sweep.first_preemption",
-            expected=predicted,
+            expected=None if predicted is ... else predicted,
             observed=None if missing else observed,
-            passed=None if missing or len(known) < len(steps) else observed == predicted,
+            passed=None if missing or unknown else observed == predicted,
             tolerance="exact step",
             explanation=(f"not counted in {', '.join(missing)}; " if missing else "")
+            + ("the ledger does not say whether every step before it preempts; " if unknown else "")
             + "the first concurrency at which vLLM preempts, against the ledger's (None: no step preempts)",
         )
     )
     return checks
+
+
+def first_predicted(steps: Any) -> Any:
+    """The first step the ledger says preempts (None: none does); `...` where a step before it, or
+    every step when none does, has no prediction."""
+    for s in steps:
+        if s is None or s.preempts is None:
+            return ...
+        if s.preempts:
+            return s.n
+    return None
 
 
 def memory_budget(plan: PlanRecord) -> tuple[int | None, str]:
@@ -198,23 +193,19 @@ def sweep_summary(
             break
         capacity = row["n"]
     first = next((s for _, s in steps if s is not None), None)
-    predicted = next((s.n for _, s in steps if s is not None and s.preempts), None)
+    found = first_predicted(s for _, s in steps)
+    predicted = None if found is ... else found
     observed = next((row["n"] for row in rows if row["preemptions"]), None)
-    gap = block_layout(plan.shown.get("kv_groups")).gap
-    if gap:  # the ledger's admission and preemption count one full-attention group: no figure here
-        for row in rows:
-            row["admitted_predicted"] = row["preempts_predicted"] = None
-        predicted = None
     holds = (
         f"the KV cache holds {first.held} sequences of {first.prompt} + {first.output} tokens"
-        if first and not gap
-        else f"sequences of {first.prompt} + {first.output} tokens: what the KV cache holds is {gap}"
+        if first and first.held is not None
+        else f"sequences of {first.prompt} + {first.output} tokens: what the KV cache holds is {first.why}"
         if first
         else ""
     )
     return {
         "steps": rows,
-        "kv_holds": first.held if first and not gap else None,
+        "kv_holds": first.held if first else None,
         "max_num_seqs": plan.max_num_seqs,
         "usable_blocks": plan.usable_blocks,
         "first_preemption_predicted": predicted,
@@ -225,7 +216,7 @@ def sweep_summary(
         "memory_budget_gib": None if budget is None else round(budget / 2**30, 3),
         "line": (
             f"{holds} (max_num_seqs {plan.max_num_seqs}); vLLM first preempted at {observed} in flight (the ledger: "
-            f"{predicted}); "
+            f"{'not known' if found is ... else predicted}); "
             + (
                 f"the SLOs hold at every step (up to {capacity} in flight)"
                 if capacity is not None and capacity == rows[-1]["n"]

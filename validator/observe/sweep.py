@@ -6,6 +6,8 @@ from __future__ import annotations
 
 from loadgen.schedule.workload import near_limit, new_salt
 from validator.errors import InputError
+from validator.judge.layout import block_layout
+from validator.judge.sweepstep import Step, predicted_step
 from validator.observe.schedule import RunSpec
 from validator.plan.record import PlanRecord
 from validator.profile import SweepSection
@@ -27,9 +29,16 @@ def shape(plan: PlanRecord, sweep: SweepSection) -> tuple[int, int]:
     return prompt, out
 
 
+def _step(plan: PlanRecord, n: int, prompt: int, out: int) -> Step:
+    return predicted_step(plan, block_layout(plan.shown.get("kv_groups")), "", n, prompt, out, 1, admission_only=True)
+
+
 def held_at_full_length(plan: PlanRecord, prompt: int, out: int) -> int:
-    """Requests of this shape the KV cache holds to their last token (the last sampled token has no KV)."""
-    return plan.usable_blocks // cdiv(prompt + out - 1, plan.block_size)
+    """Requests of this shape the KV cache holds to their last token (the last sampled token has no KV):
+    beside window or chunk groups their largest decode step's blocks (judge/wave.py); where the
+    layout is not modelled, as one full-attention group would."""
+    held = _step(plan, 1, prompt, out).held
+    return held if held is not None else plan.usable_blocks // cdiv(prompt + out - 1, plan.block_size)
 
 
 def steps_of(text: str, held: int, max_num_seqs: int) -> list[int]:
@@ -48,10 +57,13 @@ def steps_of(text: str, held: int, max_num_seqs: int) -> list[int]:
     return got
 
 
-def admitted(plan: PlanRecord, n: int, prompt: int) -> int:
+def admitted(plan: PlanRecord, n: int, prompt: int, out: int = 1) -> int:
     """How many of n requests sent at once vLLM schedules: no more than max_num_seqs, and no more than
-    the prompts it can allocate blocks for (new requests wait for blocks; only running ones are preempted)."""
-    return min(n, plan.max_num_seqs, plan.usable_blocks // cdiv(prompt, plan.block_size))
+    the prompts it can allocate blocks for (new requests wait for blocks; only running ones are
+    preempted); beside window or chunk groups, as the ledger's run of the scheduler has it at the
+    first tokens."""
+    got = _step(plan, n, prompt, out).admitted
+    return got if got is not None else min(n, plan.max_num_seqs, plan.usable_blocks // cdiv(prompt, plan.block_size))
 
 
 def sweep_runs(plan: PlanRecord, sweep: SweepSection, seed: int) -> list[RunSpec]:
@@ -75,7 +87,7 @@ def step_spec(plan: PlanRecord, sweep: SweepSection, seed: int, n: int, found_by
         salt=new_salt(),
         id_prefix=f"c{n}-",
     )
-    run = admitted(plan, n, prompt)
+    run = admitted(plan, n, prompt, out)
     return RunSpec(
         f"sweep-c{n}",
         RunKind.SWEEP,

@@ -7,6 +7,7 @@ widest group's pages, divides the KV byte budget by it, holds one block back
 
 from __future__ import annotations
 
+import math
 from collections import Counter
 from dataclasses import dataclass, replace
 from functools import cached_property
@@ -211,6 +212,17 @@ class KVLayout:
     def blocks_per_request(self, max_model_len: int, max_num_batched_tokens: int) -> int:
         in_flight = self.max_concurrent_batches * max_num_batched_tokens
         return sum(g.spec.blocks_per_request(max_model_len, in_flight) for g in self.groups)
+
+    def decode_peak(self, tokens: int) -> int:
+        """The most blocks one request holds as it decodes up to KV for `tokens` positions: every block
+        in a full group, from its window or chunk on in one that gives blocks back. Past a window or a
+        chunk those repeat every `period` tokens while the full groups only grow, so the largest is
+        within the last periods' least common multiple and a window back."""
+        periods = [g.spec.period for g in self.groups if g.spec.period]
+        windows = [g.spec.sliding_window for g in self.groups if isinstance(g.spec, SlidingWindowSpec)]
+        reach = math.lcm(*periods) + max(windows, default=0) if periods else 0
+        span = range(max(1, tokens - reach), tokens + 1) if reach else range(tokens, tokens + 1)
+        return max(sum(g.spec.held_blocks(t) for g in self.groups) for t in span)
 
     def max_concurrency(self, num_blocks: int, max_model_len: int, max_num_batched_tokens: int) -> float:
         """vLLM's figure: all blocks (null block included) over blocks per request."""

@@ -31,6 +31,16 @@ class KVSpec:
     def blocks_per_request(self, max_model_len: int, max_in_flight_tokens: int) -> int:
         raise NotImplementedError
 
+    def held_blocks(self, tokens: int) -> int:
+        """Blocks a decoding request with KV for `tokens` positions holds here: all of them, unless the
+        layer gives back those it no longer attends to."""
+        return cdiv(tokens, self.block_size)
+
+    @property
+    def period(self) -> int:
+        """Past its window or chunk, the tokens after which held_blocks repeats (0: it never gives back)."""
+        return 0
+
 
 @dataclass(frozen=True)
 class FullAttentionSpec(KVSpec):
@@ -64,6 +74,14 @@ class SlidingWindowSpec(FullAttentionSpec):
         tokens = min(self.sliding_window - 1 + max_in_flight_tokens, max_model_len)
         return cdiv(tokens, self.block_size) + 1
 
+    def held_blocks(self, tokens: int) -> int:
+        # the blocks wholly before the next token's window are freed (vLLM: get_num_skipped_tokens)
+        return cdiv(tokens, self.block_size) - max(0, tokens - self.sliding_window) // self.block_size
+
+    @property
+    def period(self) -> int:
+        return self.block_size
+
 
 @dataclass(frozen=True)
 class ChunkedLocalSpec(FullAttentionSpec):
@@ -78,6 +96,15 @@ class ChunkedLocalSpec(FullAttentionSpec):
 
     def blocks_per_request(self, max_model_len: int, max_in_flight_tokens: int) -> int:
         return cdiv(min(self.attention_chunk_size + max_in_flight_tokens, max_model_len), self.block_size)
+
+    def held_blocks(self, tokens: int) -> int:
+        # the blocks of finished chunks are freed: those before the chunk of the last token computed
+        chunk = self.attention_chunk_size
+        return cdiv(tokens, self.block_size) - (tokens - 1) // chunk * chunk // self.block_size
+
+    @property
+    def period(self) -> int:
+        return self.attention_chunk_size
 
 
 @dataclass(frozen=True)
@@ -122,4 +149,7 @@ class MambaSpec(KVSpec):
         return self.page_bytes
 
     def blocks_per_request(self, max_model_len: int, max_in_flight_tokens: int) -> int:
+        return self.blocks_held
+
+    def held_blocks(self, tokens: int) -> int:
         return self.blocks_held

@@ -214,10 +214,13 @@ def make_plan(inp: PlanInput, explore: bool = True) -> Plan:
             f"{usable} usable (vLLM's estimated maximum model length: {est})"
         )
     elif need > usable and inp.overcommit:  # the sweep goes past the KV limit on purpose
+        # a request at its largest: its reservation where no group gives blocks back (a window or a chunk)
+        peak = layout.decode_peak(mml) if mml > 0 else bpr
         notes.append(
             f"overcommitted for the sweep: {mns} sequences x {bpr} blocks = {need} blocks > {usable} usable; "
-            f"the KV cache holds {usable // bpr} full-length sequences, so vLLM preempts from "
-            f"{usable // bpr + 1} decode-heavy requests at once"
+            f"the KV cache holds {usable // peak} full-length sequences"
+            + (f" ({peak} blocks each at their largest, windows' or chunks' blocks given back)" if peak != bpr else "")
+            + f", so vLLM preempts from {usable // peak + 1} decode-heavy requests at once"
         )
     elif need > usable:
         reasons.append(

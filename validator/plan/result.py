@@ -70,6 +70,11 @@ class Plan:
                     "layers": g.num_layers,
                     "page_size_bytes": g.spec.page_size_bytes,
                     "block_size": g.spec.block_size,
+                    # what one request may claim in this group (at max_model_len; a window or a chunk
+                    # group: its window or chunk plus the in-flight tokens): vLLM's admission cap
+                    "blocks_per_request": g.spec.blocks_per_request(
+                        self.max_model_len, self.layout.max_concurrent_batches * self.max_num_batched_tokens
+                    ),
                     **(
                         {"attention_chunk_size": g.spec.attention_chunk_size}
                         if isinstance(g.spec, ChunkedLocalSpec)

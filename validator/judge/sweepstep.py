@@ -1,0 +1,117 @@
+"""One sweep step's prediction (pure): who runs and waits when its first wave is frozen, and whether
+the step preempts; on one full-attention group from the closed form (judge/sweep.py), beside window
+or chunk groups from the ledger's run of vLLM's scheduler (judge/wave.py)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+from validator.judge.freezecheck import unsettled
+from validator.judge.layout import BlockLayout, HeldGroup, block_layout
+from validator.judge.wave import Wave, predict_wave
+from validator.plan.record import PlanRecord
+from validator.rundir.rundata import RunData
+from validator.units import cdiv
+
+
+@dataclass(frozen=True)
+class Step:
+    run: str
+    n: int  # requests in flight (the step's concurrency)
+    prompt: int
+    output: int
+    held: int | None  # requests of this shape the KV cache holds to their last token (None: not known)
+    at_once: int  # run at once at most: min(n, max_num_seqs)
+    admitted: int | None  # predicted running when the first wave is frozen (None: not one figure)
+    preempts: bool | None  # predicted: the step preempts (None: not known)
+    why: str = ""  # how the prediction was made, or why there is none
+    catchable: bool = True  # False: the first wave preempts a step after its first tokens, before any freeze
+
+    @property
+    def waiting(self) -> int | None:
+        return None if self.admitted is None else self.n - self.admitted
+
+
+def admission_caps(
+    kv_groups: Any, groups: tuple[HeldGroup, ...], plan: PlanRecord, prompt: int
+) -> tuple[int | None, ...] | None:
+    """Each group's admission cap in blocks (None: its whole prompt), from plan.json's
+    `blocks_per_request`; a plan written before that key: None where the cap cannot bind (the prompt
+    within the smallest cap any in-flight budget gives), else not known (None)."""
+    caps: list[int | None] = []
+    for raw, g in zip(kv_groups if isinstance(kv_groups, list) else [], groups, strict=False):
+        listed = raw.get("blocks_per_request") if isinstance(raw, dict) else None
+        if not g.frees:
+            caps.append(None)
+        elif type(listed) is int and listed > 0:
+            caps.append(listed)
+        else:
+            bs, mml, budget = g.size(plan.block_size), plan.max_model_len, plan.max_num_batched_tokens
+            floor = (
+                cdiv(min(g.window - 1 + budget, mml), bs) + 1
+                if g.window is not None
+                else cdiv(min((g.chunk or 0) + budget, mml), bs)
+            )
+            if cdiv(prompt, bs) > floor:
+                return None
+            caps.append(None)
+    return tuple(caps) if len(caps) == len(groups) else None
+
+
+def leader_tokens(run: RunData) -> int:
+    """The most tokens a request had at the run's first settled freeze (1 without one)."""
+    settled = [f for f in run.freezes if unsettled(run, f) is None]
+    if not settled:
+        return 1
+    got = [r.get("delivered") for r in settled[0].requests]
+    return max([d for d in got if type(d) is int] or [1])
+
+
+def predicted_step(
+    plan: PlanRecord,
+    layout: BlockLayout,
+    name: str,
+    n: int,
+    prompt: int,
+    out: int,
+    lead: int,
+    total: int = 0,
+    admission_only: bool = False,
+) -> Step:
+    """The step's prediction for n in flight (`total` requests in all, closed loop), its first freeze
+    taken when the first request had `lead` tokens."""
+    bs, at_once = plan.block_size, min(n, plan.max_num_seqs)
+    if layout.gap is None:
+        held = plan.usable_blocks // cdiv(prompt + out - 1, bs)
+        admitted = min(n, plan.max_num_seqs, plan.usable_blocks // cdiv(prompt, bs))
+        return Step(name, n, prompt, out, held, at_once, admitted, at_once > held)
+    groups = layout.groups
+    if not groups or not any(g.frees for g in groups):
+        return Step(name, n, prompt, out, None, at_once, None, None, f"{layout.gap}")
+    caps = admission_caps(plan.shown.get("kv_groups"), groups, plan, prompt)
+    if caps is None or plan.max_num_batched_tokens <= 0:
+        why = "what a window or chunk group lets one request reserve is not in plan.json"
+        return Step(name, n, prompt, out, None, at_once, None, None, why)
+    wave = Wave(n, prompt, out, plan.max_num_seqs, plan.max_num_batched_tokens, plan.usable_blocks, bs, caps, total)
+    p = predict_wave(groups, wave, lead, admission_only)
+    why = f"the ledger's run of the scheduler: {p.why}"
+    if not p.catchable:
+        return Step(name, n, prompt, out, p.held, at_once, p.first_admitted, p.preempts, why, catchable=False)
+    return Step(name, n, prompt, out, p.held, at_once, p.admitted, p.preempts, why)
+
+
+def step_of(run: RunData, plan: PlanRecord) -> Step | None:
+    """The step's prediction, from what the run directory says was sent (its planned concurrency
+    and the lengths its requests asked)."""
+    if run.planned is None or not run.records:
+        return None
+    asked = {(r.asked_prompt_tokens, r.asked_output_tokens) for r in run.records}
+    if len(asked) != 1:
+        return None
+    ((prompt, out),) = asked
+    if prompt is None or out is None:
+        return None
+    layout = block_layout(plan.shown.get("kv_groups"))
+    n, total = run.planned.concurrency, run.planned.requests
+    return predicted_step(plan, layout, run.name, n, prompt, out, leader_tokens(run), total)

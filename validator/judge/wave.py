@@ -1,0 +1,311 @@
+"""A sweep step's first wave as vLLM 0.32's scheduler runs it, on a layout whose window or chunk
+groups give blocks back (gpt-oss, Llama 4, Gemma 4): who it admits, who waits, whether it preempts.
+
+One full-attention group has a closed form (judge/sweep.py's docstring). Beside a window or a chunk
+group it has none: a request's prefill holds its whole prompt in every group, its decode frees the
+blocks that leave the window or the chunk, and the scheduler admits a new request while its
+reservation fits the free blocks. So the ledger runs vLLM's loop (v1/core/sched/scheduler.py,
+kv_cache_manager.allocate_slots), step by step, on n requests of P + O tokens sent at once:
+
+- running requests first, in order: each schedules its prefill's rest or one decode token within the
+  step's `max_num_batched_tokens`; its window or chunk blocks computed past are freed first
+  (remove_skipped_blocks, on the tokens computed before the step); if the new blocks do not fit, the
+  newest running request is preempted (its blocks freed, back to the front of the queue), and so on;
+- then, only in a step that preempted nobody, waiting requests in order while fewer than
+  `max_num_seqs` run and tokens remain: one is admitted when its reservation fits the free blocks
+  (every group's blocks for its whole prompt, a window or chunk group's capped at what one request
+  may hold there: vLLM's max_admission_blocks_per_request, plan.json's `blocks_per_request`) and
+  its chunk's blocks do;
+- a request whose prompt is computed yields a token a step; one with all its tokens frees its blocks.
+
+The wave is run until the first request finishes (the closed loop then sends the next one, at a
+time the ledger does not know) or the first preemption. The client cannot send n requests in one
+instant: the first one may be scheduled a step ahead (a freeze sees it one token ahead), so the wave
+is also run with the others a step late, and a prediction is made only where both runs agree.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from validator.judge.layout import HeldGroup
+from validator.units import cdiv
+
+MAX_STEPS = 1_000_000  # a step's run is bounded: its prefill chunks plus its outputs, far below this
+MAX_WORK = 3_000_000  # requests scheduled, summed over steps: past this the run is cut (not known)
+
+
+@dataclass(frozen=True)
+class Wave:
+    """n requests of `prompt` + `output` tokens sent at once, and what the scheduler works within."""
+
+    n: int
+    prompt: int
+    output: int
+    max_num_seqs: int
+    budget: int  # max_num_batched_tokens
+    usable: int  # the pool's blocks (the null block apart)
+    block_size: int
+    caps: tuple[int | None, ...]  # each group's admission cap in blocks (None: its whole prompt)
+    total: int = 0  # requests in the step (the closed loop sends one as one finishes); 0: n
+
+
+@dataclass(frozen=True)
+class WaveState:
+    """After one step: requests running and waiting, the tokens the first request has, preemptions so far."""
+
+    step: int
+    running: int
+    waiting: int
+    leader_tokens: int
+    preempted: int
+
+
+@dataclass
+class _Req:
+    tokens: int  # prompt + tokens produced (vLLM's num_tokens)
+    computed: int = 0
+    produced: int = 0
+    listed: list[int] = field(default_factory=list)  # blocks listed a group (freed ones as null blocks)
+    freed: list[int] = field(default_factory=list)  # of those, the ones a window or a chunk gave back
+
+
+class _Pool:
+    def __init__(self, groups: tuple[HeldGroup, ...], wave: Wave):
+        self.groups, self.wave, self.free = groups, wave, wave.usable
+
+    def sizes(self) -> list[int]:
+        return [g.size(self.wave.block_size) for g in self.groups]
+
+    def drop_skipped(self, r: _Req) -> None:
+        """remove_skipped_blocks: blocks wholly before the window, or the chunk, of the next token."""
+        for i, g in enumerate(self.groups):
+            if g.frees and r.listed[i]:
+                gone = min(g.first_held(r.computed, self.wave.block_size), r.listed[i])
+                if gone > r.freed[i]:
+                    self.free += gone - r.freed[i]
+                    r.freed[i] = gone
+
+    def grow(self, r: _Req, new: int) -> bool:
+        need = [max(cdiv(r.computed + new, bs) - r.listed[i], 0) for i, bs in enumerate(self.sizes())]
+        if sum(need) > self.free:
+            return False
+        self.free -= sum(need)
+        r.listed = [a + b for a, b in zip(r.listed, need, strict=True)]
+        return True
+
+    def quiet_steps(self, running: list[_Req], output: int) -> int:
+        """Decode steps every running request takes with no block taken or given back and none finishing
+        (0 while one is in its prefill): the free blocks, and so every admission, stay as they are."""
+        quiet = MAX_STEPS
+        for r in running:
+            c = r.computed
+            if c != r.tokens - 1:
+                return 0
+            quiet = min(quiet, output - r.produced - 1)
+            for i, (g, bs) in enumerate(zip(self.groups, self.sizes(), strict=True)):
+                quiet = min(quiet, r.listed[i] * bs - c)  # its next token's slot in a block it has
+                if g.frees:
+                    if min(g.first_held(c, self.wave.block_size), r.listed[i]) != r.freed[i]:
+                        return 0
+                    # the next token computed that frees a block: past the window's edge, or a new chunk
+                    chunk = g.chunk or 1
+                    edge = (r.freed[i] + 1) * bs + g.window - 1 if g.window else (c // chunk + 1) * chunk
+                    quiet = min(quiet, edge - c)
+        return max(quiet, 0)
+
+    def release(self, r: _Req) -> None:
+        self.free += sum(a - b for a, b in zip(r.listed, r.freed, strict=True))
+        r.listed, r.freed = [0] * len(self.groups), [0] * len(self.groups)
+
+    def reservation(self, r: _Req) -> int:
+        """get_num_blocks_to_allocate(apply_admission_cap=True) for a request with nothing computed."""
+        full = min(r.tokens, self.wave.prompt + self.wave.output)
+        return sum(
+            cdiv(full, bs) if cap is None else min(cdiv(full, bs), cap)
+            for bs, cap in zip(self.sizes(), self.wave.caps, strict=True)
+        )
+
+
+def run_wave(
+    groups: tuple[HeldGroup, ...], wave: Wave, late: bool = False, delay: int | None = None, upto: int | None = None
+) -> tuple[list[WaveState], bool]:
+    """The states after each step until the first preemption (that step included), and whether the run
+    got to its end. `late`: the first request arrives a step before the others. `delay`: None stops at
+    the first request to finish; else the closed loop: each one finished brings the next of the step's
+    `total` that many steps later, and the run goes on until every one has finished. `upto`: stop once
+    the first request has that many tokens (the run then not at its end)."""
+    pool = _Pool(groups, wave)
+    total = max(wave.total, wave.n) if delay is not None else wave.n
+    fresh = iter([_Req(wave.prompt, listed=[0] * len(groups), freed=[0] * len(groups)) for _ in range(total)])
+    reqs = [next(fresh) for _ in range(wave.n)]
+    leader = reqs[0]
+    waiting = reqs[:1] if late else list(reqs)
+    behind = reqs[1:] if late else []  # the rest of the first wave, a step behind the first
+    due: dict[int, int] = {}  # step -> requests of the closed loop arriving before it
+    running: list[_Req] = []
+    states: list[WaveState] = []
+    preempted = work = step = 0
+    while step < MAX_STEPS:
+        step += 1
+        if step == 2:
+            waiting += behind
+        waiting += [r for _ in range(due.pop(step, 0)) if (r := next(fresh, None)) is not None]
+        budget, scheduled, preempted_now = wave.budget, [], False
+        i = 0
+        while i < len(running) and budget > 0:
+            r = running[i]
+            new = min(r.tokens - r.computed, budget)
+            pool.drop_skipped(r)
+            while not pool.grow(r, new):
+                victim = running.pop()  # the newest running one (FCFS), never one scheduled before it
+                pool.release(victim)
+                victim.computed = 0
+                waiting.insert(0, victim)
+                preempted, preempted_now = preempted + 1, True
+                if victim is r:
+                    break
+            else:
+                scheduled.append((r, new))
+                budget -= new
+                i += 1
+                continue
+            break
+        admitted = 0
+        while not preempted_now and waiting and len(running) < wave.max_num_seqs and budget > 0:
+            r = waiting[0]
+            new = min(r.tokens - r.computed, budget)
+            if pool.reservation(r) > pool.free or not pool.grow(r, new):
+                break
+            running.append(waiting.pop(0))
+            admitted += 1
+            scheduled.append((r, new))
+            budget -= new
+        done = []
+        for r, new in scheduled:
+            r.computed += new
+            if r.computed >= r.tokens:  # its prompt (or its last token) computed: one more token
+                r.produced += 1
+                r.tokens += 1
+                if r.produced >= wave.output:
+                    done.append(r)
+        work += len(scheduled)
+        states.append(WaveState(step, len(running), len(waiting), leader.produced, preempted))
+        if preempted or (done and delay is None):
+            return states, True
+        for r in done:  # freed when the step's output is processed, before the next one is scheduled
+            pool.release(r)
+            running.remove(r)
+        if done:
+            due[step + max(delay or 1, 1)] = due.get(step + max(delay or 1, 1), 0) + len(done)
+        if not running and not waiting and not due and (step >= 2 or not behind):
+            return states, True
+        if not scheduled and not due and (step >= 2 or not behind):
+            return states, False  # nothing can be scheduled and nothing will arrive: vLLM would wait forever
+        if work > MAX_WORK or (upto is not None and leader.produced >= upto):
+            return states, False
+        # a waiting request's admission is tried again with the same free blocks and budget only after a
+        # step of decodes alone that admitted no one
+        same = not waiting or len(running) >= wave.max_num_seqs or all(k == 1 for _, k in scheduled)
+        quiet = pool.quiet_steps(running, wave.output) if step >= 2 and not done and same and not admitted else 0
+        quiet = min([quiet] + [d - step - 1 for d in due])
+        if quiet > 1:  # nothing taken, given back, admitted or finished meanwhile: skip those steps
+            for r in running:
+                r.computed, r.tokens, r.produced = r.computed + quiet, r.tokens + quiet, r.produced + quiet
+            step += quiet
+            states.append(WaveState(step, len(running), len(waiting), leader.produced, preempted))
+    return states, False
+
+
+@dataclass(frozen=True)
+class WavePrediction:
+    """What the ledger says of the step: the first wave's running and waiting once every admitted request
+    has a token (None: not one state), whether the step preempts (None: not known), and why."""
+
+    admitted: int | None
+    waiting: int | None
+    preempts: bool | None
+    held: int  # requests of this shape the pool holds at their largest (a decode step's blocks)
+    why: str
+    catchable: bool = True  # False: vLLM preempts in the step after the first tokens, before a freeze can hold it
+    first_admitted: int | None = None  # running once the first tokens are out (shown where not catchable)
+
+
+def decode_peak(groups: tuple[HeldGroup, ...], block_size: int, prompt: int, output: int) -> int:
+    """The most blocks one request holds while decoding: KV for t tokens, t up to prompt + output - 1
+    (the last token sampled has none), its window or chunk from the tokens computed before."""
+    return max(
+        (
+            sum(cdiv(t, g.size(block_size)) - g.first_held(t - 1, block_size) for g in groups)
+            for t in range(prompt + 1, prompt + output)
+        ),
+        default=sum(cdiv(prompt, g.size(block_size)) for g in groups),
+    )
+
+
+def state_at(states: list[WaveState], leader_tokens: int) -> WaveState | None:
+    """The state once the first request has that many tokens, if the wave got there unpreempted."""
+    at = next((s for s in states if s.leader_tokens >= leader_tokens), None)
+    return None if at is None or at.preempted else at
+
+
+def never_preempts(groups: tuple[HeldGroup, ...], wave: Wave, peak: int) -> tuple[bool, str]:
+    """Whether no order of arrivals can make vLLM preempt: every request running at its largest. A
+    prefill scheduled whole is admitted only when it fits, so it never preempts, but it holds its whole
+    prompt until its next step frees the window: one such beside the others at their decode peak. A
+    prefill split over steps may preempt for its next chunk: then each may hold its whole prompt."""
+    at_once = min(wave.n, wave.max_num_seqs)
+    prompt_blocks = sum(cdiv(wave.prompt, g.size(wave.block_size)) for g in groups)
+    if at_once * wave.prompt <= wave.budget:
+        most = (at_once - 1) * peak + max(peak, prompt_blocks)
+        largest = max(peak, prompt_blocks)
+        return most <= wave.usable, f"{at_once} at once hold at most {at_once - 1} x {peak} + {largest}"
+    most = at_once * max(peak, prompt_blocks)
+    return most <= wave.usable, f"{at_once} at once hold at most {at_once} x {max(peak, prompt_blocks)}"
+
+
+def predict_wave(
+    groups: tuple[HeldGroup, ...], wave: Wave, leader_tokens: int = 1, admission_only: bool = False
+) -> WavePrediction:
+    """The step's prediction, from both arrivals (together, and the first a step ahead) and, past the
+    first wave, the next request arriving 1 or 2 steps after one finishes: a figure where they agree.
+    `admission_only`: who runs and waits at the first tokens, not whether it preempts (None)."""
+    peak = max(decode_peak(groups, wave.block_size, wave.prompt, wave.output), 1)
+    held = wave.usable // peak
+    safe, bound = never_preempts(groups, wave, peak)
+    # the states a freeze can read come early: run the whole first wave only to see whether it preempts
+    horizon = max(leader_tokens, 2) + 1 if safe or admission_only else None
+    first_waves = [run_wave(groups, wave, late, upto=horizon)[0] for late in (False, True)]
+    # the first a step ahead has a token before the others are scheduled: a freeze of that wave shows it
+    # with 2 at least (with 1, the others would be pending)
+    a, b = state_at(first_waves[0], leader_tokens), state_at(first_waves[1], max(leader_tokens, 2))
+    agree = a is not None and b is not None and (a.running, a.waiting) == (b.running, b.waiting)
+    preempts: bool | None
+    if admission_only:
+        preempts, why = None, "admission only"
+    elif safe:
+        preempts, why = False, f"{bound} blocks of {wave.usable}"
+    elif all(s and s[-1].preempted for s in first_waves):
+        preempts, why = True, "the first wave preempts"
+    else:
+        runs = [run_wave(groups, wave, late, delay) for late in (False, True) for delay in (1, 2)]
+        seen = {bool(st[-1].preempted) if st and ended else None for st, ended in runs}
+        preempts = seen.pop() if len(seen) == 1 else None
+        why = (
+            f"the closed loop {'preempts' if preempts else 'ends unpreempted'} however the next requests arrive"
+            if preempts is not None
+            else "whether the closed loop preempts depends on when the next requests arrive"
+            if None not in seen
+            else "the closed loop was not run to its end"
+        )
+    catchable = state_at(first_waves[0], 2) is not None and state_at(first_waves[1], 2) is not None
+    first = state_at(first_waves[0], 1)
+    return WavePrediction(
+        a.running if agree and a else None,
+        a.waiting if agree and a else None,
+        preempts,
+        held,
+        why,
+        catchable,
+        first.running if first else None,
+    )
