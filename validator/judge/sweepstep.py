@@ -59,13 +59,18 @@ def admission_caps(
     return tuple(caps) if len(caps) == len(groups) else None
 
 
-def leader_tokens(run: RunData) -> int:
-    """The most tokens a request had at the run's first settled freeze (1 without one)."""
+def leader_tokens(run: RunData) -> tuple[int, bool | None]:
+    """The most tokens a request had at the run's first settled freeze (1 without one), and whether
+    that first request was a step ahead of the next (one token more) or level with it (None: neither,
+    or one request only)."""
     settled = [f for f in run.freezes if unsettled(run, f) is None]
     if not settled:
-        return 1
-    got = [r.get("delivered") for r in settled[0].requests]
-    return max([d for d in got if type(d) is int] or [1])
+        return 1, None
+    got = sorted((d for r in settled[0].requests if type(d := r.get("delivered")) is int), reverse=True)
+    if not got:
+        return 1, None
+    ahead = {0: False, 1: True}.get(got[0] - got[1]) if len(got) > 1 else None
+    return max(got[0], 1), ahead
 
 
 def predicted_step(
@@ -78,9 +83,10 @@ def predicted_step(
     lead: int,
     total: int = 0,
     admission_only: bool = False,
+    ahead: bool | None = None,
 ) -> Step:
     """The step's prediction for n in flight (`total` requests in all, closed loop), its first freeze
-    taken when the first request had `lead` tokens."""
+    taken when the first request had `lead` tokens (`ahead`: a step ahead of the next, or level)."""
     bs, at_once = plan.block_size, min(n, plan.max_num_seqs)
     if layout.gap is None:
         held = plan.usable_blocks // cdiv(prompt + out - 1, bs)
@@ -94,7 +100,7 @@ def predicted_step(
         why = "what a window or chunk group lets one request reserve is not in plan.json"
         return Step(name, n, prompt, out, None, at_once, None, None, why)
     wave = Wave(n, prompt, out, plan.max_num_seqs, plan.max_num_batched_tokens, plan.usable_blocks, bs, caps, total)
-    p = predict_wave(groups, wave, lead, admission_only)
+    p = predict_wave(groups, wave, lead, admission_only, ahead)
     why = f"the ledger's run of the scheduler: {p.why}"
     if not p.catchable:
         return Step(name, n, prompt, out, p.held, at_once, p.first_admitted, p.preempts, why, catchable=False)
@@ -114,4 +120,5 @@ def step_of(run: RunData, plan: PlanRecord) -> Step | None:
         return None
     layout = block_layout(plan.shown.get("kv_groups"))
     n, total = run.planned.concurrency, run.planned.requests
-    return predicted_step(plan, layout, run.name, n, prompt, out, leader_tokens(run), total)
+    lead, ahead = leader_tokens(run)
+    return predicted_step(plan, layout, run.name, n, prompt, out, lead, total, ahead=ahead)

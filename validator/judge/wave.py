@@ -265,11 +265,17 @@ def never_preempts(groups: tuple[HeldGroup, ...], wave: Wave, peak: int) -> tupl
 
 
 def predict_wave(
-    groups: tuple[HeldGroup, ...], wave: Wave, leader_tokens: int = 1, admission_only: bool = False
+    groups: tuple[HeldGroup, ...],
+    wave: Wave,
+    leader_tokens: int = 1,
+    admission_only: bool = False,
+    ahead: bool | None = None,
 ) -> WavePrediction:
     """The step's prediction, from both arrivals (together, and the first a step ahead) and, past the
     first wave, the next request arriving 1 or 2 steps after one finishes: a figure where they agree.
-    `admission_only`: who runs and waits at the first tokens, not whether it preempts (None)."""
+    `ahead`: which arrival the freeze shows (its first request a token ahead of the next, or level
+    with it); None: not known, both must agree. `admission_only`: who runs and waits at the first
+    tokens, not whether it preempts (None)."""
     peak = max(decode_peak(groups, wave.block_size, wave.prompt, wave.output), 1)
     held = wave.usable // peak
     safe, bound = never_preempts(groups, wave, peak)
@@ -279,6 +285,8 @@ def predict_wave(
     # the first a step ahead has a token before the others are scheduled: a freeze of that wave shows it
     # with 2 at least (with 1, the others would be pending)
     a, b = state_at(first_waves[0], leader_tokens), state_at(first_waves[1], max(leader_tokens, 2))
+    if ahead is not None:  # the arrival the freeze shows: its state alone
+        a = b = b if ahead else a
     agree = a is not None and b is not None and (a.running, a.waiting) == (b.running, b.waiting)
     preempts: bool | None
     if admission_only:
