@@ -26,6 +26,7 @@ is also run with the others a step late, and a prediction is made only where bot
 
 from __future__ import annotations
 
+import functools
 from dataclasses import dataclass, field
 
 from validator.judge.layout import HeldGroup
@@ -264,6 +265,7 @@ def never_preempts(groups: tuple[HeldGroup, ...], wave: Wave, peak: int) -> tupl
     return most <= wave.usable, f"{at_once} at once hold at most {at_once} x {max(peak, prompt_blocks)}"
 
 
+@functools.lru_cache(maxsize=64)  # the judge asks once for the checks and once for the summary
 def predict_wave(
     groups: tuple[HeldGroup, ...],
     wave: Wave,
