@@ -189,3 +189,19 @@ def test_skipping_quiet_steps_changes_no_outcome(monkeypatch):
     predict_wave.cache_clear()  # run again, step by step
     assert outcomes() == skipping
     assert {p.preempts for p in skipping[::7]} >= {True, False}  # both outcomes among the shapes
+
+
+def test_the_first_preemption_is_not_known_past_a_step_without_a_prediction():
+    """sweep.first_preemption is judged only where every step before the first that preempts (every
+    step, where none does) has a prediction: a step the ledger cannot call leaves it not measured,
+    never a pass on what the steps around it say."""
+    from validator.judge.sweep import first_predicted
+    from validator.judge.sweepstep import Step
+
+    def s(n, preempts):
+        return Step(f"sweep-c{n}", n, 256, 128, 3, n, n, preempts)
+
+    assert first_predicted([s(2, False), s(4, True), s(5, None)]) == (4, True)
+    assert first_predicted([s(2, False), s(3, None), s(4, True)]) == (None, False)
+    assert first_predicted([s(2, False), s(3, False)]) == (None, True)
+    assert first_predicted([s(2, False), None]) == (None, False)

@@ -14,6 +14,7 @@ scheduler's loop on the first wave (judge/wave.py, judge/sweepstep.py).
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from typing import Any
 
 from validator.judge.check import Check
@@ -54,16 +55,20 @@ def step_checks(run: RunData, step: Step | None, f: RunFigures) -> list[Check]:
     )
     for what, exp, key in (("admitted", step.admitted, "running"), ("waiting_at_start", step.waiting, "waiting")):
         obs = seen[key] if seen is not None else None
-        unknown = None if exp is not None else "the first wave has no one state the freeze could catch (it preempts "
-        unknown = unknown and unknown + "before every admitted request has its tokens), or no prediction"
         if not step.catchable:  # no freeze can hold that state: shown, not judged
-            unknown, why = (
-                None,
-                (
-                    f"not judged: vLLM preempts in the decode step right after the first wave's first tokens, "
-                    f"before a freeze can hold it ({how}; {key} once the first tokens are out)"
-                ),
+            said = (
+                f"not judged: vLLM preempts in the decode step right after the first wave's first tokens, "
+                f"before a freeze can hold it ({how}; {key} once the first tokens are out)"
             )
+        elif why:
+            said = why
+        elif exp is None:
+            said = (
+                f"no one figure for this freeze (the arrivals the ledger tries disagree there, or vLLM "
+                f"preempted before it): {how}"
+            )
+        else:
+            said = f"{how}; {key} at the first freeze"
         out.append(
             Check(
                 name=f"{name}.{what}",
@@ -72,7 +77,7 @@ def step_checks(run: RunData, step: Step | None, f: RunFigures) -> list[Check]:
                 passed=None if obs is None or exp is None or not step.catchable else obs == exp,
                 tolerance="exact",
                 judged=step.catchable,
-                explanation=why or (f"{unknown}: {how}" if unknown else f"{how}; {key} at the first freeze"),
+                explanation=said,
             )
         )
     pre = f.preemptions
@@ -105,15 +110,15 @@ def sweep_checks(runs: list[RunData], figures: dict[str, RunFigures], plan: Plan
     for r, s in steps:
         checks += step_checks(r, s, figures[r.name])
     known = [(s, figures[r.name].preemptions) for r, s in steps if s is not None]
-    predicted = first_predicted(s for _, s in steps)
-    unknown = predicted is ... or any(s is None for _, s in steps)
+    predicted, known_all = first_predicted(s for _, s in steps)
+    unknown = not known_all or any(s is None for _, s in steps)
     missing = [s.run for s, p in known if p is None]
     observed = next((s.n for s, p in known if p), None)
     checks.append(peak_memory_check([r for r, _ in steps], plan))
     checks.append(
         Check(
             name="sweep.first_preemption",
-            expected=None if predicted is ... else predicted,
+            expected=predicted,
             observed=None if missing else observed,
             passed=None if missing or unknown else observed == predicted,
             tolerance="exact step",
@@ -125,15 +130,15 @@ def sweep_checks(runs: list[RunData], figures: dict[str, RunFigures], plan: Plan
     return checks
 
 
-def first_predicted(steps: Any) -> Any:
-    """The first step the ledger says preempts (None: none does); `...` where a step before it, or
-    every step when none does, has no prediction."""
+def first_predicted(steps: Iterable[Step | None]) -> tuple[int | None, bool]:
+    """The first step the ledger says preempts (None: none does), and whether that is known: not where
+    a step before it (or any step, when none does) has no prediction."""
     for s in steps:
         if s is None or s.preempts is None:
-            return ...
+            return None, False
         if s.preempts:
-            return s.n
-    return None
+            return s.n, True
+    return None, True
 
 
 def memory_budget(plan: PlanRecord) -> tuple[int | None, str]:
@@ -193,8 +198,7 @@ def sweep_summary(
             break
         capacity = row["n"]
     first = next((s for _, s in steps if s is not None), None)
-    found = first_predicted(s for _, s in steps)
-    predicted = None if found is ... else found
+    predicted, known = first_predicted(s for _, s in steps)
     observed = next((row["n"] for row in rows if row["preemptions"]), None)
     holds = (
         f"the KV cache holds {first.held} sequences of {first.prompt} + {first.output} tokens"
@@ -216,7 +220,7 @@ def sweep_summary(
         "memory_budget_gib": None if budget is None else round(budget / 2**30, 3),
         "line": (
             f"{holds} (max_num_seqs {plan.max_num_seqs}); vLLM first preempted at {observed} in flight (the ledger: "
-            f"{'not known' if found is ... else predicted}); "
+            f"{predicted if known else 'not known'}); "
             + (
                 f"the SLOs hold at every step (up to {capacity} in flight)"
                 if capacity is not None and capacity == rows[-1]["n"]
