@@ -17,8 +17,8 @@ import pytest
 from tests.test_sweep import plan_of
 from validator.judge import wave
 from validator.judge.layout import HeldGroup, block_layout
-from validator.judge.sweepstep import predicted_step
-from validator.judge.wave import Wave, predict_wave, run_wave
+from validator.judge.sweepstep import predict_wave, predicted_step
+from validator.judge.wave import Wave, run_wave
 
 WINDOW = {"kind": "SlidingWindowSpec", "layers": 2, "page_size_bytes": 16384, "block_size": 32, "sliding_window": 128}
 FULL = {"kind": "FullAttentionSpec", "layers": 2, "page_size_bytes": 16384, "block_size": 32}

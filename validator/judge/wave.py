@@ -21,12 +21,12 @@ kv_cache_manager.allocate_slots), step by step, on n requests of P + O tokens se
 The wave is run until the first request finishes (the closed loop then sends the next one, at a
 time the ledger does not know) or the first preemption. The client cannot send n requests in one
 instant: the first one may be scheduled a step ahead (a freeze sees it one token ahead), so the wave
-is also run with the others a step late, and a prediction is made only where both runs agree.
+is also run with the others a step late; sweepstep.predict_wave makes a prediction from these runs
+where they agree, or from the one the freeze shows.
 """
 
 from __future__ import annotations
 
-import functools
 from dataclasses import dataclass, field
 
 from validator.judge.layout import HeldGroup
@@ -216,106 +216,3 @@ def run_wave(
             step += quiet
             states.append(WaveState(step, len(running), len(waiting), leader.produced, preempted))
     return states, False
-
-
-@dataclass(frozen=True)
-class WavePrediction:
-    """What the ledger says of the step: the first wave's running and waiting once every admitted request
-    has a token (None: not one state), whether the step preempts (None: not known), and why."""
-
-    admitted: int | None
-    waiting: int | None
-    preempts: bool | None
-    held: int  # requests of this shape the pool holds at their largest (a decode step's blocks)
-    why: str
-    catchable: bool = True  # False: vLLM preempts in the step after the first tokens, before a freeze can hold it
-    first_admitted: int | None = None  # running once the first tokens are out (shown where not catchable)
-
-
-def decode_peak(groups: tuple[HeldGroup, ...], block_size: int, prompt: int, output: int) -> int:
-    """The most blocks one request holds while decoding: KV for t tokens, t up to prompt + output - 1
-    (the last token sampled has none), its window or chunk from the tokens computed before."""
-    return max(
-        (
-            sum(cdiv(t, g.size(block_size)) - g.first_held(t - 1, block_size) for g in groups)
-            for t in range(prompt + 1, prompt + output)
-        ),
-        default=sum(cdiv(prompt, g.size(block_size)) for g in groups),
-    )
-
-
-def state_at(states: list[WaveState], leader_tokens: int) -> WaveState | None:
-    """The state once the first request has that many tokens, if the wave got there unpreempted."""
-    at = next((s for s in states if s.leader_tokens >= leader_tokens), None)
-    return None if at is None or at.preempted else at
-
-
-def never_preempts(groups: tuple[HeldGroup, ...], wave: Wave, peak: int) -> tuple[bool, str]:
-    """Whether no order of arrivals can make vLLM preempt: every request running at its largest. A
-    prefill scheduled whole is admitted only when it fits, so it never preempts, but it holds its whole
-    prompt until its next step frees the window: one such beside the others at their decode peak. A
-    prefill split over steps may preempt for its next chunk: then each may hold its whole prompt."""
-    at_once = min(wave.n, wave.max_num_seqs)
-    prompt_blocks = sum(cdiv(wave.prompt, g.size(wave.block_size)) for g in groups)
-    if at_once * wave.prompt <= wave.budget:
-        most = (at_once - 1) * peak + max(peak, prompt_blocks)
-        largest = max(peak, prompt_blocks)
-        return most <= wave.usable, f"{at_once} at once hold at most {at_once - 1} x {peak} + {largest}"
-    most = at_once * max(peak, prompt_blocks)
-    return most <= wave.usable, f"{at_once} at once hold at most {at_once} x {max(peak, prompt_blocks)}"
-
-
-@functools.lru_cache(maxsize=64)  # the judge asks once for the checks and once for the summary
-def predict_wave(
-    groups: tuple[HeldGroup, ...],
-    wave: Wave,
-    leader_tokens: int = 1,
-    admission_only: bool = False,
-    ahead: bool | None = None,
-) -> WavePrediction:
-    """The step's prediction, from both arrivals (together, and the first a step ahead) and, past the
-    first wave, the next request arriving 1 or 2 steps after one finishes: a figure where they agree.
-    `ahead`: which arrival the freeze shows (its first request a token ahead of the next, or level
-    with it); None: not known, both must agree. `admission_only`: who runs and waits at the first
-    tokens, not whether it preempts (None)."""
-    peak = max(decode_peak(groups, wave.block_size, wave.prompt, wave.output), 1)
-    held = wave.usable // peak
-    safe, bound = never_preempts(groups, wave, peak)
-    # the states a freeze can read come early: run the whole first wave only to see whether it preempts
-    horizon = max(leader_tokens, 2) + 1 if safe or admission_only else None
-    first_waves = [run_wave(groups, wave, late, upto=horizon)[0] for late in (False, True)]
-    # the first a step ahead has a token before the others are scheduled: a freeze of that wave shows it
-    # with 2 at least (with 1, the others would be pending)
-    a, b = state_at(first_waves[0], leader_tokens), state_at(first_waves[1], max(leader_tokens, 2))
-    if ahead is not None:  # the arrival the freeze shows: its state alone
-        a = b = b if ahead else a
-    agree = a is not None and b is not None and (a.running, a.waiting) == (b.running, b.waiting)
-    preempts: bool | None
-    if admission_only:
-        preempts, why = None, "admission only"
-    elif safe:
-        preempts, why = False, f"{bound} blocks of {wave.usable}"
-    elif all(s and s[-1].preempted for s in first_waves):
-        preempts, why = True, "the first wave preempts"
-    else:
-        runs = [run_wave(groups, wave, late, delay) for late in (False, True) for delay in (1, 2)]
-        seen = {bool(st[-1].preempted) if st and ended else None for st, ended in runs}
-        preempts = seen.pop() if len(seen) == 1 else None
-        why = (
-            f"the closed loop {'preempts' if preempts else 'ends unpreempted'} however the next requests arrive"
-            if preempts is not None
-            else "whether the closed loop preempts depends on when the next requests arrive"
-            if None not in seen
-            else "the closed loop was not run to its end"
-        )
-    catchable = state_at(first_waves[0], 2) is not None and state_at(first_waves[1], 2) is not None
-    first = state_at(first_waves[0], 1)
-    return WavePrediction(
-        a.running if agree and a else None,
-        a.waiting if agree and a else None,
-        preempts,
-        held,
-        why,
-        catchable,
-        first.running if first else None,
-    )
