@@ -205,3 +205,28 @@ def test_the_first_preemption_is_not_known_past_a_step_without_a_prediction():
     assert first_predicted([s(2, False), s(3, None), s(4, True)]) == (None, False)
     assert first_predicted([s(2, False), s(3, False)]) == (None, True)
     assert first_predicted([s(2, False), None]) == (None, False)
+
+
+def test_a_sweep_step_whose_admission_lets_few_run_has_its_prefills_in_one_step():
+    """A first-token freeze is judged where the prompts that may share its step fit the token budget.
+    Of 384 + 64 tokens on the tiny gpt-oss, 6 or 9 in flight make 6 x 384 > 2048 by max_num_seqs, but
+    the reservations let 3 run at once (as vLLM did), and 3 x 384 fit: the freeze judge counts 3 (its
+    blocks then read 60 of 60 in both steps' freezes, which were `not measured`). One group, or a step
+    of another kind, keeps max_num_seqs."""
+    from tests.test_sweep import _step_run
+    from validator.judge.figures import at_once
+    from validator.rundir.schedule import PlannedRun, RunKind
+
+    plan = gptoss_plan()
+    groups = block_layout(plan.shown["kv_groups"]).groups
+    for n in (6, 9):
+        # the freezes had [3, 2, 1, 0, ...] tokens: the first a step ahead, the third admitted a step late
+        assert step(plan, n, 384, 64, [3, 2, 1] + [0] * (n - 3)).most_running == 3
+        run = _step_run(n, [100.0] * n)  # no freeze: up to the first tokens
+        run.planned = PlannedRun(name=run.name, kind=RunKind.SWEEP, requests=2 * n, concurrency=n)
+        for r in run.records:
+            r.asked_prompt_tokens, r.asked_output_tokens = 384, 64
+        assert at_once(run, plan, groups) == 2  # the third's reservation waits for the first decode
+        assert at_once(run, plan, (HeldGroup(),)) == 8
+        run.kind = RunKind.COLD
+        assert at_once(run, plan, groups) == 8

@@ -21,9 +21,11 @@ from validator.judge.predict import (
     final_peak,
     kv_blocks_at,
 )
+from validator.judge.sweepstep import step_of
 from validator.plan.record import PlanRecord
 from validator.rundir.rundata import RunData
 from validator.rundir.samples import Histogram
+from validator.rundir.schedule import RunKind
 
 
 def _ordered(run: RunData) -> list[RequestRecord]:
@@ -179,6 +181,17 @@ class RunFigures:
     one_step: frozenset[str] = frozenset()  # requests caught at their first token, prefilled in one step
 
 
+def at_once(run: RunData, plan: PlanRecord, groups: tuple[HeldGroup, ...]) -> int:
+    """The most requests that may share an engine step up to a run's freeze: max_num_seqs; in a sweep
+    step beside window or chunk groups, where the admission lets fewer run, what the ledger's run of
+    the scheduler says (sweepstep.py; its admission and waiting checks judge that run)."""
+    if run.kind is not RunKind.SWEEP or not any(g.frees for g in groups):
+        return plan.max_num_seqs
+    step = step_of(run, plan)
+    most = step.most_running if step else None
+    return plan.max_num_seqs if most is None else min(most, plan.max_num_seqs)
+
+
 def run_figures(
     run: RunData,
     plan: PlanRecord,
@@ -215,7 +228,7 @@ def run_figures(
     ttft, itl, held_t, held_i = latency_values(run)
     freezes = []
     # a first-token freeze is judged where its prefill surely took one step (freezestate.py)
-    one = one_step_prefills(run, launched_budget(plan.shown.get(LAUNCHED_ARGV)), plan.max_num_seqs)
+    one = one_step_prefills(run, launched_budget(plan.shown.get(LAUNCHED_ARGV)), at_once(run, plan, groups))
     for f in run.freezes:
         o = observed_state(f.reading, usable)
         freezes.append(

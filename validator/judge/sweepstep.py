@@ -28,6 +28,7 @@ class WavePrediction:
     why: str
     catchable: bool = True  # False: vLLM preempts in the step after the first tokens, before a freeze can hold it
     first_admitted: int | None = None  # running once the first tokens are out (shown where not catchable)
+    most_running: int | None = None  # the most run at once up to the freeze (None: not known)
 
 
 def decode_peak(groups: tuple[HeldGroup, ...], block_size: int, prompt: int, output: int) -> int:
@@ -85,9 +86,18 @@ def predict_wave(
     # the first a step ahead has a token before the others are scheduled: a freeze of that wave shows it
     # with 2 at least (with 1, the others would be pending)
     a, b = state_at(first_waves[0], leader_tokens), state_at(first_waves[1], max(leader_tokens, 2))
+    # the most running at once up to the freeze, in the arrivals it may have followed
+    upto = [(first_waves[0], leader_tokens), (first_waves[1], max(leader_tokens, 2))]
     if ahead is not None:  # the arrival the freeze shows: its state alone
         a = b = b if ahead else a
+        upto = [upto[1] if ahead else upto[0]]
     agree = a is not None and b is not None and (a.running, a.waiting) == (b.running, b.waiting)
+    reached = [state_at(st, lead) for st, lead in upto]
+    most = (
+        max(s.running for (st, lead), end in zip(upto, reached, strict=True) for s in st if s.step <= end.step)  # type: ignore[union-attr]
+        if all(reached)
+        else None
+    )
     preempts: bool | None
     if admission_only:
         preempts, why = None, "admission only"
@@ -116,6 +126,7 @@ def predict_wave(
         why,
         catchable,
         first.running if first else None,
+        most,
     )
 
 
@@ -131,6 +142,7 @@ class Step:
     preempts: bool | None  # predicted: the step preempts (None: not known)
     why: str = ""  # how the prediction was made, or why there is none
     catchable: bool = True  # False: the first wave preempts a step after its first tokens, before any freeze
+    most_running: int | None = None  # the most run at once up to its freeze, where the ledger's run knows
 
     @property
     def waiting(self) -> int | None:
@@ -208,7 +220,7 @@ def predicted_step(
     why = f"the ledger's run of the scheduler: {p.why}"
     if not p.catchable:
         return Step(name, n, prompt, out, p.held, at_once, p.first_admitted, p.preempts, why, catchable=False)
-    return Step(name, n, prompt, out, p.held, at_once, p.admitted, p.preempts, why)
+    return Step(name, n, prompt, out, p.held, at_once, p.admitted, p.preempts, why, most_running=p.most_running)
 
 
 def step_of(run: RunData, plan: PlanRecord) -> Step | None:
