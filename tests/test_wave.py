@@ -230,3 +230,29 @@ def test_a_sweep_step_whose_admission_lets_few_run_has_its_prefills_in_one_step(
         assert at_once(run, plan, (HeldGroup(),)) == 8
         run.kind = RunKind.COLD
         assert at_once(run, plan, groups) == 8
+
+
+def test_the_sweep_table_never_shows_an_unknown_prediction_as_zero_nor_an_unjudged_one_as_judged():
+    """The report's sweep table: a step whose preemption the ledger cannot call says `not known`
+    (it said `0`: a missing value shown as none), and a step whose wave preempts before any freeze
+    can hold it marks its admission `(not judged)` and leaves it off the plot's predicted line."""
+    from validator.report.markdown import _sweep_table
+    from validator.report.sweephtml import sweep_html
+
+    def row(n, admitted, judged, preempts, running):
+        return {
+            "n": n, "admitted_predicted": admitted, "admission_judged": judged, "running_at_freeze": running,
+            "waiting_at_freeze": 0, "kv_blocks_at_freeze": 60, "kv_blocks_predicted": 60,
+            "preempts_predicted": preempts, "preemptions": 2.0, "requests_per_s": 1.0,
+            "output_tokens_per_s": 10.0, "ttft_p50_ms": 1.0, "ttft_p99_ms": 2.0, "itl_p50_ms": 1.0,
+            "itl_p99_ms": 2.0, "queue_mean_ms": 0.0, "goodput_requests_per_s": None,
+            "peak_server_memory_gib": None, "within_slo": True,
+        }  # fmt: skip
+
+    steps = [row(4, 4, True, None, 4), row(8, 8, False, True, 5)]
+    sw = {"steps": steps, "kv_holds": 3, "usable_blocks": 64, "line": "the KV cache holds 3"}
+    page = "".join(sweep_html(sw))
+    assert "(ledger: not known)" in page and "(ledger: 0)" not in page
+    assert "8 (not judged) / 5" in page and "4 / 4" in page
+    table = _sweep_table(sw["steps"])
+    assert "| 8 | 8 (not judged) / 5 |" in table and "| 4 | 4 / 4 |" in table

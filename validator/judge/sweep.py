@@ -283,6 +283,8 @@ def _row(run: RunData, step: Step | None, f: RunFigures, slo: SloSection) -> dic
         "prompt": step.prompt if step else None,
         "output": step.output if step else None,
         "admitted_predicted": step.admitted if step else None,
+        # False: the wave preempts before a freeze can hold it; its admission is shown, not judged
+        "admission_judged": step.catchable if step else None,
         "running_at_freeze": seen["running"] if seen else None,
         "waiting_at_freeze": seen["waiting"] if seen else None,
         "kv_blocks_at_freeze": f.freezes[0]["observed"] if f.freezes else None,

@@ -95,7 +95,8 @@ def _sweep_table(rows: list[dict]) -> str:
     out = [head, "|" + "---|" * 10]
     for r in rows:
         out.append(
-            f"| {fmt(r['n'])} | {fmt(r['admitted_predicted'])} / {fmt(r['running_at_freeze'])} | "
+            f"| {fmt(r['n'])} | {fmt(r['admitted_predicted'])}"
+            f"{' (not judged)' if r.get('admission_judged') is False else ''} / {fmt(r['running_at_freeze'])} | "
             f"{fmt(r['waiting_at_freeze'])} | {fmt(r['preemptions'])} | {fmt(r['output_tokens_per_s'])} | "
             f"{fmt(r.get('goodput_requests_per_s'))} | {fmt(r['ttft_p99_ms'])} | {fmt(r['queue_mean_ms'])} | "
             f"{fmt(r.get('peak_server_memory_gib'))} | {'held' if r['within_slo'] else 'missed'} |"

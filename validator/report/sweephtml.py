@@ -18,6 +18,15 @@ def _n(v) -> str:
     return "—" if v is None else fmt(v)
 
 
+def _unjudged(row: dict) -> str:
+    """A step whose wave vLLM preempts before a freeze can hold it: its admission shown, not judged."""
+    return " (not judged)" if row.get("admission_judged") is False else ""
+
+
+def _ledger_preempts(predicted: bool | None) -> str:
+    return "not known" if predicted is None else ">= 1" if predicted else "0"
+
+
 def sweep_html(sw: dict | None) -> list[str]:
     if not sw or not sw.get("steps"):
         return []
@@ -31,10 +40,10 @@ def sweep_html(sw: dict | None) -> list[str]:
             f"<td class='n'>{html.escape(c)}</td>"
             for c in (
                 _n(r["n"]),
-                f"{_n(r['admitted_predicted'])} / {_n(r['running_at_freeze'])}",
+                f"{_n(r['admitted_predicted'])}{_unjudged(r)} / {_n(r['running_at_freeze'])}",
                 _n(r["waiting_at_freeze"]),
                 _n(r["kv_blocks_at_freeze"]),
-                f"{_n(r['preemptions'])} (ledger: {'>= 1' if r['preempts_predicted'] else '0'})",
+                f"{_n(r['preemptions'])} (ledger: {_ledger_preempts(r['preempts_predicted'])})",
                 _n(r["requests_per_s"]),
                 _n(r.get("goodput_requests_per_s")),
                 _n(r["output_tokens_per_s"]),
@@ -61,7 +70,11 @@ def sweep_html(sw: dict | None) -> list[str]:
         [
             (
                 "predicted running",
-                [(r["n"], r["admitted_predicted"]) for r in pts if r["admitted_predicted"] is not None],
+                [
+                    (r["n"], r["admitted_predicted"])
+                    for r in pts
+                    if r["admitted_predicted"] is not None and r.get("admission_judged") is not False
+                ],
             ),
             (
                 "running at the freeze",
