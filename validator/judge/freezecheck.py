@@ -89,6 +89,11 @@ def unsettled(run: RunData, f: FreezeRecord) -> str | None:
     return None
 
 
+def settled_freezes(run: RunData) -> list[FreezeRecord]:
+    """The run's freezes whose reading is a measurement (unsettled: None), in order."""
+    return [f for f in run.freezes if unsettled(run, f) is None]
+
+
 def records_at(run: RunData, f: FreezeRecord) -> list[str]:
     """The freeze's list of live requests against the records: each is a record of this run with
     exactly the tokens the freeze says it had, and no other record was streaming across it."""
@@ -250,6 +255,6 @@ def freeze_intervals(run: RunData) -> list[tuple[float, float]]:
 
 def utilization(run: RunData, usable_blocks: int) -> float | None:
     """The largest KV reading at a settled freeze of the run, over the usable blocks."""
-    read = [observed_state(f.reading, usable_blocks)["kv_blocks"] for f in run.freezes if unsettled(run, f) is None]
+    read = [observed_state(f.reading, usable_blocks)["kv_blocks"] for f in settled_freezes(run)]
     vals = [v for v in read if v is not None]
     return max(vals) / usable_blocks if vals and usable_blocks else None

@@ -19,7 +19,7 @@ from typing import Any
 
 from validator.judge.check import Check
 from validator.judge.figures import RunFigures, _paused, _pct, hist_delta
-from validator.judge.freezecheck import freeze_intervals, observed_state, unsettled
+from validator.judge.freezecheck import freeze_intervals, observed_state, settled_freezes
 from validator.judge.sweepstep import Step, step_of
 from validator.plan.record import PlanRecord, Platform
 from validator.profile import SloSection
@@ -28,7 +28,7 @@ from validator.rundir.schedule import RunKind
 
 
 def _freeze_reading(run: RunData) -> dict[str, Any] | None:
-    settled = [f for f in run.freezes if unsettled(run, f) is None]
+    settled = settled_freezes(run)
     return observed_state(settled[0].reading, 0) if settled else None
 
 

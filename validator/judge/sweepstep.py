@@ -8,9 +8,10 @@ import functools
 from dataclasses import dataclass
 from typing import Any
 
-from validator.judge.freezecheck import unsettled
+from validator.judge.freezecheck import settled_freezes
 from validator.judge.layout import BlockLayout, HeldGroup, block_layout
 from validator.judge.wave import Wave, WaveState, run_wave
+from validator.plan.kv_spec import ChunkedLocalSpec, SlidingWindowSpec
 from validator.plan.record import PlanRecord
 from validator.rundir.rundata import RunData
 from validator.units import cdiv
@@ -163,13 +164,14 @@ def admission_caps(
         elif type(listed) is int and listed > 0:
             caps.append(listed)
         else:
-            bs, mml, budget = g.size(plan.block_size), plan.max_model_len, plan.max_num_batched_tokens
-            floor = (
-                cdiv(min(g.window - 1 + budget, mml), bs) + 1
+            # the cap with the least in-flight budget (one batch), by the planner's formula for the spec
+            shape = {"block_size": g.size(plan.block_size), "num_kv_heads": 1, "head_size": 1, "dtype_bytes": 1}
+            spec = (
+                SlidingWindowSpec(**shape, sliding_window=g.window)
                 if g.window is not None
-                else cdiv(min((g.chunk or 0) + budget, mml), bs)
+                else ChunkedLocalSpec(**shape, attention_chunk_size=g.chunk or 0)
             )
-            if cdiv(prompt, bs) > floor:
+            if cdiv(prompt, spec.block_size) > spec.blocks_per_request(plan.max_model_len, plan.max_num_batched_tokens):
                 return None
             caps.append(None)
     return tuple(caps) if len(caps) == len(groups) else None
@@ -179,7 +181,7 @@ def leader_tokens(run: RunData) -> tuple[int, bool | None]:
     """The most tokens a request had at the run's first settled freeze (1 without one), and whether
     that first request was a step ahead of the next (one token more) or level with it (None: neither,
     or one request only)."""
-    settled = [f for f in run.freezes if unsettled(run, f) is None]
+    settled = settled_freezes(run)
     if not settled:
         return 1, None
     got = sorted((d for r in settled[0].requests if type(d := r.get("delivered")) is int), reverse=True)

@@ -12,7 +12,7 @@ own word; the blocks those requests hold are judged exactly by the freezes.
 from __future__ import annotations
 
 from validator.judge.check import Check
-from validator.judge.freezecheck import observed_state, unsettled, utilization
+from validator.judge.freezecheck import observed_state, settled_freezes, utilization
 from validator.judge.layout import HeldGroup
 from validator.plan.record import PlanRecord
 from validator.profile import TolerancesSection
@@ -49,7 +49,7 @@ def utilization_check(
 
 
 def _reserved(run: RunData, plan: PlanRecord, tol: TolerancesSection) -> Check:
-    readings = [observed_state(f.reading, 0)["running"] for f in run.freezes if unsettled(run, f) is None]
+    readings = [observed_state(f.reading, 0)["running"] for f in settled_freezes(run)]
     running = max((r for r in readings if r is not None), default=None)
     conc = plan.shown.get(SERVED_CONCURRENCY)
     conc = conc if isinstance(conc, int | float) and not isinstance(conc, bool) and conc > 0 else None

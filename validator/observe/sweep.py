@@ -6,14 +6,13 @@ from __future__ import annotations
 
 from loadgen.schedule.workload import near_limit, new_salt
 from validator.errors import InputError
-from validator.judge.layout import block_layout
-from validator.judge.sweepstep import Step, predicted_step
+from validator.judge.layout import ONE_FULL_GROUP, BlockLayout, block_layout
+from validator.judge.sweepstep import predicted_step
 from validator.observe.schedule import RunSpec
 from validator.plan.record import PlanRecord
 from validator.profile import SweepSection
 from validator.rundir.freezes import FreezePoint
 from validator.rundir.schedule import RunKind
-from validator.units import cdiv
 
 MAX_STEPS = 12
 
@@ -29,16 +28,23 @@ def shape(plan: PlanRecord, sweep: SweepSection) -> tuple[int, int]:
     return prompt, out
 
 
-def _step(plan: PlanRecord, n: int, prompt: int, out: int) -> Step:
-    return predicted_step(plan, block_layout(plan.shown.get("kv_groups")), "", n, prompt, out, 1, admission_only=True)
+def _step(plan: PlanRecord, n: int, prompt: int, out: int) -> tuple[int, int]:
+    """(held, admitted): the judge's prediction at the first tokens; each figure it has no value for
+    (a layout with per-request state, or arrivals that disagree) is one full-attention group's, so the
+    sweep has steps and the freeze a target (the judge then says what it can judge)."""
+    step = predicted_step(plan, block_layout(plan.shown.get("kv_groups")), "", n, prompt, out, 1, admission_only=True)
+    one = predicted_step(plan, BlockLayout(ONE_FULL_GROUP, None), "", n, prompt, out, 1)
+    assert one.held is not None and one.admitted is not None  # the one-group closed form has both
+    return (
+        step.held if step.held is not None else one.held,
+        step.admitted if step.admitted is not None else one.admitted,
+    )
 
 
 def held_at_full_length(plan: PlanRecord, prompt: int, out: int) -> int:
     """Requests of this shape the KV cache holds to their last token (the last sampled token has no KV):
-    beside window or chunk groups their largest decode step's blocks (judge/wave.py); where the
-    layout is not modelled, as one full-attention group would."""
-    held = _step(plan, 1, prompt, out).held
-    return held if held is not None else plan.usable_blocks // cdiv(prompt + out - 1, plan.block_size)
+    beside window or chunk groups their largest decode step's blocks (judge/wave.py)."""
+    return _step(plan, 1, prompt, out)[0]
 
 
 def steps_of(text: str, held: int, max_num_seqs: int) -> list[int]:
@@ -62,8 +68,7 @@ def admitted(plan: PlanRecord, n: int, prompt: int, out: int = 1) -> int:
     the prompts it can allocate blocks for (new requests wait for blocks; only running ones are
     preempted); beside window or chunk groups, as the ledger's run of the scheduler has it at the
     first tokens."""
-    got = _step(plan, n, prompt, out).admitted
-    return got if got is not None else min(n, plan.max_num_seqs, plan.usable_blocks // cdiv(prompt, plan.block_size))
+    return _step(plan, n, prompt, out)[1]
 
 
 def sweep_runs(plan: PlanRecord, sweep: SweepSection, seed: int) -> list[RunSpec]:
