@@ -120,8 +120,8 @@ def _late(run: RunData) -> str:
     return why
 
 
-def _pair(run: RunData, metric: str) -> tuple[list[float], list[float], int]:
-    """(client, server) per request, in ms, for the requests vLLM timed; and the output tokens' median.
+def _pair(run: RunData, metric: str) -> tuple[list[float], list[float], list[int]]:
+    """(client, server) per request, in ms, for the requests vLLM timed; and each one's output tokens.
     ttft: the client's TTFT against vLLM's queue time + TTFT; itl: the client's mean gap from the first
     token to the last (TPOT) against vLLM's mean_itl_ms, the same quantity on the engine's clock."""
     client, server, tokens = [], [], []
@@ -140,7 +140,7 @@ def _pair(run: RunData, metric: str) -> tuple[list[float], list[float], int]:
             client.append(1e3 * tpot)
             server.append(r.server_itl_ms)
             tokens.append(r.output_tokens)
-    return client, server, int(np.median(tokens)) if tokens else 0
+    return client, server, tokens
 
 
 def per_request_latency_checks(run: RunData, b: ShareBounds) -> list[Check] | None:
@@ -160,21 +160,32 @@ def per_request_latency_checks(run: RunData, b: ShareBounds) -> list[Check] | No
             return None
         for q in (50, 99):
             share = b.api_ms if q == 50 else b.api_p99_ms
+            s = float(np.percentile(server, q))
             if metric == "ttft":
-                lo, hi = -CLOCK_MS, share + b.step_ms
+                lo, hi = s - CLOCK_MS, s + share + b.step_ms
                 how = f"0 to {share:g} + {b.step_ms:.1f} ms (one engine step) above the engine's queue time + TTFT"
             else:
-                slack = b.itl_ms / max(tokens - 1, 1)
-                lo, hi = -slack, slack
-                how = f"within {slack:.1f} ms of the engine's mean ITL ({tokens} tokens a request)"
-            c, s = float(np.percentile(client, q)), float(np.percentile(server, q))
+                # Each request's slack is b.itl_ms over its own gaps: a request of 6 tokens may stand
+                # 16 ms a gap off where one of 60 may stand 1.4 (its last token read 80 ms late).
+                # Every request within its slack puts each percentile of the client's within the same
+                # percentile of the engine's less and plus those slacks: those are the bounds. The
+                # median request's slack for all of them judged the p99 of mixed-length traffic, often
+                # a short request's, with a long one's slack (a ShareGPT run failed so in CI: 22.0 ms
+                # against 12.0-18.4).
+                slack = np.array([b.itl_ms / max(n - 1, 1) for n in tokens])
+                lo = float(np.percentile(np.array(server) - slack, q))
+                hi = float(np.percentile(np.array(server) + slack, q))
+                gaps = f"{min(tokens)}-{max(tokens)}" if min(tokens) != max(tokens) else f"{tokens[0]}"
+                how = f"each request within {b.itl_ms:g} ms over its gaps of the engine's mean ITL"
+                how += f" ({gaps} tokens a request)"
+            c = float(np.percentile(client, q))
             out.append(
                 Check(
                     name=f"{run.name}.{metric}_p{q}_client_vs_server",
-                    expected=f"{s + lo:.1f} to {s + hi:.1f} ms",
+                    expected=f"{lo:.1f} to {hi:.1f} ms",
                     observed=round(c, 3),
-                    passed=lo <= c - s <= hi,
-                    tolerance=f"{lo:+.1f} / {hi:+.1f} ms",
+                    passed=lo <= c <= hi,
+                    tolerance=f"{lo - s:+.1f} / {hi - s:+.1f} ms",
                     explanation=f"the client's p{q} {'TTFT' if metric == 'ttft' else 'mean ITL'}, {how} "
                     f"(vLLM's per-request metrics, p{q} {s:.1f} ms over {len(server)} requests)",
                 )
