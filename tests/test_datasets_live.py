@@ -39,21 +39,7 @@ SLO_TTFT_MS = 30000
 def chat_server(tiny_model, tmp_path_factory):
     """The tiny profile with max_model_len 1024 and 2 sequences (the chat files need 1024 tokens),
     launched once for the module as kvgate launches it: `validate --url` runs against it."""
-    from validator.inputs import plan_input_from_profile
-    from validator.plan.limits import make_plan
-    from validator.profile import load
-    from validator.serve.argv import launch_spec
-    from validator.serve.launch import Server
-
-    d = tmp_path_factory.mktemp("chat-server")
-    f = tiny_profile_file(
-        tiny_model, d, limits__max_model_len=1024, limits__max_num_seqs=2, slo__ttft_p99_ms=SLO_TTFT_MS
-    )
-    prof = load(f)
-    server = Server(launch_spec(prof, make_plan(plan_input_from_profile(prof))), d)
-    with server:
-        server.wait_ready()
-        yield server, f
+    yield from model_server(tiny_model, tmp_path_factory.mktemp("chat-server"), "tiny-gqa", 65)
 
 
 def url_run(chat_server, tmp_path, *flags) -> tuple[int, dict, str]:
@@ -175,6 +161,19 @@ def _doctored(src: Path, dst: Path, fn) -> tuple[int, dict]:
     return doctor.rejudge(dst)
 
 
+def one_block_more_fails(src: Path, dst: Path, preds, block: int) -> dict:
+    """A request whose hit the replay predicted exactly, doctored to one block more than the server
+    said: the re-judged run fails on it. The doctored check."""
+    hit = next(p.id for p in preds if p.exact and p.hits > 0)
+
+    def raise_one_block(rows):
+        next(x for x in rows if x["id"] == hit)["cached_tokens"] += block
+
+    code, rep = _doctored(src, dst, lambda d: doctor.edit_jl(d / "runs/dataset/records.jsonl", raise_one_block))
+    assert code == 1 and checks(rep)["dataset.cached_tokens"]["status"] == "fail"
+    return checks(rep)["dataset.cached_tokens"]
+
+
 def test_doctored_dataset_runs_fail(chat_server, tmp_path):
     code, rep, err = url_run(chat_server, tmp_path, *TRACE)
     assert code == 0, err
@@ -187,17 +186,7 @@ def test_doctored_dataset_runs_fail(chat_server, tmp_path):
     saved = read_saved(src)
     preds, _ = predictions(load_runs(src, saved.schedule, True)[0], saved.record)
     assert preds is not None
-    hit = next(p.id for p in preds if p.exact and p.hits > 0)  # a hit predicted exactly
-
-    def raise_one_block(rows):  # that request: one block more than the server said
-        r = next(x for x in rows if x["id"] == hit)
-        r["cached_tokens"] += 32
-
-    code, rep = _doctored(
-        src, tmp_path / "a", lambda d: doctor.edit_jl(d / "runs/dataset/records.jsonl", raise_one_block)
-    )
-    assert code == 1 and checks(rep)["dataset.cached_tokens"]["status"] == "fail"
-    assert "predicted" in checks(rep)["dataset.cached_tokens"]["explanation"]
+    assert "predicted" in one_block_more_fails(src, tmp_path / "a", preds, 32)["explanation"]
 
     def first_miss_hits(rows):  # the first request of the run: nothing was cached yet
         r = min(rows, key=lambda x: x["sent"])
@@ -228,28 +217,33 @@ def test_doctored_dataset_runs_fail(chat_server, tmp_path):
     assert "--enable-prompt-tokens-details" in c["explanation"]
 
 
-@pytest.fixture(scope="module")
-def gptoss_server(tiny_model, tmp_path_factory):
-    """A tiny gpt-oss (window 128 beside full attention, 2 KV groups) with max_model_len 1024, 2
-    sequences and 257 blocks (2 x 128 a request + the null block), launched once as kvgate launches it."""
+def model_server(tiny_model, d: Path, build: str, blocks: int):
+    """The chat profile's server (max_model_len 1024, 2 sequences) on the tiny `build` with `blocks`
+    in the pool, launched as kvgate launches it: (server, profile file) while it runs."""
     from validator.inputs import plan_input_from_profile
     from validator.plan.limits import make_plan
     from validator.profile import load
     from validator.serve.argv import launch_spec
     from validator.serve.launch import Server
 
-    d = tmp_path_factory.mktemp("gptoss-server")
     f = tiny_profile_file(
         tiny_model, d, limits__max_model_len=1024, limits__max_num_seqs=2, slo__ttft_p99_ms=SLO_TTFT_MS
     )
-    text = f.read_text().replace(str(tiny_model("tiny-gqa")), str(tiny_model("tiny-gptoss")))
-    f.write_text(text.replace("num_gpu_blocks_override: 65", "num_gpu_blocks_override: 257"))
+    text = f.read_text().replace(str(tiny_model("tiny-gqa")), str(tiny_model(build)))
+    f.write_text(text.replace("num_gpu_blocks_override: 65", f"num_gpu_blocks_override: {blocks}"))
     prof = load(f)
-    assert prof.cache.num_gpu_blocks_override == 257 and prof.model.path.endswith("tiny-gptoss")
+    assert prof.cache.num_gpu_blocks_override == blocks and prof.model.path.endswith(build)
     server = Server(launch_spec(prof, make_plan(plan_input_from_profile(prof))), d)
     with server:
         server.wait_ready()
         yield server, f
+
+
+@pytest.fixture(scope="module")
+def gptoss_server(tiny_model, tmp_path_factory):
+    """A tiny gpt-oss (window 128 beside full attention, 2 KV groups) with 257 blocks (2 x 128 a
+    request + the null block)."""
+    yield from model_server(tiny_model, tmp_path_factory.mktemp("gptoss-server"), "tiny-gptoss", 257)
 
 
 def test_a_trace_on_gptoss_follows_the_windows_checkpoints_request_by_request(gptoss_server, tmp_path):
@@ -280,16 +274,7 @@ def test_a_trace_on_gptoss_follows_the_windows_checkpoints_request_by_request(gp
     assert sum(p.hits for p in dense) > sum(observed.values())  # a window group hits less
 
     preds, _ = predictions(run, saved.record)
-    hit = next(p.id for p in preds or [] if p.exact and p.hits > 0)
-
-    def raise_one_block(rows):
-        row = next(x for x in rows if x["id"] == hit)
-        row["cached_tokens"] += 32
-
-    code, rep = _doctored(
-        src, tmp_path / "a", lambda d: doctor.edit_jl(d / "runs/dataset/records.jsonl", raise_one_block)
-    )
-    assert code == 1 and checks(rep)["dataset.cached_tokens"]["status"] == "fail"
+    one_block_more_fails(src, tmp_path / "a", preds or [], 32)
 
 
 def test_sharegpt_on_gptoss_freezes_exactly_per_group(gptoss_server, tmp_path):

@@ -17,8 +17,9 @@ from tests.test_compare import PLAN, broken
 from tests.test_sliding_window_judge import warm_prompts
 from validator.judge.freezecheck import expected_state
 from validator.judge.freezestate import LAUNCHED_ARGV, launched_budget, one_step_prefills
-from validator.judge.layout import HeldGroup, block_layout, replayed_window
+from validator.judge.layout import HeldGroup, block_layout, replayed_groups
 from validator.judge.predict import PrefixCacheModel
+from validator.judge.prefixsim import SimRequest, simulate
 from validator.judge.utilization import SERVED_CONCURRENCY
 
 WINDOW = 128
@@ -53,10 +54,10 @@ def test_the_layout_keeps_each_groups_block_size():
     assert block_layout(GEMMA4[:4] + [{"kind": "FullAttentionSpec", "layers": 1}]).groups is None
     chunked = {"kind": "ChunkedLocalSpec", "layers": 1, "attention_chunk_size": 256, "block_size": 64}
     assert block_layout([chunked, GEMMA4[-1]]).groups is None
-    # the block pool replay of a dataset run counts one block size: not offered here
-    two = [GEMMA4[0], GEMMA4[-1]]
-    assert replayed_window(block_layout(two), WINDOW) is None
-    assert replayed_window(block_layout([dict(g, block_size=32) for g in two]), WINDOW) == (WINDOW, True)
+    # the block pool replay of a dataset run holds each kind at its own block, where vLLM caches the
+    # windows at checkpoints (the served window); not a chunked group beside them
+    assert replayed_groups(layout, WINDOW) == GROUPS and replayed_groups(layout, None) is None
+    assert replayed_groups(block_layout([chunked, GEMMA4[-1]]), WINDOW) is None
 
 
 def test_the_first_request_to_reuse_the_primed_prefix_misses_it():
@@ -91,6 +92,24 @@ def test_a_sibling_hits_where_both_groups_blocks_end():
         assert hits_of_siblings(model(), shared) == cached, shared
     one = {n: hits_of_siblings(PrefixCacheModel(32, 256, WINDOW, (1, 4)), n) for n in (288, 300, 64)}
     assert one == {288: [0, 0, 288, 288], 300: [0, 0, 288, 288], 64: [0, 0, 64, 64]}
+
+
+def test_the_replay_hits_the_siblings_as_vllm_did():
+    """The block pool replay of a dataset run (prefixsim.py) on the same 4 siblings, each sent after
+    the one before finished: vLLM's cached tokens for every shared length; at one block size the
+    replay says 288 for a shared 288 and 300 as the model does."""
+
+    def replay(shared, groups):
+        prompts = [list(range(shared)) + list(range(1000 * i + 1000, 1000 * i + 1100)) for i in range(4)]
+        reqs = [
+            SimRequest(f"s{i}", p, 4, float(i), tuple(i + 0.1 + 0.01 * k for k in range(4)))
+            for i, p in enumerate(prompts)
+        ]
+        return [x.hits for x in simulate(reqs, 32, 256, groups=groups)]
+
+    for shared, cached in SIBLINGS.items():
+        assert replay(shared, GROUPS) == cached, shared
+    assert replay(288, ONE_SIZE) == replay(300, ONE_SIZE) == [0, 0, 288, 288]
 
 
 def test_freezes_count_each_group_at_its_own_block():

@@ -11,7 +11,7 @@ from loadgen.results.records import RequestRecord
 from validator.judge.blockpool import Overflow
 from validator.judge.check import Check
 from validator.judge.figures import counter_delta
-from validator.judge.layout import replayed_window, window_of
+from validator.judge.layout import replayed_groups, window_of
 from validator.judge.prefixsim import Prediction, SimRequest, simulate
 from validator.judge.template import audit
 from validator.plan.record import PlanRecord
@@ -59,9 +59,12 @@ def predictions(run: RunData, plan: PlanRecord) -> tuple[list[Prediction] | None
             else "the preemption counter was not read"
         )
     layout, served = window_of(plan)
-    window = replayed_window(layout, served)
-    if layout.gap and window is None:
-        return None, f"the replay follows one full-attention group, or one beside a sliding window: {layout.gap}"
+    groups = replayed_groups(layout, served)
+    if groups is None:
+        return None, (
+            "the replay follows full-attention groups, or those beside sliding windows cached at checkpoints: "
+            f"{layout.gap}"
+        )
     reqs = [
         SimRequest(
             r.id,
@@ -82,7 +85,7 @@ def predictions(run: RunData, plan: PlanRecord) -> tuple[list[Prediction] | None
                 plan.usable_blocks,
                 plan.max_num_seqs,
                 plan.max_num_batched_tokens or None,
-                window,
+                groups,
             ),
             None,
         )

@@ -21,7 +21,7 @@ from validator.judge.cachedtokens import cached_tokens_check, predictions
 from validator.judge.check import Check
 from validator.judge.figures import RunFigures, _pct, bucket_of, hist_delta, predict_prefix, run_figures
 from validator.judge.freezecheck import freeze_checks
-from validator.judge.layout import ONE_FULL_GROUP, HeldGroup, outside_the_block_model, replayed_window, window_of
+from validator.judge.layout import ONE_FULL_GROUP, HeldGroup, outside_the_block_model, replayed_groups, window_of
 from validator.judge.predict import Lookup
 from validator.judge.servertiming import ShareBounds, per_request_latency_checks, server_timing_check, share_bounds
 from validator.judge.slo import slo_checks
@@ -284,7 +284,7 @@ def judge(
         sweeps = {r.name for r in runs if r.kind is RunKind.SWEEP}
         # freezes count each group; prefix hits follow the window's checkpoints where vLLM keeps them
         # a dataset run's hits and cached tokens come from the block pool replay (prefixsim.py)
-        replayed = replayed_window(layout, window) is not None
+        replayed = replayed_groups(layout, window) is not None
         modelled = window is not None or layout.dense
         hits = tuple(f"{r.name}.prefix_hits" for r in runs if (replayed if r.kind is RunKind.DATASET else modelled))
         audits = tuple(f"{r.name}.cached_tokens" for r in runs if replayed and r.kind is RunKind.DATASET)

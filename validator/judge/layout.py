@@ -201,14 +201,16 @@ def window_of(plan: PlanRecord) -> tuple[BlockLayout, int | None]:
     )
 
 
-def replayed_window(layout: BlockLayout, window: int | None) -> tuple[int, bool] | None:
-    """(window, whether vLLM's first group is the window one) where the block pool replay
-    (prefixsim.py) covers the layout: one full-attention group beside one sliding-window group."""
-    if window is None or layout.cache_groups != (1, 1) or not layout.groups:
+def replayed_groups(layout: BlockLayout, window: int | None) -> tuple[HeldGroup, ...] | None:
+    """The groups, in vLLM's order, where the block pool replay (prefixsim.py) covers the layout: one
+    full-attention group, or full-attention groups beside sliding-window groups of one window that
+    vLLM caches at checkpoints (`window`, from checkpoint_window), each kind at one block size
+    (gpt-oss; Gemma 4 at two)."""
+    if layout.gap is None:
+        return ONE_FULL_GROUP
+    if window is None or layout.window != window or not layout.groups:
         return None
-    if any(g.block for g in layout.groups):
-        return None  # the replay counts one block size
-    return window, layout.groups[0].window is not None
+    return layout.groups
 
 
 def outside_the_block_model(

@@ -14,11 +14,14 @@ What is followed (vllm/v1/core/block_pool.py, kv_cache_manager.py, single_type_k
 - when it finishes its blocks are freed last to first: cached ones go to the tail of the free
   queue (least recently used first out), uncached ones to its head (reused first); a hash cached
   in several blocks resolves to the first cached (BlockHashToBlockMap.get_one_block);
-- beside a sliding-window group (gpt-oss), each group holds its own blocks from the same pool, taken
-  and freed in vLLM's group order: a hit needs the full group's run and the window's `cdiv(window -
-  1, block)` blocks before it, the window group caches only its checkpoints (the tail before the
-  last prompt token and before a shared-prefix junction it found uncached: retention interval 0),
-  and each decode step first frees the window's blocks wholly behind it.
+- beside sliding-window groups (gpt-oss, Gemma 4), each group holds its own blocks from the same
+  pool, taken and freed in vLLM's group order: a hit needs the full groups' run and the windows'
+  `cdiv(window - 1, block)` blocks before it, in every group of a kind (identical groups are looked
+  up together); the window groups cache only their checkpoints (the tail before the last prompt
+  token and before a shared-prefix junction they found uncached: retention interval 0), and each
+  decode step first frees the windows' blocks wholly behind them. Where the kinds' blocks differ
+  (Gemma 4: 64 beside 32), a hit and what any group caches end on both kinds' block boundaries
+  (their least common multiple, vLLM's scheduler_block_size; get_num_cacheable_tokens).
 
 The client's clock orders these events: a request is scheduled just before its first token arrives
 (the latest it can be), a decode step's block just after the previous token, a finish just before
@@ -39,10 +42,12 @@ earlier (FCFS) or by a request that had to finish to make room are certain and n
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 from typing import Any
 
 from validator.judge.blockpool import BlockPool, Overflow
+from validator.judge.layout import ONE_FULL_GROUP, HeldGroup
 from validator.judge.predict import block_keys, window_hit
 from validator.units import cdiv
 
@@ -113,17 +118,27 @@ class _Replay:
         self,
         order: list[SimRequest],
         block_size: int,
+        groups: tuple[HeldGroup, ...],
         usable: int,
         max_running: int | None,
         budget: int | None,
-        window: tuple[int, bool] | None = None,
     ):
         eps = 1e-6
-        self.order, self.bs, self.max_running = order, block_size, max_running
-        # a sliding-window group beside the full one: (window, whether it is vLLM's first group)
-        self.window, self.window_first = window if window else (0, False)
-        self.need = cdiv(self.window - 1, block_size) if window else 0
-        self.wblocks: dict[int, list[int | None]] = {}  # the window group's blocks (None: freed, vLLM's null block)
+        self.order, self.max_running = order, max_running
+        self.sizes = [g.size(block_size) for g in groups]
+        self.fulls = [j for j, g in enumerate(groups) if g.window is None]
+        self.wins = [j for j, g in enumerate(groups) if g.window is not None]
+        kinds = ({groups[j] for j in self.fulls}, {groups[j] for j in self.wins})
+        if not self.fulls or len(kinds[0]) > 1 or len(kinds[1]) > 1 or any(g.chunk for g in groups):
+            raise ValueError("the replay holds identical full-attention groups beside identical window groups")
+        self.bf = self.sizes[self.fulls[0]]
+        self.bw = self.sizes[self.wins[0]] if self.wins else self.bf
+        self.window = (groups[self.wins[0]].window or 0) if self.wins else 0
+        self.groups = groups
+        # a hit lands where both kinds' blocks end (scheduler_block_size), and every group caches up
+        # to that alignment only (get_num_cacheable_tokens)
+        self.align = math.lcm(self.bf, self.bw)
+        self.need = cdiv(self.window - 1, self.bw) if self.window else 0  # blocks a window hit spans
         # a prompt may be prefilled in chunks (looked up steps before its first token) unless it fits
         # the step's token budget beside the largest prompts of the others that may share that step
         longest = sorted((len(r.prompt) for r in order), reverse=True)[: max(0, (max_running or len(order)) - 1)]
@@ -146,8 +161,9 @@ class _Replay:
             mine.append((max(r.token_times[-1] - 2 * eps, t + eps), -2))  # finished: freed before the next step
             self.own.append(mine)
         self.pos = [0] * len(order)
-        self.blocks: dict[int, list[int]] = {}
-        self.keys: dict[int, list[Any]] = {}
+        self.blocks: dict[int, list[list[int | None]]] = {}  # per request, per group (None: the null block)
+        self.keys: dict[int, tuple[list[int], list[int]]] = {}  # its prompt's keys at the full, window block
+        self.cached_to: dict[int, int] = {}  # the full groups' blocks it has cached
         self.out: dict[str, Prediction] = {}
 
     def run(self) -> dict[str, Prediction]:
@@ -168,10 +184,8 @@ class _Replay:
                 self.finish_one(t, i)
             self.schedule(i, t)
         elif what == -2:
-            full = list(reversed(self.blocks.pop(i)))
-            mine = [b for b in reversed(self.wblocks.pop(i, [])) if b is not None]
-            for blocks in (mine, full) if self.window_first else (full, mine):  # each group in vLLM's order
-                self.pool.release(blocks)
+            for blocks in self.blocks.pop(i):  # each group in vLLM's order, its blocks last first
+                self.pool.release([b for b in reversed(blocks) if b is not None])
         else:
             self.decode(i, what, t)
 
@@ -203,69 +217,90 @@ class _Replay:
         later = self.order[j].token_times
         return not (k + STEP_SLACK < len(later) and later[k + STEP_SLACK] < r.token_times[0] - lead - BURST_S)
 
-    def hit_block(self, key: Any) -> int:
-        b = self.pool.cached(key)
-        assert b is not None  # a hit is cached
-        return b
+    def held(self, key: Any, groups: list[int], r: SimRequest | None = None) -> bool:
+        """Whether every group of `groups` has `key` cached (a lookup finds identical groups together);
+        with `r`, or may have had it when r was looked up."""
+        return all(
+            self.pool.cached((g, key)) is not None or (r is not None and self.may_follow(r, (g, key))) for g in groups
+        )
+
+    def hit(self, keys: tuple[list[int], list[int]], cap: int, r: SimRequest | None) -> tuple[int, int]:
+        """(the hit, the full groups' aligned hit) in tokens: the full groups' leading cached blocks,
+        aligned, then the window groups' run within them (SlidingWindowManager.find_longest_cache_hit)."""
+        ksf, ksw = keys
+        full = 0
+        while full < cap and self.held(ksf[full], self.fulls, r):
+            full += 1
+        full = full * self.bf // self.align * self.align
+        if not self.wins:
+            return full, full
+        step = self.align // self.bw
+        run = window_hit(ksw, full // self.bw, self.need, lambda k: self.held(k[1], self.wins, r), step)  # type: ignore[index]
+        return run * self.bw, full
 
     def schedule(self, i: int, t: float) -> None:
-        r, pool, bs = self.order[i], self.pool, self.bs
+        r, pool, bf, bw = self.order[i], self.pool, self.bf, self.bw
         p = len(r.prompt)
-        ks = block_keys(r.prompt, bs)
-        cap = min((p - 1) // bs, len(ks))
-        hits = 0
-        while hits < cap and pool.cached(ks[hits]) is not None:
-            hits += 1
-        upper = hits
-        while upper < cap and (pool.cached(ks[upper]) is not None or self.may_follow(r, ks[upper])):
-            upper += 1
-        full = hits
-        if self.window:  # a hit needs both groups; the window group caches at checkpoints only
-            hits = window_hit(ks, full, self.need, lambda k: pool.cached(k) is not None)
-            upper = window_hit(ks, upper, self.need, lambda k: pool.cached(k) is not None or self.may_follow(r, k))
-        held = [self.hit_block(k) for k in ks[:hits]]
-        mine: list[int | None] = [None] * max(0, hits - self.need) if self.window else []
-        hit = [self.hit_block(("w", k)) for k in ks[len(mine) : hits]] if self.window else []
-        for b in (hit + held) if self.window_first else (held + hit):  # the hits, each group in order
-            pool.touch(b)
-        mine += hit
-        self.blocks[i] = held
-        for group in ("window", "full") if self.window_first else ("full", "window"):
-            if group == "full":
-                held += [self.take(t, i) for _ in range(cdiv(p, bs) - hits)]
-            elif self.window:
-                mine += [self.take(t, i) for _ in range(cdiv(p, bs) - hits)]
-                self.wblocks[i] = mine
-        for j in range(hits, len(ks)):
-            pool.cache(held[j], ks[j])
-        # the window group caches the tail before the prompt's last token and before the junction of
-        # a prefix the full group had and it did not (reachable_block_mask, retention interval 0)
-        ends = {(p - 1) // bs} | ({full} if hits < full else set()) if self.window else set()
-        for j in sorted({j for e in ends for j in range(max(hits, e - self.need), min(e, len(ks)))}):
-            pool.cache(mine[j], ("w", ks[j]))  # type: ignore[arg-type]
-        self.keys[i] = list(ks)
-        self.out[r.id] = Prediction(r.id, hits * bs, upper * bs, p, i)
+        ksf = block_keys(r.prompt, bf)
+        ksw = ksf if bw == bf else block_keys(r.prompt, bw)
+        keys = (ksf, ksw)
+        cap = min((p - 1) // bf, len(ksf))
+        tokens, full = self.hit(keys, cap, None)
+        upper, _ = self.hit(keys, cap, r)
+        mine: list[list[int | None]] = []
+        for g, spec in enumerate(self.groups):  # the hits, then new blocks, each group in vLLM's order
+            if spec.window is None:
+                got: list[int | None] = [pool.cached((g, k)) for k in ksf[: tokens // bf]]
+            else:  # blocks wholly behind the window are the null block
+                nulls = max(0, tokens // bw - self.need)
+                got = [None] * nulls
+                got += [pool.cached((g, k)) for k in ksw[nulls : tokens // bw]]
+            for b in got:
+                if b is not None:
+                    pool.touch(b)
+            mine.append(got)
+        for g in range(len(self.groups)):
+            mine[g] += [self.take(t, i) for _ in range(cdiv(p, self.sizes[g]) - len(mine[g]))]
+        self.blocks[i], self.keys[i], self.cached_to[i] = mine, keys, tokens // bf
+        self.cache_full(i, p)
+        # the window groups cache the tail before the prompt's last token and before the junction of
+        # a prefix the full groups had and they did not (reachable_block_mask, retention interval 0),
+        # each boundary aligned down
+        ends = {(p - 1) // self.align * self.align} | ({full} if tokens < full else set())
+        tail = {j for e in ends for j in range(max(tokens // bw, e // bw - self.need), min(e // bw, len(ksw)))}
+        for g in self.wins:
+            for j in sorted(tail):
+                pool.cache(mine[g][j], (g, ksw[j]))  # type: ignore[arg-type]
+        self.out[r.id] = Prediction(r.id, tokens, upper, p, i)
+
+    def cache_full(self, i: int, computed: int) -> None:
+        """The full groups cache their blocks up to `computed` tokens, aligned down (a block that
+        filled past the prompt holds generated content: never matched by a prompt here)."""
+        ksf = self.keys[i][0]
+        upto = computed // self.align * self.align // self.bf
+        for j in range(self.cached_to[i], upto):
+            key = ksf[j] if j < len(ksf) else ("generated", self.order[i].id, j)
+            for g in self.fulls:
+                self.pool.cache(self.blocks[i][g][j], (g, key))  # type: ignore[arg-type]
+        self.cached_to[i] = max(self.cached_to[i], upto)
 
     def decode(self, i: int, k: int, t: float) -> None:
         r = self.order[i]
         n = len(r.prompt) + k  # positions with KV once the step for token k + 1 has run
-        mine = self.wblocks.get(i)
-        if mine is not None:  # remove_skipped_blocks on the positions computed before this step
-            gone = min(max(0, n - self.window) // self.bs, len(mine))
+        mine = self.blocks[i]
+        for g in self.wins:  # remove_skipped_blocks on the positions computed before this step
+            gone = min(max(0, n - self.window) // self.bw, len(mine[g]))
             freed = []
             for j in range(gone - 1, -1, -1):
-                if mine[j] is None:
+                if mine[g][j] is None:
                     break
-                freed.append(mine[j])
-                mine[j] = None
+                freed.append(mine[g][j])
+                mine[g][j] = None
             self.pool.release(freed)  # type: ignore[arg-type]
-        for group in ("window", "full") if self.window_first else ("full", "window"):
-            blocks = self.blocks[i] if group == "full" else mine
-            if blocks is not None and cdiv(n, self.bs) > len(blocks):
-                blocks.append(self.take(t, i, k))
-        if n % self.bs == 0:  # a generated block filled: cached, never matched by a prompt
-            self.keys[i].append(("generated", r.id, n // self.bs))
-            self.pool.cache(self.blocks[i][n // self.bs - 1], self.keys[i][-1])
+        for g, size in enumerate(self.sizes):
+            if cdiv(n, size) > len(mine[g]):
+                mine[g].append(self.take(t, i, k))
+        self.cache_full(i, n)
 
 
 def simulate(
@@ -274,11 +309,12 @@ def simulate(
     usable_blocks: int,
     max_running: int | None = None,
     max_num_batched_tokens: int | None = None,
-    window: tuple[int, bool] | None = None,
+    groups: tuple[HeldGroup, ...] = ONE_FULL_GROUP,
 ) -> list[Prediction]:
     """Predicted cached tokens of each request (a cold cache at the start). Raises Overflow.
-    Without the step's token budget every prompt is taken to be possibly prefilled in chunks. With
-    `window` = (window, first), a sliding-window group beside the full one, caching at checkpoints
-    (vLLM's group order: the window group first or not)."""
-    out = _Replay(arrival_order(reqs), block_size, usable_blocks, max_running, max_num_batched_tokens, window).run()
+    Without the step's token budget every prompt is taken to be possibly prefilled in chunks.
+    `groups`: the KV cache groups in vLLM's order: identical full-attention groups, and beside them
+    identical sliding-window groups caching at checkpoints, each kind at its own block where its
+    HeldGroup says (Gemma 4), else at `block_size`."""
+    out = _Replay(arrival_order(reqs), block_size, groups, usable_blocks, max_running, max_num_batched_tokens).run()
     return [out[r.id] for r in reqs if r.id in out]
