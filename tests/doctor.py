@@ -7,6 +7,7 @@ import contextlib
 import io
 import json
 import shutil
+from dataclasses import replace
 from pathlib import Path
 
 from validator.judge.servertiming import share_bound_ms
@@ -234,3 +235,23 @@ def rejudge(d: Path) -> tuple[int, dict]:
     with contextlib.redirect_stdout(out):
         code = run(str(d), True)
     return code, json.loads(out.getvalue())
+
+
+def replayed(src, **changes):
+    """(predictions, observed cached tokens by id) of the run at `src`, the plan's figures changed."""
+    from validator.judge.cachedtokens import predictions
+    from validator.rundir.rundata import load_runs
+    from validator.rundir.saved import read_saved
+
+    saved = read_saved(src)
+    run = load_runs(src, saved.schedule, True)[0]
+    plan = saved.record
+    if "kv_groups" in changes:
+        changes = {"shown": {**plan.shown, "kv_groups": changes["kv_groups"]}}
+    preds, why = predictions(run, replace(plan, **changes))
+    assert preds is not None, why
+    return preds, {x.id: x.cached_tokens for x in run.records}
+
+
+def wrong(preds, observed) -> int:
+    return sum(not p.admits(observed[p.id]) for p in preds)

@@ -66,8 +66,9 @@ def test_a_trace_through_a_cache_that_evicts_is_exact_request_by_request(chat_se
     assert "within a range" not in c["dataset.cached_tokens"]["explanation"]
     assert c["dataset.prefix_hits"]["status"] == "pass" and c["dataset.tokens_exact"]["status"] == "pass"
     # the 64-block cache did evict: an endless one would have given more hits
+    from validator.judge.arrivals import SimRequest
     from validator.judge.cachedtokens import token_times
-    from validator.judge.prefixsim import SimRequest, simulate
+    from validator.judge.prefixsim import simulate
     from validator.rundir.rundata import load_runs
     from validator.rundir.saved import read_saved
 

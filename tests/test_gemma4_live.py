@@ -6,10 +6,10 @@ together, aligns a hit and what is cached to 64 tokens, and caches the windows a
 from __future__ import annotations
 
 import json
-from dataclasses import replace
 
 import pytest
 
+from tests.doctor import replayed, wrong
 from tests.test_datasets_live import DATA, TRACE, checks, model_server, one_block_more_fails, url_run
 
 pytestmark = pytest.mark.vllm
@@ -19,26 +19,6 @@ pytestmark = pytest.mark.vllm
 def gemma4_server(tiny_model, tmp_path_factory):
     """2 x 100 blocks (32 full + 4 x 17 of the windows at 1,024 tokens) + the null block."""
     yield from model_server(tiny_model, tmp_path_factory.mktemp("gemma4-server"), "tiny-gemma4", 201)
-
-
-def replayed(src, **changes):
-    """(predictions, observed cached tokens by id) of the run at `src`, the plan's figures changed."""
-    from validator.judge.cachedtokens import predictions
-    from validator.rundir.rundata import load_runs
-    from validator.rundir.saved import read_saved
-
-    saved = read_saved(src)
-    run = load_runs(src, saved.schedule, True)[0]
-    plan = saved.record
-    if "kv_groups" in changes:
-        changes = {"shown": {**plan.shown, "kv_groups": changes["kv_groups"]}}
-    preds, why = predictions(run, replace(plan, **changes))
-    assert preds is not None, why
-    return preds, {x.id: x.cached_tokens for x in run.records}
-
-
-def wrong(preds, observed) -> int:
-    return sum(not p.admits(observed[p.id]) for p in preds)
 
 
 def one_size(src) -> list[dict]:

