@@ -10,7 +10,7 @@ import json
 import pytest
 
 from tests.doctor import replayed, wrong
-from tests.test_datasets_live import DATA, TRACE, checks, model_server, one_block_more_fails, url_run
+from tests.test_datasets_live import DATA, TRACE, checks, dataset_run, model_server, one_block_more_fails, url_run
 
 pytestmark = pytest.mark.vllm
 
@@ -60,4 +60,7 @@ def test_sharegpt_on_gemma4_hits_where_both_kinds_of_block_end(gemma4_server, tm
     assert "40 of 40 requests got exactly" in c["dataset.cached_tokens"]["explanation"]
     preds, observed = replayed(tmp_path / "run")
     assert all(p.hits % 64 == 0 for p in preds) and wrong(preds, observed) == 0
+    # the prompt-template audit's possible hit lands on 64 tokens too (measured 384; at 32, 416)
+    audit = dataset_run(rep)["audit"]
+    assert audit["hit_block"] == 64 and audit["possible_hit_tokens"] % 64 == 0
     assert wrong(*replayed(tmp_path / "run", kv_groups=one_size(tmp_path / "run"))) >= 1

@@ -5,6 +5,7 @@ the block pool replayed from the client's view (prefixsim.py)."""
 from __future__ import annotations
 
 import bisect
+import math
 from typing import Any
 
 from loadgen.results.records import RequestRecord
@@ -149,7 +150,9 @@ def dataset_audit(run: RunData, plan: PlanRecord) -> dict[str, Any] | None:
         return None
     preds, why = predictions(run, plan)
     pred = {p.id: p.hits for p in preds} if preds is not None else None
-    a = audit([(r.id, ids[r.id]) for r in sent], plan.block_size, pred)
+    # a hit ends where every group's block does (Gemma 4: 64 tokens beside blocks of 32)
+    hit_block = math.lcm(*window_of(plan)[0].blocks(plan.block_size))
+    a = audit([(r.id, ids[r.id]) for r in sent], hit_block, pred)
     obs = {r.id: r.cached_tokens for r in sent}
     obs_total = sum(v for v in obs.values() if v is not None) if all(v is not None for v in obs.values()) else None
     pred_total = sum(pred.values()) if pred is not None else None
@@ -171,6 +174,7 @@ def dataset_audit(run: RunData, plan: PlanRecord) -> dict[str, Any] | None:
     return {
         "line": line,
         "block_size": plan.block_size,
+        "hit_block": hit_block,  # the tokens a hit is a multiple of (the blocks' least common multiple)
         "prompts": a.prompts,
         "prompt_tokens": total,
         "predicted_hit_tokens": pred_total,
