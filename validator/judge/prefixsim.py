@@ -46,7 +46,10 @@ earlier (FCFS) or by a request that had to finish to make room are certain and n
 
 from __future__ import annotations
 
+import heapq
 import math
+from array import array
+from collections.abc import Iterator
 from typing import Any
 
 from validator.judge.arrivals import Prediction, SimRequest, arrival_order
@@ -89,6 +92,7 @@ class _Replay:
         self.window = (groups[self.wins[0]].window or 0) if self.wins else 0
         self.chunk = (groups[self.chunks[0]].chunk or 0) if self.chunks else 0
         self.groups, self.block_size = groups, block_size
+        self.frees = self.wins + self.chunks  # the groups that free blocks as a request decodes
         # a hit lands where both kinds' blocks end (scheduler_block_size), and every group caches up
         # to that alignment only (get_num_cacheable_tokens)
         self.align = math.lcm(self.bf, self.bw)
@@ -101,18 +105,20 @@ class _Replay:
         )
         self.forcing = 0
         self.pool = BlockPool(usable)
-        self.own: list[list[tuple[float, int]]] = []  # per request: (time, what) in its own order
+        # per request, the times of its events in its own order: scheduled, the step of each token
+        # after the first, finished (8 bytes an event: a run's tokens, not Python tuples of them)
+        self.own: list[array[float]] = []
         last = float("-inf")
         for r in order:
             if not r.token_times:
                 raise Overflow(f"{r.id} has no token")
             last = max(r.token_times[0] - eps, last)
-            mine = [(last, -1)]  # scheduled, FCFS, just before its first token
+            mine = array("d", [last])  # scheduled, FCFS, just before its first token
             t = last
             for k in range(1, r.output):  # the step for token k + 1, after token k (one chunk's tokens: in order)
                 t = max(r.token_times[min(k, len(r.token_times)) - 1] + eps, t + eps)
-                mine.append((t, k))
-            mine.append((max(r.token_times[-1] - 2 * eps, t + eps), -2))  # finished: freed before the next step
+                mine.append(t)
+            mine.append(max(r.token_times[-1] - 2 * eps, t + eps))  # finished: freed before the next step
             self.own.append(mine)
         self.pos = [0] * len(order)
         self.blocks: dict[int, list[list[int | None]]] = {}  # per request, per group (None: the null block)
@@ -120,24 +126,33 @@ class _Replay:
         self.cached_to: dict[int, int] = {}  # the full groups' blocks it has cached
         self.out: dict[str, Prediction] = {}
 
+    def events(self, i: int) -> Iterator[tuple[float, int, int, int]]:
+        """Request i's events as (time, class, i, n), in order: at one time a finish comes first,
+        then a schedule, then a decode step."""
+        last = len(self.own[i]) - 1
+        for n, t in enumerate(self.own[i]):
+            yield t, 0 if n == last else 1 if n == 0 else 2, i, n
+
+    def what(self, i: int, n: int) -> int:
+        """-1: scheduled; -2: finished; else the decode step for token n + 1."""
+        return -1 if n == 0 else -2 if n == len(self.own[i]) - 1 else n
+
     def run(self) -> dict[str, Prediction]:
-        cls = {-1: 1, -2: 0}
-        events = sorted(
-            (t, cls.get(what, 2), i, n) for i, mine in enumerate(self.own) for n, (t, what) in enumerate(mine)
-        )
-        for t, _, i, n in events:
+        # each request's events are in time order: merged, never all held at once
+        for t, _, i, n in heapq.merge(*(self.events(i) for i in range(len(self.own)))):
             if n == self.pos[i]:  # not done yet (a finish taken early also did the events before it)
                 self.step(i, t)
         return self.out
 
     def step(self, i: int, t: float) -> None:
-        what = self.own[i][self.pos[i]][1]
+        what = self.what(i, self.pos[i])
         self.pos[i] += 1
         if what == -1:
             while self.max_running and len(self.blocks) >= self.max_running:
                 self.finish_one(t, i)
             self.schedule(i, t)
         elif what == -2:
+            del self.keys[i], self.cached_to[i]  # nothing of a finished request is held but its blocks
             for blocks in self.blocks.pop(i):  # each group in vLLM's order, its blocks last first
                 self.pool.release([b for b in reversed(blocks) if b is not None])
         else:
@@ -148,7 +163,7 @@ class _Replay:
         running = [j for j in self.blocks if j != exclude]
         if not running:
             raise Overflow("no free block and nothing running to free one")
-        j = min(running, key=lambda j: self.own[j][-1][0])
+        j = min(running, key=lambda j: self.own[j][-1])
         self.forcing += 1  # its evictions must come before the request waiting for its room
         while j in self.blocks:
             self.step(j, t)
@@ -249,22 +264,24 @@ class _Replay:
         self.cached_to[i] = max(self.cached_to[i], upto)
 
     def decode(self, i: int, k: int, t: float) -> None:
-        r = self.order[i]
-        n = len(r.prompt) + k  # positions with KV once the step for token k + 1 has run
+        n = len(self.order[i].prompt) + k  # positions with KV once the step for token k + 1 has run
         mine = self.blocks[i]
-        for g in self.wins + self.chunks:  # remove_skipped_blocks on the positions computed before this step
-            gone = min(self.groups[g].first_held(n - 1, self.block_size), len(mine[g]))
-            freed = []
-            for j in range(gone - 1, -1, -1):
-                if mine[g][j] is None:
-                    break
-                freed.append(mine[g][j])
-                mine[g][j] = None
-            self.pool.release(freed)  # type: ignore[arg-type]
+        for g in self.frees:  # remove_skipped_blocks on the positions computed before this step
+            held = mine[g]
+            gone = min(self.groups[g].first_held(n - 1, self.block_size), len(held))
+            if gone and held[gone - 1] is not None:  # blocks newly behind the window or chunk
+                freed = []
+                for j in range(gone - 1, -1, -1):
+                    if held[j] is None:
+                        break
+                    freed.append(held[j])
+                    held[j] = None
+                self.pool.release(freed)  # type: ignore[arg-type]
         for g, size in enumerate(self.sizes):
-            if cdiv(n, size) > len(mine[g]):
+            if (n + size - 1) // size > len(mine[g]):
                 mine[g].append(self.take(t, i, k))
-        self.cache_full(i, n)
+        if n % self.align == 0:
+            self.cache_full(i, n)
 
 
 def simulate(
