@@ -180,3 +180,13 @@ def test_chunked_groups_free_and_look_up_only_the_last_chunk():
         assert {p.id: p.hits for p in simulate(run, BS, 256, 2, 2048, chunked)}["D"] == cached, (tokens, n)
         dense = {p.id: p.hits for p in simulate(run, BS, 256, 2, 2048, (HeldGroup(),) * 4)}["D"]
         assert dense == (cached if n == 1 else 0), (tokens, n)
+
+
+def test_a_layout_the_replay_does_not_hold_is_refused_not_guessed():
+    two_windows = (HeldGroup(window=128), HeldGroup(window=256), HeldGroup())
+    for groups in (two_windows, (HeldGroup(chunk=256),), (HeldGroup(window=128), HeldGroup(chunk=256), HeldGroup())):
+        try:
+            simulate([req("a", ids(64), 2, 0.0, 0.1)], BS, 64, groups=groups)
+        except ValueError:
+            continue
+        raise AssertionError(f"replayed {groups}")

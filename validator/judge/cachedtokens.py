@@ -93,6 +93,8 @@ def predictions(run: RunData, plan: PlanRecord) -> tuple[list[Prediction] | None
         )
     except Overflow as e:
         return None, f"the replayed pool ran out of blocks ({e}): vLLM would have queued or preempted"
+    except ValueError as e:  # a plan.json whose groups the replay does not hold (replayed_groups admits none)
+        return None, f"not replayed: {e}"
 
 
 def cached_tokens_check(run: RunData, plan: PlanRecord) -> Check:
