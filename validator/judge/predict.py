@@ -55,6 +55,15 @@ def window_hit(keys: list[Any], full: int, need: int, cached: Callable[[object],
     return run // step * step
 
 
+def checkpoint_blocks(prompt: int, hit: int, full: int, align: int, block: int, need: int, n: int) -> list[int]:
+    """The window group's blocks a lookup caches (retention interval 0): the `need` before the
+    prompt's last token and before the junction of a prefix the full groups had (`full` tokens)
+    where the window's hit (`hit`) fell short of it, each boundary aligned down to `align`; past the
+    hit, within the prompt's `n` full blocks of `block` tokens."""
+    ends = {(prompt - 1) // align * align} | ({full} if hit < full else set())
+    return sorted({j for e in ends for j in range(max(hit // block, e // block - need), min(e // block, n))})
+
+
 @dataclass(frozen=True)
 class Lookup:
     """One request's prefix-cache lookup: the blocks it hit, and the blocks past them whose copy it
@@ -138,11 +147,9 @@ class PrefixCacheModel:
             # the window group caches the tail before the replay boundary (the last prompt token) and
             # before the junction of a prefix the full group had and it did not (reachable_block_mask),
             # each boundary aligned down
-            ends = {(len(prompt) - 1) // align * align} | ({full} if tokens < full else set())
-            start = tokens // wbs
-            tail = {j for e in ends for j in range(max(start, e // wbs - self.need), min(e // wbs, len(wkeys)))}
+            tail = checkpoint_blocks(len(prompt), tokens, full, align, wbs, self.need, len(wkeys))
             copies["window"] = frozenset(j for j in tail if ("w", wkeys[j]) not in self.cached)
-            for j in sorted(tail):
+            for j in tail:
                 self._cache(("w", wkeys[j]), window=True)
         while self.size > self.capacity:
             self.size -= self.cached.popitem(last=False)[1]

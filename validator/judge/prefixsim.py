@@ -55,7 +55,7 @@ from typing import Any
 from validator.judge.arrivals import Prediction, SimRequest, arrival_order
 from validator.judge.blockpool import BlockPool, Overflow
 from validator.judge.layout import ONE_FULL_GROUP, HeldGroup
-from validator.judge.predict import block_keys, window_hit
+from validator.judge.predict import block_keys, checkpoint_blocks, window_hit
 from validator.units import cdiv
 
 STEP_SLACK = 2  # decode steps by which the client's view of a step may be off (same-step order, async scheduling)
@@ -122,7 +122,7 @@ class _Replay:
             self.own.append(mine)
         self.pos = [0] * len(order)
         self.blocks: dict[int, list[list[int | None]]] = {}  # per request, per group (None: the null block)
-        self.keys: dict[int, tuple[list[int], list[int]]] = {}  # its prompt's keys at the full, window block
+        self.keys: dict[int, list[int]] = {}  # its prompt's keys at the full groups' block
         self.cached_to: dict[int, int] = {}  # the full groups' blocks it has cached
         self.out: dict[str, Prediction] = {}
 
@@ -239,22 +239,19 @@ class _Replay:
             mine.append(got)
         for g in range(len(self.groups)):
             mine[g] += [self.take(t, i) for _ in range(cdiv(p, self.sizes[g]) - len(mine[g]))]
-        self.blocks[i], self.keys[i], self.cached_to[i] = mine, keys, tokens // bf
+        self.blocks[i], self.keys[i], self.cached_to[i] = mine, ksf, tokens // bf
         self.cache_full(i, p)
-        # the window groups cache the tail before the prompt's last token and before the junction of
-        # a prefix the full groups had and they did not (reachable_block_mask, retention interval 0),
-        # each boundary aligned down
-        ends = {(p - 1) // self.align * self.align} | ({full} if tokens < full else set())
-        tail = {j for e in ends for j in range(max(tokens // bw, e // bw - self.need), min(e // bw, len(ksw)))}
+        # the window groups cache their checkpoints only (reachable_block_mask, retention interval 0)
+        tail = checkpoint_blocks(p, tokens, full, self.align, bw, self.need, len(ksw)) if self.wins else []
         for g in self.wins:
-            for j in sorted(tail):
+            for j in tail:
                 pool.cache(mine[g][j], (g, ksw[j]))  # type: ignore[arg-type]
         self.out[r.id] = Prediction(r.id, tokens, upper, p, i)
 
     def cache_full(self, i: int, computed: int) -> None:
         """The full and chunk groups cache their blocks up to `computed` tokens, aligned down (a block
         that filled past the prompt holds generated content: never matched by a prompt here)."""
-        ksf = self.keys[i][0]
+        ksf = self.keys[i]
         upto = computed // self.align * self.align // self.bf
         for j in range(self.cached_to[i], upto):
             key = ksf[j] if j < len(ksf) else ("generated", self.order[i].id, j)

@@ -33,6 +33,8 @@ def _step(plan: PlanRecord, n: int, prompt: int, out: int) -> tuple[int, int]:
     (a layout with per-request state, or arrivals that disagree) is one full-attention group's, so the
     sweep has steps and the freeze a target (the judge then says what it can judge)."""
     step = predicted_step(plan, block_layout(plan.shown.get("kv_groups")), "", n, prompt, out, 1, admission_only=True)
+    if step.held is not None and step.admitted is not None:
+        return step.held, step.admitted
     one = predicted_step(plan, BlockLayout(ONE_FULL_GROUP, None), "", n, prompt, out, 1)
     assert one.held is not None and one.admitted is not None  # the one-group closed form has both
     return (
