@@ -116,6 +116,34 @@ def test_goodput_counts_the_requests_that_each_met_the_slos():
     assert goodput(run, SloSection()) is None  # no SLO: not measured, not "all good"
 
 
+def test_a_step_with_a_failed_request_misses_its_slos_and_says_how_many_failed():
+    """A step whose latencies are all within the SLOs but where one request failed: missed, not held,
+    and the row, the table and the page say how many failed (where fast latencies alone read `held`)."""
+    from dataclasses import replace
+
+    from validator.judge.figures import run_figures
+    from validator.judge.sweep import sweep_summary
+    from validator.profile import SloSection
+    from validator.report.markdown import _sweep_table
+    from validator.report.sweephtml import sweep_html
+    from validator.serve.argv import plan_record
+
+    plan = plan_record(plan_of()[0])
+    slo = SloSection(ttft_p99_ms=500.0, itl_p99_ms=200.0)
+    good = _step_run(2, [100.0, 120.0])
+    bad = _step_run(3, [100.0, 120.0, 110.0])
+    bad.records[2] = replace(bad.records[2], status=503, chunk_times=[], output_tokens=0, error="HTTP 503")
+    runs = [good, bad]
+    sw = sweep_summary(runs, {r.name: run_figures(r, plan) for r in runs}, plan, slo)
+    assert sw is not None
+    rows = {r["run"]: r for r in sw["steps"]}
+    assert (rows["sweep-c2"]["within_slo"], rows["sweep-c2"]["errors"]) == (True, 0)
+    assert (rows["sweep-c3"]["within_slo"], rows["sweep-c3"]["errors"]) == (False, 1)
+    assert rows["sweep-c3"]["ttft_p99_ms"] < 500  # its answered requests were fast: the failure decides
+    assert "| missed (1 failed) |" in _sweep_table(sw["steps"]) and "| held |" in _sweep_table(sw["steps"])
+    assert "missed (1 failed)" in "".join(sweep_html(sw))
+
+
 def test_peak_memory_is_judged_against_the_gpu_budget_and_shown_on_the_cpu():
     from dataclasses import replace
 

@@ -298,6 +298,7 @@ def _row(run: RunData, step: Step | None, f: RunFigures, slo: SloSection) -> dic
         "itl_p50_ms": _pct(f.itl_ms, 50),
         "itl_p99_ms": itl99,
         "queue_mean_ms": 1e3 * q.sum / q.count if q is not None and q.count > 0 else None,
+        "errors": f.errors,  # failed requests: a step with any misses its SLOs whatever its latency
         "goodput_requests_per_s": goodput(run, slo),
         "peak_server_memory_gib": run.peak_memory_gib,
         "within_slo": within,

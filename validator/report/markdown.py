@@ -6,7 +6,7 @@ import re
 
 from validator.errors import one_line
 from validator.judge.verdict import STATUS_WORD, counts_line
-from validator.report.numbers import fmt
+from validator.report.numbers import fmt, slo_word
 
 _MD_SPECIAL = re.compile(r"([\\`*_\[\]{}()#+!|<>~-])")
 
@@ -99,7 +99,7 @@ def _sweep_table(rows: list[dict]) -> str:
             f"{' (not judged)' if r.get('admission_judged') is False else ''} / {fmt(r['running_at_freeze'])} | "
             f"{fmt(r['waiting_at_freeze'])} | {fmt(r['preemptions'])} | {fmt(r['output_tokens_per_s'])} | "
             f"{fmt(r.get('goodput_requests_per_s'))} | {fmt(r['ttft_p99_ms'])} | {fmt(r['queue_mean_ms'])} | "
-            f"{fmt(r.get('peak_server_memory_gib'))} | {'held' if r['within_slo'] else 'missed'} |"
+            f"{fmt(r.get('peak_server_memory_gib'))} | {slo_word(r)} |"
         )
     return "\n".join(out)
 

@@ -21,3 +21,10 @@ def fmt(v: Any, grouped: bool = False) -> str:
     if isinstance(v, dict):
         return ", ".join(f"{k} {fmt(x, grouped)}" for k, x in v.items())
     return str(v)
+
+
+def slo_word(row: dict[str, Any]) -> str:
+    """A sweep step against the SLOs: held, or missed (saying how many requests failed, if any)."""
+    if row.get("within_slo"):
+        return "held"
+    return f"missed ({row['errors']} failed)" if row.get("errors") else "missed"

@@ -9,7 +9,7 @@ from __future__ import annotations
 import html
 
 from validator.report import svg
-from validator.report.numbers import fmt
+from validator.report.numbers import fmt, slo_word
 
 STYLE = ".sweep{display:flex;flex-wrap:wrap;gap:4px}.sweep svg{width:49%;height:auto}"
 
@@ -51,7 +51,7 @@ def sweep_html(sw: dict | None) -> list[str]:
                 f"{_n(r['itl_p99_ms'])} ms",
                 f"{_n(r['queue_mean_ms'])} ms",
                 f"{_n(r.get('peak_server_memory_gib'))} GiB",
-                "held" if r["within_slo"] else "missed",
+                slo_word(r),
             )
         )
         + "</tr>"
