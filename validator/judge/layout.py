@@ -9,7 +9,8 @@ the comparison gave (a mismatch there is no evidence against vLLM, and a match n
 The start-up checks, the request counts at a freeze and the latency checks are layout-free and stay;
 so do the freezes' block counts where every group is full, chunked-local or sliding-window attention:
 those count each group's blocks (HeldGroup), and beside a sliding window the copies of a shared
-prefix its cache checkpoints imply, as do that layout's prefix hits (checkpoint_window). Where the
+prefix its cache checkpoints imply, as do that layout's prefix hits (checkpoint_window), and the
+same where sliding-window layers are all there is (Mistral-7B-v0.1). Where the
 groups' blocks differ (Gemma 4: the sliding groups' raised to match the full layers' larger pages),
 each group counts at its own size and a hit lands where both kinds' blocks end. A sweep's admission
 and preemptions there come from the ledger's run of the scheduler (wave.py, sweepstep.py).
@@ -102,12 +103,13 @@ class BlockLayout:
     @property
     def window(self) -> int | None:
         """The window where full-attention groups sit beside sliding-window groups of one window
-        (gpt-oss): the layout predict.PrefixCacheModel covers, freezes and prefix hits included."""
+        (gpt-oss), or where sliding-window layers of one window are all there is (Mistral-7B-v0.1):
+        the layouts predict.PrefixCacheModel covers, freezes and prefix hits included."""
         gs = self.groups or ()
         windows = {g.window for g in gs if g.window is not None}
-        if len(windows) != 1 or all(g.window is not None for g in gs) or any(g.chunk is not None for g in gs):
+        if len(windows) != 1 or any(g.chunk is not None for g in gs):
             return None
-        if len({g.block for g in gs if g.window is None}) != 1 or len({g.block for g in gs if g.window}) != 1:
+        if len({g.block for g in gs if g.window is None}) > 1 or len({g.block for g in gs if g.window}) != 1:
             return None  # one block size a kind of group: the prefix model's two sizes
         return windows.pop()
 

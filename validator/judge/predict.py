@@ -82,7 +82,8 @@ class Lookup:
 
 class PrefixCacheModel:
     """Which full blocks vLLM has cached: an LRU of block keys bounded by the usable blocks. With
-    `window`, full-attention groups sit beside sliding-window groups of that window. `groups`: how
+    `window`, full-attention groups sit beside sliding-window groups of that window, or with no
+    dense group (`groups` (0, n)) the window groups are all there is. `groups`: how
     many groups cache a block densely (full, chunked) and at checkpoints (window): a key held in
     each costs that many blocks of the pool they share."""
 
@@ -104,6 +105,8 @@ class PrefixCacheModel:
         self.size = 0
         self.window = window
         self.cost = (max(groups[0], 1), max(groups[1], 1))
+        # window groups alone (Mistral-7B-v0.1): nothing caches densely, a hit spans the whole prompt
+        self.dense = groups[0] > 0 or not window
         # a hit in the window group needs the blocks the window spans before it (no EAGLE)
         self.need = cdiv(window - 1, self.wbs) if window else 0
 
@@ -129,19 +132,20 @@ class PrefixCacheModel:
         full = 0
         while full < cap and keys[full] in self.cached:
             full += 1
-        full = full * bs // align * align  # the full group's hit, in tokens: aligned
+        full = (full if self.dense else cap) * bs // align * align  # the full group's hit, in tokens: aligned
         held = self.cached.__contains__
         # the window group's hit within it, in tokens (the full group's then cut to it)
         tokens = window_hit(wkeys, full // wbs, self.need, held, align // wbs) * wbs if self.window else full
         hits = tokens // bs
-        for k in keys[:hits]:
+        full = full if self.dense else tokens  # alone, no longer hit of another group leaves a junction
+        for k in keys[:hits] if self.dense else ():
             self.cached.move_to_end(k)
         for j in range(max(0, tokens // wbs - self.need), tokens // wbs if self.window else 0):
             self.cached.move_to_end(("w", wkeys[j]))  # the window's hit blocks
         copies = {"full": frozenset(j for j in range(hits, len(keys)) if keys[j] not in self.cached)}
         # positions with KV at the end: prompt + output - 1
         seq = prompt + (output or [])
-        for k in block_keys(seq, bs, n_blocks=(len(seq) - 1) // bs if output else None):
+        for k in block_keys(seq, bs, n_blocks=(len(seq) - 1) // bs if output else None) if self.dense else ():
             self._cache(k)
         if self.window:
             # the window group caches the tail before the replay boundary (the last prompt token) and

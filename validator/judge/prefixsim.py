@@ -22,6 +22,9 @@ What is followed (vllm/v1/core/block_pool.py, kv_cache_manager.py, single_type_k
   decode step first frees the windows' blocks wholly behind them. Where the kinds' blocks differ
   (Gemma 4: 64 beside 32), a hit and what any group caches end on both kinds' block boundaries
   (their least common multiple, vLLM's scheduler_block_size; get_num_cacheable_tokens).
+- sliding-window layers alone (Mistral-7B-v0.1: one group, UnitaryKVCacheCoordinator): the window's
+  run is looked for over the whole prompt, right to left (a run anywhere in the prompt's chain is a
+  hit, whatever before it was evicted), and only the tail before the last prompt token is cached.
 - beside chunked-local groups (Llama 4), which cache every block as a full group does: each decode
   step first frees a chunk group's blocks of the chunks behind the current one, and a lookup needs
   the chunk groups' blocks only from the start of the chunk the full groups' hit ends in (those
@@ -85,9 +88,13 @@ class _Replay:
         self.wins = [j for j, g in enumerate(groups) if g.window is not None]
         self.chunks = [j for j, g in enumerate(groups) if g.chunk is not None]
         kinds = [{groups[j] for j in js} for js in (self.fulls, self.wins, self.chunks)]
-        if not self.fulls or any(len(k) > 1 for k in kinds) or (self.wins and self.chunks):
-            raise ValueError("the replay holds identical full-attention groups beside identical window or chunk groups")
-        self.bf = self.sizes[self.fulls[0]]
+        alone = not self.fulls and self.wins and not self.chunks  # sliding layers only (Mistral-7B-v0.1)
+        if not (self.fulls or alone) or any(len(k) > 1 for k in kinds) or (self.wins and self.chunks):
+            raise ValueError(
+                "the replay holds identical full-attention groups beside identical window or chunk groups, "
+                "or window groups alone"
+            )
+        self.bf = self.sizes[(self.fulls or self.wins)[0]]  # alone: the window's keys stand in for the full's
         self.bw = self.sizes[self.wins[0]] if self.wins else self.bf
         self.window = (groups[self.wins[0]].window or 0) if self.wins else 0
         self.chunk = (groups[self.chunks[0]].chunk or 0) if self.chunks else 0
@@ -202,7 +209,8 @@ class _Replay:
         full = 0
         while full < cap and self.held(ksf[full], self.fulls, r):
             full += 1
-        full = full * self.bf // self.align * self.align
+        # window groups alone are looked up over the whole prompt (UnitaryKVCacheCoordinator)
+        full = (full if self.fulls else cap) * self.bf // self.align * self.align
         if self.chunks:
             j = full // self.chunk * self.chunk // self.bf
             while j < full // self.bf and self.held(ksf[j], self.chunks, r):
@@ -212,7 +220,8 @@ class _Replay:
             return full, full
         step = self.align // self.bw
         run = window_hit(ksw, full // self.bw, self.need, lambda k: self.held(k[1], self.wins, r), step)  # type: ignore[index]
-        return run * self.bw, full
+        # alone, no other group's longer hit leaves a junction for the window to pin (num_uncached 0)
+        return run * self.bw, full if self.fulls else run * self.bw
 
     def schedule(self, i: int, t: float) -> None:
         r, pool, bf, bw = self.order[i], self.pool, self.bf, self.bw
