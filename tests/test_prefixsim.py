@@ -29,6 +29,24 @@ def test_four_at_once_share_the_first_ones_blocks_then_hit_to_the_len_minus_one_
     assert [p.hits for p in got[4:]] == [352] * 4 and all(p.exact for p in got)
 
 
+def test_a_watched_request_carries_the_blocks_whose_copy_it_cached_first():
+    """The measured 4-at-once vector, every request watched (as a freeze's are): the first one caches
+    the shared prefix's 8 blocks and its own 4 first; the other three hit those 8 and cache only their
+    own 4 first; sent again, each hits 11 blocks (the len-1 cap) and caches nothing first. A request
+    no freeze caught carries none (None: not an empty set)."""
+    prefix = ids(256)
+    prompts = [prefix + [1000 + 7 * j + i for i in range(128)] for j in range(4)]
+    first = [req(f"a{j}", prompts[j], 8, 0.0, 0.05) for j in range(4)]
+    again = [req(f"b{j}", prompts[j], 8, 1.0, 1.05) for j in range(4)]
+    got = {p.id: p for p in simulate(first + again, BS, 64, watch=frozenset(r.id for r in first + again))}
+    leader = min((got[f"a{j}"] for j in range(4)), key=lambda p: p.hits)
+    assert leader.hits == 0 and leader.first_copy is not None and leader.first_copy["full"] == frozenset(range(12))
+    followers = [got[f"a{j}"] for j in range(4) if got[f"a{j}"] is not leader]
+    assert all(p.first_copy is not None and p.first_copy["full"] == frozenset(range(8, 12)) for p in followers)
+    assert all(got[f"b{j}"].first_copy == {"full": frozenset(), "window": frozenset()} for j in range(4))
+    assert simulate(first, BS, 64, watch=frozenset({"a0"}))[1].first_copy is None
+
+
 def test_a_prompt_and_the_same_prompt_plus_three_tokens():
     """Measured with --enable-prompt-tokens-details (block 32): a 200-token prompt reports 0 cached
     tokens, the same prompt plus 3 tokens right after reports 192 (6 full blocks)."""

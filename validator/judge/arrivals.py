@@ -25,6 +25,9 @@ class Prediction:
     upper: int  # >= hits: the hit the request could also have had if scheduled earlier
     prompt_tokens: int
     order: int  # its place in the arrival order the judge assumed
+    # for a request a freeze caught: per kind of group ("full", "window"), its blocks past the hit whose
+    # copy it cached first (predict.Lookup's), as the pool held them; None for the others
+    first_copy: dict[str, frozenset[int]] | None = None
 
     @property
     def exact(self) -> bool:

@@ -88,6 +88,7 @@ def predictions(run: RunData, plan: PlanRecord) -> tuple[list[Prediction] | None
                 plan.max_num_seqs,
                 plan.max_num_batched_tokens or None,
                 groups,
+                frozenset(str(q.get("id")) for f in run.freezes for q in f.requests),
             ),
             None,
         )

@@ -266,6 +266,10 @@ def judge(
             prefix[r.name]["hit_tokens"] = sum(p.hits for p in preds) if preds is not None else None
             if preds is not None:
                 upper[r.name] = sum(p.upper for p in preds)
+                if prefix[r.name]["lookups"] is not None:  # the freezes' copies as the replayed pool held them
+                    prefix[r.name]["lookups"] = {
+                        p.id: Lookup(p.hits // dense, p.first_copy, dense) for p in preds if p.first_copy is not None
+                    }
     groups = layout.freeze_groups
     figures = {
         r.name: run_figures(r, plan, server_blocks, prefix[r.name]["hit_tokens"], prefix[r.name]["lookups"], groups)

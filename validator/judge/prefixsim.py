@@ -80,8 +80,10 @@ class _Replay:
         usable: int,
         max_running: int | None,
         budget: int | None,
+        watch: frozenset[str] = frozenset(),
     ):
         eps = 1e-6
+        self.watch = watch  # the requests whose first copies are kept (a freeze caught them)
         self.order, self.max_running = order, max_running
         self.sizes = [g.size(block_size) for g in groups]
         self.fulls = [j for j, g in enumerate(groups) if g.window is None and g.chunk is None]
@@ -249,13 +251,19 @@ class _Replay:
         for g in range(len(self.groups)):
             mine[g] += [self.take(t, i) for _ in range(cdiv(p, self.sizes[g]) - len(mine[g]))]
         self.blocks[i], self.keys[i], self.cached_to[i] = mine, ksf, tokens // bf
-        self.cache_full(i, p)
         # the window groups cache their checkpoints only (reachable_block_mask, retention interval 0)
         tail = checkpoint_blocks(p, tokens, full, self.align, bw, self.need, len(ksw)) if self.wins else []
+        first = None
+        if r.id in self.watch:  # the blocks it caches whose key no block held: the copy later hits share
+            new = p // self.align * self.align // bf
+            g, w = (self.fulls + self.chunks + [-1])[0], (self.wins + [-1])[0]
+            first = {"full": frozenset(j for j in range(tokens // bf, new) if pool.cached((g, ksf[j])) is None)}
+            first["window"] = frozenset(j for j in tail if pool.cached((w, ksw[j])) is None)
+        self.cache_full(i, p)
         for g in self.wins:
             for j in tail:
                 pool.cache(mine[g][j], (g, ksw[j]))  # type: ignore[arg-type]
-        self.out[r.id] = Prediction(r.id, tokens, upper, p, i)
+        self.out[r.id] = Prediction(r.id, tokens, upper, p, i, first)
 
     def cache_full(self, i: int, computed: int) -> None:
         """The full and chunk groups cache their blocks up to `computed` tokens, aligned down (a block
@@ -297,11 +305,14 @@ def simulate(
     max_running: int | None = None,
     max_num_batched_tokens: int | None = None,
     groups: tuple[HeldGroup, ...] = ONE_FULL_GROUP,
+    watch: frozenset[str] = frozenset(),
 ) -> list[Prediction]:
     """Predicted cached tokens of each request (a cold cache at the start). Raises Overflow.
     Without the step's token budget every prompt is taken to be possibly prefilled in chunks.
     `groups`: the KV cache groups in vLLM's order: identical full-attention groups, and beside them
     identical sliding-window groups caching at checkpoints, each kind at its own block where its
-    HeldGroup says (Gemma 4), else at `block_size`, or identical chunked-local groups (Llama 4)."""
-    out = _Replay(arrival_order(reqs), block_size, groups, usable_blocks, max_running, max_num_batched_tokens).run()
+    HeldGroup says (Gemma 4), else at `block_size`, or identical chunked-local groups (Llama 4).
+    `watch`: the requests whose first copies their predictions carry (those a freeze caught)."""
+    replay = _Replay(arrival_order(reqs), block_size, groups, usable_blocks, max_running, max_num_batched_tokens, watch)
+    out = replay.run()
     return [out[r.id] for r in reqs if r.id in out]
