@@ -43,8 +43,20 @@ def test_a_watched_request_carries_the_blocks_whose_copy_it_cached_first():
     assert leader.hits == 0 and leader.first_copy is not None and leader.first_copy["full"] == frozenset(range(12))
     followers = [got[f"a{j}"] for j in range(4) if got[f"a{j}"] is not leader]
     assert all(p.first_copy is not None and p.first_copy["full"] == frozenset(range(8, 12)) for p in followers)
-    assert all(got[f"b{j}"].first_copy == {"full": frozenset(), "window": frozenset()} for j in range(4))
+    assert all(got[f"b{j}"].first_copy == {"full": frozenset()} for j in range(4))  # no window kind here
     assert simulate(first, BS, 64, watch=frozenset({"a0"}))[1].first_copy is None
+
+
+def test_a_window_only_layout_carries_window_copies_and_no_full_kind():
+    """Sliding-window layers alone (Mistral-7B-v0.1): a 480-token prompt caches the window's 4 blocks
+    before its last token (blocks 10-13, as the tiny gpt-oss measured beside a full group); sent
+    again it hits 448 tokens (the len-1 cap, over the whole prompt) and caches nothing first. There
+    is no full group, so no "full" kind (absent, not an empty set that would read as 'none held')."""
+    prompt = ids(480)
+    sent = [req("a", prompt, 8, 0.0, 0.05), req("b", prompt, 8, 1.0, 1.05)]
+    a, b = simulate(sent, BS, 64, groups=(HeldGroup(window=128),), watch=frozenset({"a", "b"}))
+    assert (a.hits, a.first_copy) == (0, {"window": frozenset(range(10, 14))})
+    assert (b.hits, b.first_copy) == (448, {"window": frozenset()})
 
 
 def test_a_prompt_and_the_same_prompt_plus_three_tokens():

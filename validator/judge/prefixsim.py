@@ -255,10 +255,10 @@ class _Replay:
         tail = checkpoint_blocks(p, tokens, full, self.align, bw, self.need, len(ksw)) if self.wins else []
         first = None
         if r.id in self.watch:  # the blocks it caches whose key no block held: the copy later hits share
-            new = p // self.align * self.align // bf
-            g, w = (self.fulls + self.chunks + [-1])[0], (self.wins + [-1])[0]
-            first = {"full": frozenset(j for j in range(tokens // bf, new) if pool.cached((g, ksf[j])) is None)}
-            first["window"] = frozenset(j for j in tail if pool.cached((w, ksw[j])) is None)
+            new, dense = p // self.align * self.align // bf, self.fulls + self.chunks
+            kinds = (("full", dense, range(tokens // bf, new), ksf), ("window", self.wins, tail, ksw))
+            # only the kinds this layout has: a missing kind is not an empty copy
+            first = {k: frozenset(j for j in js if pool.cached((g[0], ks[j])) is None) for k, g, js, ks in kinds if g}
         self.cache_full(i, p)
         for g in self.wins:
             for j in tail:
