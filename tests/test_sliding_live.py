@@ -106,3 +106,67 @@ def test_the_demo_on_sliding_layers_only_is_judged_whole(sliding_demo, tmp_path)
         code, doctored = doctor.rejudge(copy)
         assert code == 1 and doctored["verdict"] == "fail", fn.__name__
         assert checks(doctored)[check]["status"] == "fail", (fn.__name__, checks(doctored)[check])
+
+
+@pytest.fixture(scope="module")
+def sliding_sweep(tiny_model, tmp_path_factory):
+    """The capacity profile on the tiny Mistral with 21 blocks (20 usable): prompts of 64 tokens (2
+    blocks) shorter than the window, each growing to 5 blocks as it decodes its 256 tokens."""
+    d = tmp_path_factory.mktemp("sliding-sweep")
+    prof = yaml.safe_load((ROOT / "profiles" / "tiny-cpu-kvbound.yaml").read_text())
+    prof["model"] |= {"path": str(tiny_model("tiny-sliding")), "build": "tiny-sliding"}
+    prof["cache"]["num_gpu_blocks_override"] = 21
+    prof["vllm"]["cpus"] = TEST_CPU
+    prof["sweep"] |= {"prompt_tokens": 64, "output_tokens": 256, "bisect": 0}
+    f = d / "sliding-sweep.yaml"
+    f.write_text(yaml.safe_dump(prof))
+    r = run_validate("--profile", str(f), "--sweep", "3,4,5,6", "--out", str(d / "run"))
+    return r, d / "run"
+
+
+def test_a_sweep_on_sliding_layers_only_first_preempts_where_the_window_says(sliding_sweep, tmp_path):
+    """A request of 64 + 256 tokens holds at most its window's 4 blocks and the one being filled: 20
+    usable blocks hold 4 of them, where full attention's 10 blocks a request would hold 2. vLLM ran
+    3-6 at once (admission is by the 2-block prompts), first preempted at 5 in flight, never at 3 or
+    4, and the KV samples at 4 reached the bound exactly (20 = 4 x 5), as the ledger's run of the
+    scheduler says; a preemption doctored in at 4, or a freeze one block higher, fails."""
+    r, out = sliding_sweep
+    rep = json.loads((out / "report.json").read_text())
+    c = checks(rep)
+    assert r.returncode == 0 and rep["verdict"] == "pass", r.stderr[-3000:]
+    assert rep["sweep"]["kv_holds"] == 4 and "the KV cache holds 4 sequences of 64 + 256" in rep["sweep"]["line"]
+    for n in (3, 4, 5, 6):
+        got = (c[f"sweep-c{n}.admitted"], c[f"sweep-c{n}.waiting_at_start"], c[f"sweep-c{n}.freeze1.kv_blocks"])
+        assert [(x["expected"], x["observed"], x["status"]) for x in got] == [
+            (n, n, "pass"),
+            (0, 0, "pass"),
+            (3 * n, 3 * n, "pass"),  # at the freeze each holds its 64-token prompt and its first token: 3 blocks
+        ]
+    assert [c[f"sweep-c{n}.preemptions"]["observed"] for n in (3, 4)] == [0, 0]
+    assert c["sweep-c5.preemptions"]["observed"] >= 1
+    assert (c["sweep.first_preemption"]["expected"], c["sweep.first_preemption"]["observed"]) == (5, 5)
+    assert (c["sweep-c4.kv_samples_bound"]["expected"], c["sweep-c4.kv_samples_bound"]["observed"]) == (20, 20)
+
+    def a_preemption_at_4(d):
+        def f(m):
+            m["after"]["values"]["num_preemptions"] = m["before"]["values"]["num_preemptions"] + 1
+
+        doctor.edit_json(d / "runs" / "sweep-c4" / "meta.json", f)
+
+    def one_block_more(d):
+        def f(rows):
+            for reading in rows[0]["readings"]:
+                reading["values"]["kv_cache_usage_perc"] += 1 / 20
+
+        doctor.edit_jl(d / "runs" / "sweep-c4" / "freezes.jsonl", f)
+
+    for fn, failing in (
+        (a_preemption_at_4, ("sweep-c4.preemptions", "sweep.first_preemption")),
+        (one_block_more, ("sweep-c4.freeze1.kv_blocks",)),
+    ):
+        copy = tmp_path / fn.__name__
+        shutil.copytree(out, copy)
+        fn(copy)
+        code, doctored = doctor.rejudge(copy)
+        assert code == 1 and doctored["verdict"] == "fail", fn.__name__
+        assert all(checks(doctored)[name]["status"] == "fail" for name in failing), fn.__name__
