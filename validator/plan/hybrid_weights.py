@@ -1,0 +1,242 @@
+"""Weight bytes of state-space and linear-attention models from config.json (pure), as vLLM 0.32
+allocates them: Mamba, Mamba-2, Jamba, Nemotron-H, Granite-4 (granitemoehybrid) and Qwen3-Next.
+
+One tensor per allocation (q/k/v and gate/up fused, experts stacked, as vLLM builds them), each
+split by tensor parallelism or held whole by every rank. What a checkpoint's headers do not say:
+a state layer's A (A_log) is float32 whatever the model's dtype (vLLM's MambaMixer, MambaMixer2
+and Qwen's Gated DeltaNet), Jamba, Nemotron-H and Qwen3-Next keep an LM head of their own even
+where config.json ties it, and a Mamba-2 mixer whose groups TP does not divide holds the group on
+every rank (extra_groups_for_head_shards). Quantized hybrids are not counted (None): their
+checkpoint's headers, or model.weights_bytes, give the bytes.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from typing import Any
+
+from validator.plan.model_shape import DTYPE_BYTES, ModelShape
+from validator.plan.ssm_state import (
+    ATTENTION,
+    GatedDeltaNetState,
+    Mamba1State,
+    Mamba2State,
+    layer_roles,
+)
+from validator.plan.weights import WeightCount
+from validator.units import cdiv
+
+
+@dataclass(frozen=True)
+class Tensor:
+    """One parameter as vLLM allocates it, whole model: its elements, whether TP splits it (False:
+    every rank holds it whole) and whether it is float32 whatever the model's dtype."""
+
+    elements: int
+    split: bool = True
+    fp32: bool = False
+
+
+def _linear(out: int, inp: int, bias: bool, row: bool = False) -> list[Tensor]:
+    """A column- (or row-) parallel linear layer: a row-parallel one's bias is on every rank."""
+    return [Tensor(out * inp)] + ([Tensor(out, split=not row)] if bias else [])
+
+
+def mamba1(h: int, s: Mamba1State, dt_rank: int, conv_bias: bool, bias: bool, norms: bool) -> list[Tensor]:
+    di, ds = s.intermediate_size, s.state_size
+    out = _linear(di, s.conv_kernel, conv_bias) + _linear(2 * di, h, bias)
+    out += [Tensor((dt_rank + 2 * ds) * di), *_linear(di, dt_rank, True), Tensor(di * ds, fp32=True), Tensor(di)]
+    out += _linear(h, di, bias, row=True)
+    return out + ([Tensor(dt_rank + 2 * ds, split=False)] if norms else [])  # Jamba's dt, B and C norms
+
+
+def mamba2(h: int, s: Mamba2State, conv_bias: bool, bias: bool, tp: int) -> list[Tensor]:
+    groups = s.n_groups if s.n_groups % tp == 0 else tp  # vLLM supports only 1 group there
+    di, nh = s.intermediate_size, s.num_heads
+    conv = di + 2 * groups * s.state_size
+    out = _linear(conv, s.conv_kernel, conv_bias) + _linear(di + conv + nh, h, bias)
+    out += [Tensor(nh, fp32=True), Tensor(nh), Tensor(nh), *_linear(h, di, bias, row=True), Tensor(di)]
+    return out  # conv, in_proj, A, D, dt_bias, out_proj, the gated norm
+
+
+def gated_delta_net(h: int, s: GatedDeltaNetState) -> list[Tensor]:
+    kd, vd, nv = s.num_k_heads * s.head_k_dim, s.num_v_heads * s.head_v_dim, s.num_v_heads
+    out = [Tensor((2 * kd + vd) * s.conv_kernel), Tensor((2 * kd + 2 * vd) * h), Tensor(2 * nv * h)]
+    return out + [Tensor(nv), Tensor(nv, fp32=True), Tensor(s.head_v_dim, split=False), Tensor(h * vd)]
+
+
+def attention(h: int, heads: int, kv: int, hd: int, bias: bool, gate: bool, qk_norm: bool) -> list[Tensor]:
+    out = _linear((heads * (2 if gate else 1) + 2 * kv) * hd, h, bias) + _linear(h, heads * hd, False, row=True)
+    return out + ([Tensor(2 * hd, split=False)] if qk_norm else [])
+
+
+def mlp(h: int, inter: int, gated: bool, bias: bool = False) -> list[Tensor]:
+    return _linear((2 if gated else 1) * inter, h, bias) + _linear(h, inter, bias, row=True)
+
+
+def moe(h: int, experts: int, inter: int) -> list[Tensor]:
+    return [Tensor(experts * h, split=False), Tensor(experts * 2 * inter * h), Tensor(experts * h * inter)]
+
+
+def _positive(cfg: dict[str, Any], key: str, default: int = 0) -> int:
+    v = cfg.get(key, default)
+    return v if isinstance(v, int) and not isinstance(v, bool) and v > 0 else 0
+
+
+def _dt_rank(cfg: dict[str, Any], key: str, h: int) -> int:
+    v = cfg.get(key, "auto")
+    return math.ceil(h / 16) if v == "auto" else _positive(cfg, key)
+
+
+Layers = list[list[Tensor]]
+
+
+def _pure(cfg: dict[str, Any], shape: ModelShape, tp: int) -> Layers | None:
+    """Mamba and Mamba-2: a norm and the mixer a layer (MambaDecoderLayer, Mamba2DecoderLayer)."""
+    h, st, n = shape.hidden_size or 0, shape.state, shape.num_layers
+    conv_bias, bias = bool(cfg.get("use_conv_bias", True)), bool(cfg.get("use_bias"))
+    if isinstance(st, Mamba1State):
+        mixer = mamba1(h, st, _dt_rank(cfg, "time_step_rank", h), conv_bias, bias, norms=False)
+    elif isinstance(st, Mamba2State):
+        mixer = mamba2(h, st, conv_bias, bias, tp)
+    else:
+        return None
+    return [[Tensor(h, split=False), *mixer] for _ in range(n)]
+
+
+def _jamba(cfg: dict[str, Any], shape: ModelShape, tp: int) -> Layers | None:
+    """Two norms, Mamba or attention (no bias, no rotary), then an MLP, or experts every
+    expert_layer_period-th layer from expert_layer_offset (JambaConfig.layers_num_experts)."""
+    h, st, inter = shape.hidden_size or 0, shape.state, shape.intermediate_size or 0
+    if not isinstance(st, Mamba1State):
+        return None
+    period, offset = _positive(cfg, "expert_layer_period", 1), cfg.get("expert_layer_offset", 0)
+    e, dt = _positive(cfg, "num_experts", 1), _dt_rank(cfg, "mamba_dt_rank", h)
+    conv_bias, bias = bool(cfg.get("mamba_conv_bias")), bool(cfg.get("mamba_proj_bias"))
+    out = []
+    for i, role in enumerate(layer_roles(cfg) or []):
+        layer = [Tensor(h, split=False), Tensor(h, split=False)]
+        if role == ATTENTION:
+            layer += attention(h, shape.num_attention_heads, shape.num_kv_heads, shape.head_dim, False, False, False)
+        else:
+            layer += mamba1(h, st, dt, conv_bias, bias, norms=True)
+        out.append(layer + (moe(h, e, inter) if e > 1 and i % period == offset else mlp(h, inter, True)))
+    return out
+
+
+def _nemotron_h(cfg: dict[str, Any], shape: ModelShape, tp: int) -> Layers | None:
+    """One norm and one block a layer: Mamba-2 (M), attention (*) or an ungated MLP (-), its width
+    the mlp_index-th of a listed intermediate_size; MoE layers (E) are not counted."""
+    h, st, pattern, inter = (
+        shape.hidden_size or 0,
+        shape.state,
+        cfg.get("hybrid_override_pattern"),
+        cfg.get("intermediate_size"),
+    )
+    if not isinstance(st, Mamba2State) or not isinstance(pattern, str) or "E" in pattern:
+        return None
+    out, mlp_i = [], -1
+    for mark in pattern:
+        layer = [Tensor(h, split=False)]
+        if mark == "M":
+            layer += mamba2(h, st, bool(cfg.get("use_conv_bias")), bool(cfg.get("use_bias")), tp)
+        elif mark == "*":
+            layer += attention(h, shape.num_attention_heads, shape.num_kv_heads, shape.head_dim, False, False, False)
+        else:
+            mlp_i += 1
+            width = inter[min(mlp_i, len(inter) - 1)] if isinstance(inter, list) and inter else inter
+            if isinstance(width, bool) or not isinstance(width, int):
+                return None
+            layer += mlp(h, width, False, bool(cfg.get("mlp_bias")))
+        out.append(layer)
+    return out
+
+
+def _granite4(cfg: dict[str, Any], shape: ModelShape, tp: int) -> Layers | None:
+    """Two norms, Mamba-2 or attention, then experts (num_local_experts) and a shared MLP."""
+    h, st = shape.hidden_size or 0, shape.state
+    if not isinstance(st, Mamba2State):
+        return None
+    e, shared = _positive(cfg, "num_local_experts"), _positive(cfg, "shared_intermediate_size")
+    out = []
+    for role in layer_roles(cfg) or []:
+        layer = [Tensor(h, split=False), Tensor(h, split=False)]
+        if role == ATTENTION:
+            bias = bool(cfg.get("attention_bias"))
+            layer += attention(h, shape.num_attention_heads, shape.num_kv_heads, shape.head_dim, bias, False, False)
+        else:
+            layer += mamba2(h, st, bool(cfg.get("mamba_conv_bias")), bool(cfg.get("mamba_proj_bias")), tp)
+        layer += (moe(h, e, shape.intermediate_size or 0) if e else []) + (mlp(h, shared, True) if shared else [])
+        out.append(layer)
+    return out
+
+
+def _qwen3_next(cfg: dict[str, Any], shape: ModelShape, tp: int) -> Layers | None:
+    """Two norms, Gated DeltaNet or gated attention (q doubled for the gate, q/k norms), then experts
+    with a shared expert and its gate where decoder_sparse_step and mlp_only_layers say, else an MLP."""
+    h, st, shared = shape.hidden_size or 0, shape.state, shape.shared_expert_intermediate_size
+    if not isinstance(st, GatedDeltaNetState):
+        return None
+    e, step, dense = _positive(cfg, "num_experts"), _positive(cfg, "decoder_sparse_step", 1), cfg.get("mlp_only_layers")
+    bias, gate = bool(cfg.get("qkv_bias")), bool(cfg.get("attn_output_gate", True))
+    out = []
+    for i, role in enumerate(layer_roles(cfg) or []):
+        layer = [Tensor(h, split=False), Tensor(h, split=False)]
+        if role == ATTENTION:
+            layer += attention(h, shape.num_attention_heads, shape.num_kv_heads, shape.head_dim, bias, gate, True)
+        else:
+            layer += gated_delta_net(h, st)
+        if e and step and i not in (dense or []) and (i + 1) % step == 0:
+            layer += moe(h, e, shape.moe_intermediate_size or 0)
+            layer += mlp(h, shared, True) + [Tensor(h, split=False)] if shared else []
+        else:
+            layer += mlp(h, shape.intermediate_size or 0, True)
+        out.append(layer)
+    return out
+
+
+FAMILIES = {
+    "mamba": _pure,
+    "mamba2": _pure,
+    "jamba": _jamba,
+    "nemotron_h": _nemotron_h,
+    "granitemoehybrid": _granite4,
+    "qwen3_next": _qwen3_next,
+}
+
+
+# vLLM ties the LM head to the embeddings, where config.json asks, only for these families
+TIES = ("mamba", "mamba2", "granitemoehybrid")
+ROTARY = ("granitemoehybrid", "qwen3_next")  # Jamba's and Nemotron-H's attention has no rotary embedding
+
+
+def count_hybrid(cfg: dict[str, Any], shape: ModelShape, dtype: str | None = None, tp: int = 1) -> WeightCount | None:
+    """The bytes vLLM 0.32 allocates for a hybrid or state-space model, per layer; None where this
+    family, a layer kind in it, or its quantization is not counted."""
+    h, v, family = shape.hidden_size, shape.vocab_size, FAMILIES.get(shape.model_type)
+    # the families counted keep their fields at the top of config.json (no text_config to unwrap)
+    if family is None or cfg.get("model_type") != shape.model_type or shape.state is None:
+        return None
+    if h is None or v is None or shape.quant or shape.quant_method:
+        return None
+    layers = family(cfg, shape, tp)
+    if layers is None:
+        return None
+    dt = DTYPE_BYTES[dtype or shape.dtype]
+
+    def size(ts: list[Tensor], split: bool) -> int:
+        return sum(t.elements * (4 if t.fp32 else dt) for t in ts if t.split is split)
+
+    tied = shape.tie_word_embeddings and shape.model_type in TIES
+    return WeightCount(
+        embedding=v * h * dt,
+        lm_head=0 if tied else v * h * dt,
+        per_layer=tuple(size(ts, True) for ts in layers),
+        per_layer_replicated=tuple(size(ts, False) for ts in layers),
+        final_norm=h * dt,
+        format_label=f"{dt * 8}-bit",
+        rope_cache=sum(n * d for n, d in shape.rope_tables) * dt if shape.model_type in ROTARY else 0,
+        layer_tensors=tuple(tuple((t.elements * (4 if t.fp32 else dt), not t.split) for t in ts) for ts in layers),
+        edge_tensors=(cdiv(v, 64) * 64 * h * dt, 0 if tied else cdiv(v, 64) * 64 * h * dt),
+    )
