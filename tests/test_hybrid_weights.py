@@ -63,6 +63,19 @@ def test_what_the_checkpoint_and_an_even_split_would_get_wrong(tiny_model):
     assert even is not None and even.rank_bytes(2) != VLLM_ALLOCATED["tiny-granite4", 2]
 
 
+def test_with_the_checkpoint_present_the_ledger_holds_what_vllm_allocates(tiny_model):
+    """The headers are read and named, and the count, vLLM's bytes, is what the ledger plans with."""
+    profile = {
+        "model": {"path": str(tiny_model("tiny-jamba"))},
+        "hardware": {"platform": "cpu"},
+        "cache": {"kv_cache_bytes": "1GiB"},
+        "limits": {"max_model_len": 512, "max_num_seqs": 4},
+    }
+    inp = plan_input_from_profile(from_dict(profile))
+    assert inp.weights_bytes == VLLM_ALLOCATED["tiny-jamba", 1]
+    assert "the safetensors headers: 1,717,232 B" in inp.weights_source
+
+
 QWEN3_CODER_NEXT = {
     "model_type": "qwen3_next",
     "architectures": ["Qwen3NextForCausalLM"],

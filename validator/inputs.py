@@ -55,6 +55,11 @@ def plan_input_from_profile(profile: Profile) -> PlanInput:
     if weights is None and count is None:
         source = "unknown"
     rank = None
+    if source == "safetensors headers" and count is not None and shape.state and weights != count.total_bytes:
+        # a counted hybrid's headers miss what vLLM adds (A in float32, an LM head of its own) and hold
+        # what it skips (MTP layers): the count is what it allocates (tests/test_hybrid_weights.py)
+        source = f"counted from config.json as vLLM allocates it (the safetensors headers: {weights:,} B)"
+        weights, rank = count.total_bytes, count.rank_bytes(tp, pp)
     if weights is None and count is not None:
         weights, rank = count.total_bytes, count.rank_bytes(tp, pp)
         source = (
