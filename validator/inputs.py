@@ -11,7 +11,7 @@ from pathlib import Path
 
 from validator.errors import InputError
 from validator.plan import speculative
-from validator.plan.gpu_memory import DEFAULT_VLLM_VERSION, nvls_off, parse_version
+from validator.plan.gpu_memory import DEFAULT_VLLM_VERSION, PRE_HOPPER, nvls_off, parse_version
 from validator.plan.hybrid_weights import count_hybrid
 from validator.plan.ledger import PlanInput
 from validator.plan.model_shape import shape_from_config
@@ -42,20 +42,23 @@ def plan_input_from_profile(profile: Profile) -> PlanInput:
         )
     weights = profile.model.weights_bytes
     source: str | None = "model.weights_bytes"
+    from_headers = False
     if weights is None:
         weights = weight_bytes_from_checkpoint(p)
-        source = "safetensors headers" if weights is not None else None
+        from_headers = weights is not None
+        source = "safetensors headers" if from_headers else None
     # the weights as vLLM holds them: --dtype when given, else the checkpoint's, a float32 one (or a
     # config.json without torch_dtype, which vLLM reads as float32) served in bfloat16
     served = {"half": "float16", "float": "float32"}.get(profile.model.dtype, profile.model.dtype)
     if served == "auto":
         served = "bfloat16" if shape.dtype == "float32" else shape.dtype
     tp, pp = profile.hardware.tensor_parallel_size, profile.hardware.pipeline_parallel_size
-    count = count_weights(shape, served) or count_hybrid(cfg, shape, served, tp)
+    fp32_router = profile.hardware.platform == "cpu" or profile.hardware.gpu_arch in PRE_HOPPER
+    count = count_weights(shape, served) or count_hybrid(cfg, shape, served, tp, fp32_router)
     if weights is None and count is None:
         source = "unknown"
     rank = None
-    if source == "safetensors headers" and count is not None and shape.state and weights != count.total_bytes:
+    if from_headers and count is not None and shape.state and weights != count.total_bytes:
         # a counted hybrid's headers miss what vLLM adds (A in float32, an LM head of its own) and hold
         # what it skips (MTP layers): the count is what it allocates (tests/test_hybrid_weights.py)
         source = f"counted from config.json as vLLM allocates it (the safetensors headers: {weights:,} B)"

