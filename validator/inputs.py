@@ -54,13 +54,13 @@ def plan_input_from_profile(profile: Profile) -> PlanInput:
         served = "bfloat16" if shape.dtype == "float32" else shape.dtype
     tp, pp = profile.hardware.tensor_parallel_size, profile.hardware.pipeline_parallel_size
     fp32_router = profile.hardware.platform == "cpu" or profile.hardware.gpu_arch in PRE_HOPPER
-    count = count_weights(shape, served) or count_hybrid(cfg, shape, served, tp, fp32_router)
+    count = count_weights(shape, served, tp=tp) or count_hybrid(cfg, shape, served, tp, fp32_router)
     if weights is None and count is None:
         source = "unknown"
     rank = None
     if from_headers and count is not None and shape.state and weights != count.total_bytes:
         # a counted hybrid's headers miss what vLLM adds (A in float32, an LM head of its own) and hold
-        # what it skips (MTP layers): the count is what it allocates (tests/test_hybrid_weights.py)
+        # what it skips (MTP layers): the count is what it allocates (tests/test_weights_allocated.py)
         source = f"counted from config.json as vLLM allocates it (the safetensors headers: {weights:,} B)"
         weights, rank = count.total_bytes, count.rank_bytes(tp, pp)
     if weights is None and count is not None:

