@@ -19,6 +19,7 @@ import sys
 import pytest
 
 from tests.conftest import ROOT, TEST_CPU
+from validator.errors import InputError
 from validator.inputs import load_config, plan_input_from_profile, weight_bytes_from_checkpoint
 from validator.plan.hybrid_weights import count_hybrid
 from validator.plan.limits import make_plan
@@ -252,3 +253,13 @@ def test_attention_decoders_are_counted_as_vllm_allocates_them(name, kv, tp, tin
     if kv < tp:  # the KV heads split as if they divided: short
         even = count_weights(shape_from_config(cfg))
         assert even is not None and even.rank_bytes(tp) < DECODERS[name, kv, tp]
+
+
+@pytest.mark.parametrize(
+    "key,value", [("num_experts", "four"), ("expert_layer_period", -2), ("mamba_dt_rank", 2.5), ("num_experts", True)]
+)
+def test_a_malformed_size_is_bad_input_not_a_silent_miscount(key, value, tiny_model, tmp_path):
+    cfg = dict(load_config(tiny_model("tiny-jamba-moe")), **{key: value})
+    (tmp_path / "config.json").write_text(json.dumps(cfg))
+    with pytest.raises(InputError, match=f"config.json: {key} must be a non-negative integer"):
+        _count(tmp_path)

@@ -16,6 +16,7 @@ import math
 from dataclasses import dataclass
 from typing import Any
 
+from validator.errors import InputError
 from validator.plan.model_shape import DTYPE_BYTES, ModelShape
 from validator.plan.ssm_state import (
     ATTENTION,
@@ -83,14 +84,21 @@ def moe(h: int, experts: int, inter: int) -> list[Tensor]:
     return [Tensor(experts * h, split=False), Tensor(experts * 2 * inter * h), Tensor(experts * h * inter)]
 
 
-def _positive(cfg: dict[str, Any], key: str, default: int = 0) -> int:
-    v = cfg.get(key, default)
-    return v if isinstance(v, int) and not isinstance(v, bool) and v > 0 else 0
+def _whole(cfg: dict[str, Any], key: str, default: int = 0) -> int:
+    """A size or count config.json may leave out (the default: vLLM's, or 0 for none); given, it
+    must be a whole number (a wrong one would silently miscount)."""
+    v = cfg.get(key)
+    if v is None:
+        return default
+    if isinstance(v, bool) or not isinstance(v, int) or v < 0:
+        mt = cfg.get("model_type")
+        raise InputError(f"config.json: {key} must be a non-negative integer for a {mt} model, got {v!r:.40}")
+    return v
 
 
 def _dt_rank(cfg: dict[str, Any], key: str, h: int) -> int:
-    v = cfg.get(key, "auto")
-    return math.ceil(h / 16) if v == "auto" else _positive(cfg, key)
+    """Mamba's time-step rank: "auto" (or absent) is ceil(hidden / 16), as transformers sets it."""
+    return math.ceil(h / 16) if cfg.get(key, "auto") == "auto" else _whole(cfg, key)
 
 
 Layers = list[list[Tensor]]
@@ -115,8 +123,8 @@ def _jamba(cfg: dict[str, Any], shape: ModelShape, tp: int, fp32_router: bool = 
     h, st, inter = shape.hidden_size or 0, shape.state, shape.intermediate_size or 0
     if not isinstance(st, Mamba1State):
         return None
-    period, offset = _positive(cfg, "expert_layer_period", 1), cfg.get("expert_layer_offset", 0)
-    e, dt = _positive(cfg, "num_experts", 1), _dt_rank(cfg, "mamba_dt_rank", h)
+    period, offset = _whole(cfg, "expert_layer_period", 1) or 1, _whole(cfg, "expert_layer_offset", 0)
+    e, dt = _whole(cfg, "num_experts", 1), _dt_rank(cfg, "mamba_dt_rank", h)
     conv_bias, bias = bool(cfg.get("mamba_conv_bias")), bool(cfg.get("mamba_proj_bias"))
     out = []
     for i, role in enumerate(layer_roles(cfg) or []):
@@ -138,8 +146,8 @@ def nemotron_moe(cfg: dict[str, Any], h: int, fp32_router: bool) -> list[Tensor]
     two replicated projections enter and leave, and ungated shared experts. The router computes in
     float32: its weight is stored so (GateLinear) except on Hopper and Blackwell, whose kernels read
     it in the model's dtype."""
-    e, inter = _positive(cfg, "n_routed_experts"), _positive(cfg, "moe_intermediate_size")
-    latent, shared = cfg.get("moe_latent_size"), _positive(cfg, "moe_shared_expert_intermediate_size")
+    e, inter = _whole(cfg, "n_routed_experts"), _whole(cfg, "moe_intermediate_size")
+    latent, shared = cfg.get("moe_latent_size"), _whole(cfg, "moe_shared_expert_intermediate_size")
     if not e or not inter or (latent is not None and (isinstance(latent, bool) or not isinstance(latent, int))):
         return None
     m, bias = latent or h, bool(cfg.get("mlp_bias"))
@@ -148,7 +156,7 @@ def nemotron_moe(cfg: dict[str, Any], h: int, fp32_router: bool) -> list[Tensor]
     if latent:
         out += [Tensor(latent * h, split=False), Tensor(h * latent, split=False)]
         out += [Tensor(latent, split=False), Tensor(h, split=False)] if bias else []
-    return out + (mlp(h, shared * _positive(cfg, "n_shared_experts", 1), False, bias) if shared else [])
+    return out + (mlp(h, shared * _whole(cfg, "n_shared_experts", 1), False, bias) if shared else [])
 
 
 def _nemotron_h(cfg: dict[str, Any], shape: ModelShape, tp: int, fp32_router: bool = False) -> Layers | None:
@@ -187,7 +195,7 @@ def _granite4(cfg: dict[str, Any], shape: ModelShape, tp: int, fp32_router: bool
     h, st = shape.hidden_size or 0, shape.state
     if not isinstance(st, Mamba2State):
         return None
-    e, shared = _positive(cfg, "num_local_experts"), _positive(cfg, "shared_intermediate_size")
+    e, shared = _whole(cfg, "num_local_experts"), _whole(cfg, "shared_intermediate_size")
     out = []
     for role in layer_roles(cfg) or []:
         layer = [Tensor(h, split=False), Tensor(h, split=False)]
@@ -207,7 +215,9 @@ def _qwen3_next(cfg: dict[str, Any], shape: ModelShape, tp: int, fp32_router: bo
     h, st, shared = shape.hidden_size or 0, shape.state, shape.shared_expert_intermediate_size
     if not isinstance(st, GatedDeltaNetState):
         return None
-    e, step, dense = _positive(cfg, "num_experts"), _positive(cfg, "decoder_sparse_step", 1), cfg.get("mlp_only_layers")
+    e, step, dense = _whole(cfg, "num_experts"), _whole(cfg, "decoder_sparse_step", 1), cfg.get("mlp_only_layers")
+    if dense is not None and (not isinstance(dense, list) or not all(isinstance(i, int) for i in dense)):
+        raise InputError(f"config.json: mlp_only_layers must list layer indices, got {dense!r:.40}")
     bias, gate = bool(cfg.get("qkv_bias")), bool(cfg.get("attn_output_gate", True))
     out = []
     for i, role in enumerate(layer_roles(cfg) or []):
