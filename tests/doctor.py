@@ -237,6 +237,20 @@ def rejudge(d: Path) -> tuple[int, dict]:
     return code, json.loads(out.getvalue())
 
 
+def failing(src: Path, tmp_path: Path, fn, names: tuple[str, ...]) -> None:
+    """A copy of the run directory `src` doctored by `fn` re-judges `fail` (exit 1), each check in
+    `names` failing."""
+    import shutil
+
+    copy = tmp_path / fn.__name__
+    shutil.copytree(src, copy)
+    fn(copy)
+    code, rep = rejudge(copy)
+    status = {c["name"]: c["status"] for c in rep["checks"]}
+    assert code == 1 and rep["verdict"] == "fail", fn.__name__
+    assert all(status[n] == "fail" for n in names), (fn.__name__, {n: status[n] for n in names})
+
+
 def replayed(src, **changes):
     """(predictions, observed cached tokens by id) of the run at `src`, the plan's figures changed."""
     from validator.judge.cachedtokens import predictions

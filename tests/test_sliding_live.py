@@ -17,6 +17,7 @@ from tests import doctor
 from tests.conftest import ROOT, TEST_CPU, run_validate
 from tests.doctor import replayed, wrong
 from tests.test_datasets_live import TRACE, checks, model_server, one_block_more_fails, url_run
+from tests.test_sweep_live import kvbound_sweep
 
 pytestmark = pytest.mark.vllm
 
@@ -112,16 +113,8 @@ def test_the_demo_on_sliding_layers_only_is_judged_whole(sliding_demo, tmp_path)
 def sliding_sweep(tiny_model, tmp_path_factory):
     """The capacity profile on the tiny Mistral with 21 blocks (20 usable): prompts of 64 tokens (2
     blocks) shorter than the window, each growing to 5 blocks as it decodes its 256 tokens."""
-    d = tmp_path_factory.mktemp("sliding-sweep")
-    prof = yaml.safe_load((ROOT / "profiles" / "tiny-cpu-kvbound.yaml").read_text())
-    prof["model"] |= {"path": str(tiny_model("tiny-sliding")), "build": "tiny-sliding"}
-    prof["cache"]["num_gpu_blocks_override"] = 21
-    prof["vllm"]["cpus"] = TEST_CPU
-    prof["sweep"] |= {"prompt_tokens": 64, "output_tokens": 256, "bisect": 0}
-    f = d / "sliding-sweep.yaml"
-    f.write_text(yaml.safe_dump(prof))
-    r = run_validate("--profile", str(f), "--sweep", "3,4,5,6", "--out", str(d / "run"))
-    return r, d / "run"
+    d, model = tmp_path_factory.mktemp("sliding-sweep"), tiny_model("tiny-sliding")
+    return kvbound_sweep(d, model, "3,4,5,6", blocks=21, prompt_tokens=64, output_tokens=256, bisect=0)
 
 
 def test_a_sweep_on_sliding_layers_only_first_preempts_where_the_window_says(sliding_sweep, tmp_path):
@@ -160,13 +153,5 @@ def test_a_sweep_on_sliding_layers_only_first_preempts_where_the_window_says(sli
 
         doctor.edit_jl(d / "runs" / "sweep-c4" / "freezes.jsonl", f)
 
-    for fn, failing in (
-        (a_preemption_at_4, ("sweep-c4.preemptions", "sweep.first_preemption")),
-        (one_block_more, ("sweep-c4.freeze1.kv_blocks",)),
-    ):
-        copy = tmp_path / fn.__name__
-        shutil.copytree(out, copy)
-        fn(copy)
-        code, doctored = doctor.rejudge(copy)
-        assert code == 1 and doctored["verdict"] == "fail", fn.__name__
-        assert all(checks(doctored)[name]["status"] == "fail" for name in failing), fn.__name__
+    doctor.failing(out, tmp_path, a_preemption_at_4, ("sweep-c4.preemptions", "sweep.first_preemption"))
+    doctor.failing(out, tmp_path, one_block_more, ("sweep-c4.freeze1.kv_blocks",))

@@ -10,9 +10,10 @@ a public catalog project quotes beside the config.json fields used below."""
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
-import shutil
+import signal
 import subprocess
 import sys
 
@@ -149,24 +150,31 @@ def test_a_quantized_hybrid_is_not_guessed(tmp_path, tiny_model):
 
 
 @pytest.mark.vllm
-def test_the_recorded_figure_is_what_the_installed_vllm_allocates(tiny_model, tmp_path):
+def test_the_recorded_figure_is_what_the_installed_vllm_allocates(tiny_model):
     """Re-measured live on one model with each part (Mamba-2 with two groups, attention with its
     rotary cache, experts, a shared MLP): vLLM loads it on the test CPU and reports what it holds."""
     path = tiny_model("tiny-granite4-moe")
     env = dict(os.environ, VLLM_CPU_OMP_THREADS_BIND=TEST_CPU, PYTHONPATH=str(ROOT))
-    proc = subprocess.run(
+    # its own session: vLLM's engine and workers go with it, whatever happens to the measurement
+    proc = subprocess.Popen(
         [sys.executable, "-m", "tests.vllm_weights", str(path)],
         cwd=ROOT,
         env=env,
-        capture_output=True,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
         text=True,
-        timeout=300,
+        start_new_session=True,
     )
-    line = next((x for x in proc.stdout.splitlines() if x.startswith('{"ranks"')), None)
-    assert line is not None, proc.stderr[-3000:]
+    try:
+        out, err = proc.communicate(timeout=300)
+    finally:
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(proc.pid, signal.SIGKILL)
+        proc.wait()
+    line = next((x for x in out.splitlines() if x.startswith('{"ranks"')), None)
+    assert line is not None, err[-3000:]
     (rank0,) = json.loads(line)["ranks"]
     assert rank0["params"] + rank0["rotary"] == VLLM_ALLOCATED["tiny-granite4-moe", 1]
-    shutil.rmtree(tmp_path, ignore_errors=True)
 
 
 NEMOTRON_3_SUPER = {
