@@ -655,8 +655,9 @@ def test_kimi_vls_moonvit_is_split_by_tp_and_its_projector_held_whole():
 def test_the_gemma4_a100_row_balances_with_its_logged_weights():
     """google/gemma-4-26B-A4B on an A100 80 GB (a blog's run: utilization 0.9, eager, 131,072 tokens;
     its vLLM version is not stated, the same post's gpt-oss run is v0.19.0, with an A100's API-server
-    defaults of 256 sequences and 2,048 batched tokens). kvgate does not count Gemma 4's weights
-    from config.json; given the logged 48.5 GiB, the other terms leave 21.51 GiB of KV, 21.5
+    defaults of 256 sequences and 2,048 batched tokens). kvgate counts Gemma 4's text model from
+    config.json (47.43 GiB here, tests/test_cli_plan.py), not its vision tower, whose config is not
+    at hand; given the logged 48.5 GiB, the other terms leave 21.51 GiB of KV, 21.5
     logged: the sampler's 0.96 GiB and the fused-MoE workspace of its 8 of 128 experts
     (`top_k_experts`, 0.11 GiB; unread, the plan was 0.12 GiB high)."""
     (row,) = [r for r in ROWS if r["model"] == "google/gemma-4-26B-A4B"]

@@ -20,6 +20,7 @@ import sys
 import pytest
 
 from tests.conftest import ROOT, TEST_CPU
+from tests.test_gemma4_weights import VLLM_ALLOCATED as GEMMA4_ALLOCATED
 from validator.errors import InputError
 from validator.inputs import load_config, plan_input_from_profile, weight_bytes_from_checkpoint
 from validator.plan.hybrid_weights import count_hybrid
@@ -149,11 +150,19 @@ def test_a_quantized_hybrid_is_not_guessed(tmp_path, tiny_model):
     assert _count(tmp_path) is None
 
 
+LIVE = {
+    "tiny-granite4-moe": VLLM_ALLOCATED["tiny-granite4-moe", 1],
+    "tiny-gemma4-moe": sum(GEMMA4_ALLOCATED["tiny-gemma4-moe", 1]),
+}
+
+
 @pytest.mark.vllm
-def test_the_recorded_figure_is_what_the_installed_vllm_allocates(tiny_model):
-    """Re-measured live on one model with each part (Mamba-2 with two groups, attention with its
-    rotary cache, experts, a shared MLP): vLLM loads it on the test CPU and reports what it holds."""
-    path = tiny_model("tiny-granite4-moe")
+@pytest.mark.parametrize("name", list(LIVE))
+def test_the_recorded_figure_is_what_the_installed_vllm_allocates(tiny_model, name):
+    """Re-measured live on a model with each part of a family (Granite-4: Mamba-2 with two groups,
+    attention with its rotary cache, experts, a shared MLP; Gemma 4: its two head shapes, shared
+    layers, experts beside the MLP): vLLM loads it on the test CPU and reports what it holds."""
+    path = tiny_model(name)
     env = dict(os.environ, VLLM_CPU_OMP_THREADS_BIND=TEST_CPU, PYTHONPATH=str(ROOT))
     # its own session: vLLM's engine and workers go with it, whatever happens to the measurement
     proc = subprocess.Popen(
@@ -174,7 +183,7 @@ def test_the_recorded_figure_is_what_the_installed_vllm_allocates(tiny_model):
     line = next((x for x in out.splitlines() if x.startswith('{"ranks"')), None)
     assert line is not None, err[-3000:]
     (rank0,) = json.loads(line)["ranks"]
-    assert rank0["params"] + rank0["rotary"] == VLLM_ALLOCATED["tiny-granite4-moe", 1]
+    assert rank0["params"] + rank0["rotary"] == LIVE[name]
 
 
 NEMOTRON_3_SUPER = {

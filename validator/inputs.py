@@ -11,8 +11,10 @@ from pathlib import Path
 
 from validator.errors import InputError
 from validator.plan import speculative
+from validator.plan.gemma4_weights import count_gemma4
 from validator.plan.gpu_memory import DEFAULT_VLLM_VERSION, PRE_HOPPER, nvls_off, parse_version
 from validator.plan.hybrid_weights import count_hybrid
+from validator.plan.layer_heads import GEMMA4
 from validator.plan.ledger import PlanInput
 from validator.plan.model_shape import shape_from_config
 from validator.plan.quant import with_tile
@@ -54,13 +56,19 @@ def plan_input_from_profile(profile: Profile) -> PlanInput:
         served = "bfloat16" if shape.dtype == "float32" else shape.dtype
     tp, pp = profile.hardware.tensor_parallel_size, profile.hardware.pipeline_parallel_size
     fp32_router = profile.hardware.platform == "cpu" or profile.hardware.gpu_arch in PRE_HOPPER
-    count = count_weights(shape, served, tp=tp) or count_hybrid(cfg, shape, served, tp, fp32_router)
+    count = (
+        count_weights(shape, served, tp=tp)
+        or count_hybrid(cfg, shape, served, tp, fp32_router)
+        or count_gemma4(cfg, shape, served, tp)
+    )
     if weights is None and count is None:
         source = "unknown"
     rank = None
-    if from_headers and count is not None and shape.state and weights != count.total_bytes:
+    allocates_more = shape.state or shape.model_type in GEMMA4
+    if from_headers and count is not None and allocates_more and weights != count.total_bytes:
         # a counted hybrid's headers miss what vLLM adds (A in float32, an LM head of its own) and hold
-        # what it skips (MTP layers): the count is what it allocates (tests/test_weights_allocated.py)
+        # what it skips (MTP layers); Gemma 4's miss the V slot vLLM keeps beside K where K = V: the
+        # count is what it allocates (tests/test_weights_allocated.py)
         source = f"counted from config.json as vLLM allocates it (the safetensors headers: {weights:,} B)"
         weights, rank = count.total_bytes, count.rank_bytes(tp, pp)
     if weights is None and count is not None:
@@ -69,6 +77,7 @@ def plan_input_from_profile(profile: Profile) -> PlanInput:
             "estimated from config.json (parameter count: "
             + ("MoE experts, " if shape.num_experts else "")
             + ("state layers with their float32 A, " if shape.state else "")
+            + ("Gemma 4's layers as vLLM builds them, " if shape.model_type in GEMMA4 else "")
             + ("tied embeddings, " if shape.tie_word_embeddings and count.lm_head == 0 else "")
             + (f"{shape.vision.name} vision tower, " if shape.vision else "")
             + (

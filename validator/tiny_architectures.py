@@ -250,3 +250,14 @@ _NEMOTRON_MOE = dict(
     num_experts_per_tok=2,
 )
 ARCHITECTURES["tiny-nemotronh-moe"] = _variant("tiny-nemotronh", **_NEMOTRON_MOE)
+# Gemma 4 with experts beside the dense MLP (26B-A4B's layout), the shared layers' MLP twice as wide,
+# no per-layer input embeddings: a weight-count vector (tests/test_gemma4_weights.py)
+ARCHITECTURES["tiny-gemma4-moe"] = _variant(
+    "tiny-gemma4",
+    enable_moe_block=True,
+    num_experts=4,
+    top_k_experts=2,
+    moe_intermediate_size=64,
+    use_double_wide_mlp=True,
+    hidden_size_per_layer_input=0,
+)

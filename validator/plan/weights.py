@@ -176,8 +176,8 @@ def count_weights(
     MLA included; None for shapes it does not describe (state-space hybrids, missing sizes). `tp`:
     the ranks the count will be split over (KV heads fewer than them are replicated)."""
     h, v = shape.hidden_size, shape.vocab_size
-    # Gemma 4 adds what the count has no term for (per-layer input embeddings, a dense MLP beside the
-    # experts, K doubling as V, full layers of their own head size): its weights come from the checkpoint
+    # Gemma 4 adds what this count has no term for (per-layer input embeddings, a dense MLP beside the
+    # experts, K doubling as V, full layers of their own head size): plan/gemma4_weights.py counts it
     if LINEAR in shape.layer_kinds or h is None or v is None or shape.model_type in GEMMA4:
         return None
     dt = DTYPE_BYTES[dtype or shape.dtype]

