@@ -290,7 +290,7 @@ def test_not_modelled_is_refused_by_name(tmp_path):
     assert r.stderr.startswith("validate: error: not modelled: linear layers")
 
 
-GEMMA4_26B_TEXT = {  # google/gemma-4-26B-A4B's text_config as public fixtures quote it
+GEMMA4_26B = {  # google/gemma-4-26B-A4B's config.json as public fixtures quote it
     k: v
     for k, v in json.loads(
         (Path(__file__).parent / "data/vllm-gpu-starts/configs-kvgate/google__gemma-4-26B-A4B.json").read_text()
@@ -299,18 +299,20 @@ GEMMA4_26B_TEXT = {  # google/gemma-4-26B-A4B's text_config as public fixtures q
 }
 
 
-@pytest.mark.parametrize("wrapped", [False, True])
-def test_gemma4s_full_layers_are_planned_with_their_own_heads(tmp_path, wrapped):
+@pytest.mark.parametrize("form", ["text", "multimodal", "no tower"])
+def test_gemma4s_full_layers_are_planned_with_their_own_heads(tmp_path, form):
     """gemma-4-26B-A4B: 25 sliding layers of 8 KV heads x 256 beside 5 full ones of 2 x 512 (K as V):
     225,280 B a token, the figure a public fixture pins for the checkpoint (read as one head shape,
     the plan said 245,760 without a word); the full layers' pages are half the sliding ones', so their
-    block is raised to 32 beside 16. Its weights: the text model alone (gemma4_text) is counted from
-    config.json, 25,247,559,680 parameters (47.03 GiB) + rotary tables of 262,144 positions x (256 +
-    512) (0.375 GiB) + 25 MiB of allocator rounding, 47.43 GiB of the 48.5 the A100 run logged with
-    its vision tower; the multimodal checkpoint's tower is not counted, so on a GPU that plan asks
-    for the weights, exit 2."""
-    cfg = {"model_type": "gemma4", "architectures": ["Gemma4ForConditionalGeneration"], "text_config": GEMMA4_26B_TEXT}
-    (tmp_path / "config.json").write_text(json.dumps(cfg if wrapped else GEMMA4_26B_TEXT))
+    block is raised to 32 beside 16. Its weights from config.json: the text model 25,247,559,680
+    parameters (47.03 GiB) + rotary tables of 262,144 positions x (256 + 512) (0.375 GiB) + 25 MiB
+    of allocator rounding, 47.43 GiB; the checkpoint as published adds its vision tower and
+    projection (572,792,112 parameters, 1.07 GiB + 1 MiB of rounding): 48.49 GiB, the A100 run logged
+    48.5. A Gemma4ForConditionalGeneration config without a vision_config has no tower to count (vLLM
+    needs one): on a GPU that plan asks for the weights, exit 2."""
+    text = GEMMA4_26B["text_config"]
+    cfg = {"text": text, "multimodal": GEMMA4_26B, "no tower": {**GEMMA4_26B, "vision_config": None}}[form]
+    (tmp_path / "config.json").write_text(json.dumps(cfg))
     p = plan_json("--model", str(tmp_path), "--kv-cache-bytes", "20GiB", "--max-model-len", "32768")
     assert p["kv_bytes_per_token"] == 225_280
     assert p["model"]["own_layer_heads"] == [[i, 512, 2] for i in (5, 11, 17, 23, 29)]
@@ -322,12 +324,14 @@ def test_gemma4s_full_layers_are_planned_with_their_own_heads(tmp_path, wrapped)
         "--plan-only", "--model", str(tmp_path), "--platform", "gpu", "--gpu-memory-bytes", "80GiB",
         "--max-model-len", "32768",
     )  # fmt: skip
-    if wrapped:
+    if form == "no tower":
         assert r.returncode == 2 and r.stderr.startswith("validate: error: model.weights_bytes: unknown")
-    else:
-        assert r.returncode == 0, r.stderr
-        (line,) = [ln for ln in r.stdout.splitlines() if ln.strip().startswith("- weights")]
-        assert "Gemma 4's layers as vLLM builds them" in line and " 47.426 GiB" in line, line
+        return
+    assert r.returncode == 0, r.stderr
+    (line,) = [ln for ln in r.stdout.splitlines() if ln.strip().startswith("- weights")]
+    assert "Gemma 4's layers as vLLM builds them" in line, line
+    assert (" 47.426 GiB" if form == "text" else " 48.494 GiB") in line, line
+    assert ("Gemma 4 vision tower" in line) is (form == "multimodal") and "NOT the vision tower" not in line, line
 
 
 def test_layers_with_an_attention_shape_of_their_own_are_refused(tmp_path):

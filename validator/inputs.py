@@ -78,11 +78,12 @@ def plan_input_from_profile(profile: Profile) -> PlanInput:
             + ("MoE experts, " if shape.num_experts else "")
             + ("state layers with their float32 A, " if shape.state else "")
             + ("Gemma 4's layers as vLLM builds them, " if shape.model_type in GEMMA4 else "")
+            + ("Gemma 4 vision tower, " if shape.model_type in GEMMA4 and count.vision_replicated else "")
             + ("tied embeddings, " if shape.tie_word_embeddings and count.lm_head == 0 else "")
             + (f"{shape.vision.name} vision tower, " if shape.vision else "")
             + (
                 "NOT the vision tower (not modelled for this family: give model.weights_bytes or the checkpoint), "
-                if shape.multimodal and not shape.vision
+                if shape.multimodal and not shape.vision and not count.vision_replicated
                 else ""
             )
             + (f"{count.format_label}, " if shape.quant or shape.quant_method else "")

