@@ -116,14 +116,89 @@ def test_the_vision_tower_is_counted_as_transformers_builds_it(name, tiny_model)
     assert sum(p.numel() for p in tower.parameters()) + vision.get("hidden_size", 768) * text_hidden == params
 
 
-def test_a_gemma4_without_a_tower_config_or_with_an_audio_tower_is_not_counted(tiny_model):
-    """Gemma4ForConditionalGeneration without a vision_config has no tower to count (vLLM builds one
-    whatever config.json says); E2B and E4B's audio towers have no count: the headers or
-    model.weights_bytes must say. The same text model on its own is counted."""
+TINY_AUDIO = {
+    "hidden_size": 64,
+    "num_hidden_layers": 2,
+    "num_attention_heads": 4,
+    "subsampling_conv_channels": [8, 4],
+    "conv_kernel_size": 3,
+    "output_proj_dims": 96,
+}
+# audio_config: parameters of transformers 5.19's Gemma4AudioModel built from it + vLLM's embedder
+AUDIO = {"E2B / E4B (the defaults)": ({}, 304_824_608 + 1536 * 128), "tiny": (TINY_AUDIO, 205_300 + 96 * 128)}
+
+
+@pytest.mark.parametrize("name", list(AUDIO))
+def test_the_audio_tower_is_counted_as_transformers_builds_it(name, tiny_model):
+    """E2B and E4B add an audio tower (a conformer), built and held as the vision tower is."""
+    import torch
+    import transformers
+
+    audio, params = AUDIO[name]
     text = load_config(tiny_model("tiny-gemma4"))
-    for cfg in (_multimodal(text, None), _multimodal(text, TINY_TOWER, audio_config={"model_type": "gemma4_audio"})):
-        assert count_gemma4(cfg, shape_from_config(cfg)) is None
+    with_audio = _multimodal(text, TINY_TOWER, audio_config={"model_type": "gemma4_audio", **audio})
+    count, vision_only = (count_gemma4(c, shape_from_config(c)) for c in (with_audio, _multimodal(text, TINY_TOWER)))
+    assert count is not None and vision_only is not None
+    assert count.vision_replicated - vision_only.vision_replicated == params * 2
+    with torch.device("meta"):
+        tower = transformers.AutoModel.from_config(transformers.Gemma4AudioConfig(**audio))
+    assert sum(p.numel() for p in tower.parameters()) + audio.get("output_proj_dims", 1536) * 128 == params
+
+
+def test_the_31b_counts_its_checkpoints_parameters():
+    """google/gemma-4-31B at full size: its text config as a public test's "official size" configs
+    give it (5,376 wide, 60 layers, 32 heads, 16 KV heads, full layers of 4 KV heads x 512 with K as
+    V, no per-layer inputs) and 26B-A4B's vision tower (the same for both, 1,152 wide). A public
+    project's fixture records 31,273,088,876 BF16 parameters beside a Gemma 4 config of 32 heads
+    and no per-layer inputs: the count less the V slots vLLM adds to the 10 full layers, plus what
+    the checkpoint stores that vLLM holds as buffers (60 layer scalars, the tower's 2 x 1,152
+    standardizing values), equals it to the parameter."""
+    text = {
+        "model_type": "gemma4_text",
+        "vocab_size": 262144,
+        "hidden_size": 5376,
+        "intermediate_size": 21504,
+        "num_hidden_layers": 60,
+        "num_attention_heads": 32,
+        "num_key_value_heads": 16,
+        "head_dim": 256,
+        "global_head_dim": 512,
+        "attention_k_eq_v": True,
+        "num_global_key_value_heads": 4,
+        "hidden_size_per_layer_input": 0,
+        "max_position_embeddings": 262144,
+        "sliding_window": 1024,
+        "torch_dtype": "bfloat16",
+    }
+    cfg = _multimodal(text, GEMMA4_26B["vision_config"])
+    count = count_gemma4(cfg, shape_from_config(cfg))
+    assert count is not None
+    v_slots, buffers = 10 * 4 * 512 * 5376, 60 + 2 * 1152
+    assert count.total_bytes // 2 - v_slots + buffers == 31_273_088_876
+
+
+def test_without_layer_types_a_gemma4_has_transformers_default_layers():
+    """transformers' Gemma4TextConfig fills in 5 sliding : 1 full, the last layer full: the KV plan
+    and the count follow it (not a window on every layer)."""
+    import transformers
+
+    cfg = {k: v for k, v in GEMMA4_26B["text_config"].items() if k != "layer_types"} | {"num_hidden_layers": 8}
+    want = transformers.Gemma4TextConfig(num_hidden_layers=8, sliding_window=1024).layer_types
+    assert want[-1] == "full_attention" and want.count("full_attention") == 2
+    kinds = shape_from_config(cfg).layer_kinds
+    assert [{"full": "full_attention", "sliding": "sliding_attention"}[k] for k in kinds] == want
+
+
+def test_a_gemma4_without_a_tower_config_is_not_counted(tiny_model):
+    """Gemma4ForConditionalGeneration without a vision_config has no tower to count (vLLM builds one
+    whatever config.json says): the headers or model.weights_bytes must say. The same text model on
+    its own is counted; a malformed audio size is bad input naming the key."""
+    text = load_config(tiny_model("tiny-gemma4"))
+    assert count_gemma4(_multimodal(text, None), shape_from_config(_multimodal(text, None))) is None
     assert count_gemma4(text, shape_from_config(text)) is not None
+    bad = _multimodal(text, TINY_TOWER, audio_config={"subsampling_conv_channels": [8]})
+    with pytest.raises(InputError, match="subsampling_conv_channels"):
+        count_gemma4(bad, shape_from_config(bad))
 
 
 def test_a_malformed_size_is_bad_input_naming_the_key(tiny_model, tmp_path):

@@ -17,15 +17,16 @@ What a plain decoder count has no term for, each as vLLM builds it:
 - rotary tables per layer type (cos/sin, model dtype): `proportional` RoPE (the full layers') builds
   its table at the whole head size whatever partial_rotary_factor says (Gemma4RotaryEmbedding).
 - a multimodal Gemma 4 (model_type gemma4, Gemma4ForConditionalGeneration): transformers' vision
-  tower, which vLLM builds as it is (AutoModel.from_config) and every rank holds whole, and vLLM's
-  projection into the text model. One with an audio tower as well (E2B, E4B) is not counted (None):
-  its checkpoint's headers, or model.weights_bytes, give the bytes.
+  tower and, where config.json has one (E2B, E4B), its audio tower, which vLLM builds as they are
+  (AutoModel.from_config) and every rank holds whole, each with vLLM's projection into the text
+  model. Without a vision_config there is no tower to count (vLLM builds one regardless): None.
 """
 
 from __future__ import annotations
 
 from typing import Any
 
+from validator.errors import InputError
 from validator.plan.hybrid_weights import Tensor, _linear, _whole, mlp, moe
 from validator.plan.layer_heads import GEMMA4
 from validator.plan.model_shape import DTYPE_BYTES, ModelShape
@@ -43,6 +44,13 @@ VISION_DEFAULTS = {  # Gemma4VisionConfig's, where config.json leaves them out
     "patch_size": 16,
     "position_embedding_size": 10240,
 }
+AUDIO_DEFAULTS = {  # Gemma4AudioConfig's
+    "hidden_size": 1024,
+    "num_hidden_layers": 12,
+    "num_attention_heads": 8,
+    "conv_kernel_size": 5,
+    "output_proj_dims": 1536,
+}
 DEFAULT_ROPE = {
     "sliding_attention": {"rope_type": "default", "rope_theta": 10_000.0},
     "full_attention": {"rope_type": "proportional", "partial_rotary_factor": 0.25, "rope_theta": 1_000_000.0},
@@ -57,11 +65,20 @@ def _attention(h: int, heads: int, hd: int, kv: int, tp: int, bias: bool, shared
     return out + [Tensor(hd, split=False)] * (1 if shared else 2)
 
 
+def layer_types(text: dict[str, Any], n: int) -> list[str]:
+    """Each layer's type as transformers' Gemma4TextConfig gives it: config.json's layer_types (the
+    shape has checked them), else 5 sliding : 1 full with the last layer full."""
+    given = text.get("layer_types")
+    if isinstance(given, list) and len(given) == n:
+        return given
+    return ["full_attention" if (i + 1) % 6 == 0 or i == n - 1 else "sliding_attention" for i in range(n)]
+
+
 def _rope_elements(text: dict[str, Any], shape: ModelShape) -> int:
     """One cos/sin table per layer type the layers use: positions x its rotary width."""
     params = text.get("rope_parameters") or DEFAULT_ROPE
     positions = _whole(text, "max_position_embeddings", 131_072)
-    kinds = text.get("layer_types") or []
+    kinds = layer_types(text, shape.num_layers)
     heads = shape.layer_heads or tuple((shape.head_dim, shape.num_kv_heads) for _ in kinds)
     total = 0
     for kind, p in params.items():
@@ -90,24 +107,47 @@ def vision_tower(vc: dict[str, Any], text_hidden: int) -> list[Tensor]:
     return [Tensor(t.elements, split=False) for t in out]
 
 
+def audio_tower(ac: dict[str, Any], text_hidden: int) -> list[Tensor]:
+    """transformers' Gemma4AudioModel (a conformer), which vLLM builds with AutoModel.from_config,
+    whole on every rank, and vLLM's embedder: two subsampling convolutions with their norms and the
+    projection after them; per layer two feed-forward blocks (4 x wide, two norms each), attention
+    (q/k/v, output and relative-position projections, a per-dimension scale), a light convolution
+    (GLU in, depthwise kernel, out, two norms) and three norms; an output projection with its bias."""
+    g = {k: _whole(ac, k, d) for k, d in AUDIO_DEFAULTS.items()}
+    h, heads, kernel = g["hidden_size"], g["num_attention_heads"], g["conv_kernel_size"]
+    channels = ac.get("subsampling_conv_channels", (128, 32))
+    if not isinstance(channels, (list, tuple)) or len(channels) != 2 or not all(isinstance(c, int) for c in channels):
+        raise InputError(
+            f"config.json: audio_config.subsampling_conv_channels must be two integers, got {channels!r:.40}"
+        )
+    c0, c1 = channels
+    out = [Tensor(c0 * 9 + c0), Tensor(c1 * c0 * 9 + c1), Tensor(c0 // 4 * c1 * h)]
+    layer = [Tensor(2 * (8 * h * h + 2 * h))]  # the two feed-forward blocks
+    layer += [Tensor(5 * h * h + h // heads)]  # attention
+    layer += [Tensor(3 * h * h + kernel * h + 2 * h), Tensor(3 * h)]  # light convolution, norms
+    out += layer * g["num_hidden_layers"]
+    proj = g["output_proj_dims"]
+    out += [Tensor(h * proj + proj), Tensor(proj * text_hidden)]  # output projection; vLLM's embedder
+    return [Tensor(t.elements, split=False) for t in out]
+
+
 def count_gemma4(cfg: dict[str, Any], shape: ModelShape, dtype: str | None = None, tp: int = 1) -> WeightCount | None:
     """The bytes vLLM 0.32 allocates for a Gemma 4, per layer: the text model (gemma4_text), or it
-    and its vision tower (gemma4); None with an audio tower, quantized, or missing sizes."""
+    and its towers (gemma4); None quantized, without a vision_config, or with sizes missing."""
     if shape.model_type not in GEMMA4 or shape.quant or shape.quant_method:
         return None
     tower: list[Tensor] = []
     text = cfg
     if cfg.get("model_type") == "gemma4":  # Gemma4ForConditionalGeneration: vLLM builds the vision tower
-        vc, nested = cfg.get("vision_config"), cfg.get("text_config")
-        if not isinstance(vc, dict) or not isinstance(nested, dict) or cfg.get("audio_config"):
-            return None  # no tower config to count (vLLM needs one), or an audio tower (not counted)
+        vc, ac, nested = cfg.get("vision_config"), cfg.get("audio_config"), cfg.get("text_config")
+        if not isinstance(vc, dict) or not isinstance(nested, dict) or not isinstance(ac, (dict, type(None))):
+            return None  # no tower config to count (vLLM needs one)
         text = nested
-        tower = vision_tower(vc, shape.hidden_size or 0)
+        tower = vision_tower(vc, shape.hidden_size or 0) + (audio_tower(ac, shape.hidden_size or 0) if ac else [])
     elif cfg.get("model_type") != "gemma4_text":
         return None
     h, v, n = shape.hidden_size, shape.vocab_size, shape.num_layers
-    kinds = text.get("layer_types")
-    if h is None or v is None or not isinstance(kinds, list) or len(kinds) != n:
+    if h is None or v is None:
         return None
     heads = shape.layer_heads or tuple((shape.head_dim, shape.num_kv_heads) for _ in range(n))
     shared_n = _whole(text, "num_kv_shared_layers")

@@ -83,4 +83,6 @@ def layer_kinds(cfg: dict[str, Any], layers: int, sliding_window: int | None) ->
         if isinstance(pattern, bool) or not isinstance(pattern, int) or pattern <= 0:
             raise InputError(f"config.json: sliding_window_pattern must be a positive integer, got {pattern!r:.60}")
         return [FULL if (i + 1) % pattern == 0 else SLIDING for i in range(layers)]
+    if model_type in ("gemma4", "gemma4_text"):  # Gemma4TextConfig: 5 sliding : 1 full, the last full
+        return [FULL if (i + 1) % 6 == 0 or i == layers - 1 else SLIDING for i in range(layers)]
     return [SLIDING] * layers  # Mistral convention: a window on every layer
