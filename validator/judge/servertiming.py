@@ -160,9 +160,9 @@ def itl_slacks(tokens: list[int], shares: list[float | None], b: ShareBounds) ->
     is what the API server and transport add before the engine queues the request and after its
     first token), so it is at most the share, capped at the API server's bound b.api_ms (what the
     TTFT check lets the API server add); b.itl_ms where the share is smaller or not measured. Gaps
-    squeezed with the first token read on time still fail. Seen in CI
-    on the tiny Gemma 4: a first token read 146 ms late put a 32-token request's mean ITL 4.7 ms
-    under the engine's, past 80 ms over 31 gaps (2.6)."""
+    squeezed with the first token read on time still fail. Seen in CI on the tiny Gemma 4: a first
+    token read 146 ms late put a 32-token request's mean ITL 4.7 ms under the engine's, past 80 ms
+    over 31 gaps (2.6)."""
     gaps = np.array([max(n - 1, 1) for n in tokens], dtype=float)
     late_first = np.array([b.itl_ms if s is None else max(b.itl_ms, min(s, b.api_ms)) for s in shares])
     return late_first / gaps, b.itl_ms / gaps
