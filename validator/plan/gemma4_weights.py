@@ -51,10 +51,6 @@ AUDIO_DEFAULTS = {  # Gemma4AudioConfig's
     "conv_kernel_size": 5,
     "output_proj_dims": 1536,
 }
-DEFAULT_ROPE = {
-    "sliding_attention": {"rope_type": "default", "rope_theta": 10_000.0},
-    "full_attention": {"rope_type": "proportional", "partial_rotary_factor": 0.25, "rope_theta": 1_000_000.0},
-}
 
 
 def _attention(h: int, heads: int, hd: int, kv: int, tp: int, bias: bool, shared: bool) -> list[Tensor]:
@@ -63,33 +59,6 @@ def _attention(h: int, heads: int, hd: int, kv: int, tp: int, bias: bool, shared
     kv_out = 0 if shared else 2 * max(kv, tp) * hd
     out = _linear((heads * hd) + kv_out, h, bias) + _linear(h, heads * hd, bias, row=True)
     return out + [Tensor(hd, split=False)] * (1 if shared else 2)
-
-
-def layer_types(text: dict[str, Any], n: int) -> list[str]:
-    """Each layer's type as transformers' Gemma4TextConfig gives it: config.json's layer_types (the
-    shape has checked them), else 5 sliding : 1 full with the last layer full."""
-    given = text.get("layer_types")
-    if isinstance(given, list) and len(given) == n:
-        return given
-    return ["full_attention" if (i + 1) % 6 == 0 or i == n - 1 else "sliding_attention" for i in range(n)]
-
-
-def _rope_elements(text: dict[str, Any], shape: ModelShape) -> int:
-    """One cos/sin table per layer type the layers use: positions x its rotary width."""
-    params = text.get("rope_parameters") or DEFAULT_ROPE
-    positions = _whole(text, "max_position_embeddings", 131_072)
-    kinds = layer_types(text, shape.num_layers)
-    heads = shape.layer_heads or tuple((shape.head_dim, shape.num_kv_heads) for _ in kinds)
-    total = 0
-    for kind, p in params.items():
-        layers = [i for i, k in enumerate(kinds) if k == kind]
-        if not layers or not isinstance(p, dict):
-            continue
-        hd = heads[layers[0]][0]
-        factor = p.get("partial_rotary_factor", 1.0)
-        proportional = p.get("rope_type") == "proportional"
-        total += positions * (hd if proportional or not isinstance(factor, (int, float)) else int(hd * factor))
-    return total
 
 
 def vision_tower(vc: dict[str, Any], text_hidden: int) -> list[Tensor]:
@@ -190,7 +159,7 @@ def count_gemma4(cfg: dict[str, Any], shape: ModelShape, dtype: str | None = Non
         per_layer_replicated=tuple(size(ts, False) for ts in layers),
         final_norm=(h + (ple if ple else 0)) * dt,
         format_label=f"{dt * 8}-bit",
-        rope_cache=_rope_elements(text, shape) * dt,
+        rope_cache=sum(n * d for n, d in shape.rope_tables) * dt,
         layer_tensors=(first,) + tuple(tuple((t.elements * dt, not t.split) for t in ts) for ts in layers[1:]),
         edge_tensors=(edge, 0 if tied else edge),
         vision_replicated=sum(t.elements for t in tower) * dt,

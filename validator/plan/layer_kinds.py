@@ -47,6 +47,15 @@ def _llama4_kinds(cfg: dict[str, Any], layers: int) -> list[str]:
     return [CHUNKED if f and chunked else FULL for f in flags]
 
 
+def gemma4_layer_types(cfg: dict[str, Any], n: int) -> list[str]:
+    """Each layer's type as Gemma4TextConfig gives it: config.json's layer_types, else 5 sliding : 1
+    full with the last layer full."""
+    given = cfg.get("layer_types")
+    if isinstance(given, list) and len(given) == n:
+        return given
+    return ["full_attention" if (i + 1) % 6 == 0 or i == n - 1 else "sliding_attention" for i in range(n)]
+
+
 def layer_kinds(cfg: dict[str, Any], layers: int, sliding_window: int | None) -> list[str]:
     if cfg.get("model_type") in LLAMA4_TYPES:
         return _llama4_kinds(cfg, layers)
@@ -83,6 +92,6 @@ def layer_kinds(cfg: dict[str, Any], layers: int, sliding_window: int | None) ->
         if isinstance(pattern, bool) or not isinstance(pattern, int) or pattern <= 0:
             raise InputError(f"config.json: sliding_window_pattern must be a positive integer, got {pattern!r:.60}")
         return [FULL if (i + 1) % pattern == 0 else SLIDING for i in range(layers)]
-    if model_type in ("gemma4", "gemma4_text"):  # Gemma4TextConfig: 5 sliding : 1 full, the last full
-        return [FULL if (i + 1) % 6 == 0 or i == layers - 1 else SLIDING for i in range(layers)]
+    if model_type in ("gemma4", "gemma4_text"):
+        return [_LAYER_TYPE_KIND[t] for t in gemma4_layer_types(cfg, layers)]
     return [SLIDING] * layers  # Mistral convention: a window on every layer

@@ -10,11 +10,10 @@ from dataclasses import dataclass
 from typing import Any
 
 from validator.errors import InputError
-from validator.plan.layer_heads import gemma4_layers
+from validator.plan.layer_heads import gemma4_layers, model_rope_tables
 from validator.plan.layer_kinds import CHUNKED, FULL, LINEAR, LLAMA4_TYPES, NO_CACHE, SLIDING, layer_kinds
 from validator.plan.quant import QuantFormat, format_from_config
 from validator.plan.refusals import refuse_unmodelled
-from validator.plan.rope import rope_tables
 from validator.plan.ssm_state import (
     ATTENTION,
     HYBRID_MODEL_TYPES,
@@ -305,7 +304,7 @@ def shape_from_config(cfg: Config) -> ModelShape:
         state=state,
         ssm_dtype=_ssm_dtype(cfg),
         mtp_layers=mtp_layers_from_config(cfg),
-        rope_tables=rope_tables(cfg, mla.qk_rope_head_dim if mla else head_dim, max_pos),
+        rope_tables=model_rope_tables(cfg, model_type, own_heads, mla.qk_rope_head_dim if mla else head_dim, max_pos),
         multimodal=isinstance(top.get("vision_config"), dict),
         vision=vision_tower(top, hidden),
         layer_heads=own_heads,

@@ -56,13 +56,27 @@ def _configurations(cfg: Config) -> list[Config]:
     return out
 
 
-def rope_tables(cfg: Config, rotary_dim: int, max_pos: int | None) -> tuple[tuple[int, int], ...]:
-    """(positions, rotary_dim) of each distinct table; none without max_position_embeddings."""
+def rope_tables(
+    cfg: Config, rotary_dim: int, max_pos: int | None, type_dims: dict[str, int] | None = None
+) -> tuple[tuple[int, int], ...]:
+    """(positions, rotary_dim) of each distinct table; none without max_position_embeddings.
+    `type_dims`: where layer types have head sizes of their own (Gemma 4), each type's, and only
+    the types given have layers. `proportional` RoPE (Gemma4RotaryEmbedding) rotates part of the
+    head but builds its table over the whole head size."""
     if not max_pos:
         return ()
     seen: dict[str, tuple[int, int]] = {}
-    for params in _configurations(cfg):
+    given = cfg.get("rope_parameters")
+    if isinstance(given, dict) and given and all(isinstance(v, dict) for v in given.values()):
+        configs: list[tuple[str | None, Config]] = list(given.items())
+    else:
+        configs = [(None, params) for params in _configurations(cfg)]
+    for kind, params in configs:
+        if type_dims is not None and kind is not None and kind not in type_dims:
+            continue  # a layer type no layer has
+        head = type_dims[kind] if type_dims is not None and kind is not None else rotary_dim
         factor = _number(params.get("partial_rotary_factor", cfg.get("partial_rotary_factor")))
-        dim = int(rotary_dim * factor) if factor and factor < 1 else rotary_dim
+        proportional = params.get("rope_type") == "proportional"
+        dim = int(head * factor) if factor and factor < 1 and not proportional else head
         seen.setdefault(repr(sorted(params.items(), key=str)), (_positions(params, max_pos), dim))
     return tuple(seen.values())
