@@ -27,7 +27,7 @@ from __future__ import annotations
 from typing import Any
 
 from validator.errors import InputError
-from validator.plan.hybrid_weights import Tensor, _linear, _whole, mlp, moe
+from validator.plan.hybrid_weights import Tensor, linear, mlp, moe, whole
 from validator.plan.layer_heads import GEMMA4
 from validator.plan.model_shape import DTYPE_BYTES, ModelShape
 from validator.plan.weights import WeightCount
@@ -57,7 +57,7 @@ def _attention(h: int, heads: int, hd: int, kv: int, tp: int, bias: bool, shared
     """q (with k and v fused unless the layer reads another's cache), o, and the q (and k) norms.
     KV heads fewer than the ranks: one on each (QKVParallelLinear)."""
     kv_out = 0 if shared else 2 * max(kv, tp) * hd
-    out = _linear((heads * hd) + kv_out, h, bias) + _linear(h, heads * hd, bias, row=True)
+    out = linear((heads * hd) + kv_out, h, bias) + linear(h, heads * hd, bias, row=True)
     return out + [Tensor(hd, split=False)] * (1 if shared else 2)
 
 
@@ -66,13 +66,13 @@ def vision_tower(vc: dict[str, Any], text_hidden: int) -> list[Tensor]:
     rank, and vLLM's embedder into the text model's width: patch projection, the 2-D position
     table, per layer q/k/v/o with q and k norms, a gated MLP and four norms. Its buffers (the
     standardizing bias and scale, the rotary frequencies) are left out: a few KiB."""
-    g = {k: _whole(vc, k, d) for k, d in VISION_DEFAULTS.items()}
+    g = {k: whole(vc, k, d) for k, d in VISION_DEFAULTS.items()}
     h, hd, heads, kv = g["hidden_size"], g["head_dim"], g["num_attention_heads"], g["num_key_value_heads"]
     out = [Tensor(3 * g["patch_size"] ** 2 * h), Tensor(2 * g["position_embedding_size"] * h)]
     layer = [Tensor(h * heads * hd), Tensor(2 * h * kv * hd), Tensor(heads * hd * h), Tensor(2 * hd)]
     layer += [Tensor(3 * h * g["intermediate_size"]), Tensor(4 * h)]
     out += layer * g["num_hidden_layers"]
-    out.append(Tensor(_whole(vc, "output_proj_dims", h) * text_hidden))  # the projection into the text model
+    out.append(Tensor(whole(vc, "output_proj_dims", h) * text_hidden))  # the projection into the text model
     return [Tensor(t.elements, split=False) for t in out]
 
 
@@ -82,7 +82,7 @@ def audio_tower(ac: dict[str, Any], text_hidden: int) -> list[Tensor]:
     projection after them; per layer two feed-forward blocks (4 x wide, two norms each), attention
     (q/k/v, output and relative-position projections, a per-dimension scale), a light convolution
     (GLU in, depthwise kernel, out, two norms) and three norms; an output projection with its bias."""
-    g = {k: _whole(ac, k, d) for k, d in AUDIO_DEFAULTS.items()}
+    g = {k: whole(ac, k, d) for k, d in AUDIO_DEFAULTS.items()}
     h, heads, kernel = g["hidden_size"], g["num_attention_heads"], g["conv_kernel_size"]
     channels = ac.get("subsampling_conv_channels", (128, 32))
     if not isinstance(channels, (list, tuple)) or len(channels) != 2 or not all(isinstance(c, int) for c in channels):
@@ -119,10 +119,10 @@ def count_gemma4(cfg: dict[str, Any], shape: ModelShape, dtype: str | None = Non
     if h is None or v is None:
         return None
     heads = shape.layer_heads or tuple((shape.head_dim, shape.num_kv_heads) for _ in range(n))
-    shared_n = _whole(text, "num_kv_shared_layers")
-    ple = _whole(text, "hidden_size_per_layer_input", PLE_WIDTH)
-    ple_vocab = _whole(text, "vocab_size_per_layer_input", v)
-    inter, experts = _whole(text, "intermediate_size"), _whole(text, "num_experts")
+    shared_n = whole(text, "num_kv_shared_layers")
+    ple = whole(text, "hidden_size_per_layer_input", PLE_WIDTH)
+    ple_vocab = whole(text, "vocab_size_per_layer_input", v)
+    inter, experts = whole(text, "intermediate_size"), whole(text, "num_experts")
     bias, double = bool(text.get("attention_bias")), bool(text.get("use_double_wide_mlp"))
     layers = []
     for i in range(n):
@@ -132,7 +132,7 @@ def count_gemma4(cfg: dict[str, Any], shape: ModelShape, dtype: str | None = Non
         layer += mlp(h, inter * (2 if double and shared else 1), True)
         layer += [Tensor(h, split=False)] * 4  # input, post-attention, pre- and post-feedforward norms
         if experts:
-            layer += moe(h, experts, _whole(text, "moe_intermediate_size"))
+            layer += moe(h, experts, whole(text, "moe_intermediate_size"))
             layer += [Tensor(h, split=False), Tensor(experts, split=False)]  # the router's scales
             layer += [Tensor(h, split=False)] * 3
         if ple:

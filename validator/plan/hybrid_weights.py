@@ -39,16 +39,16 @@ class Tensor:
     fp32: bool = False
 
 
-def _linear(out: int, inp: int, bias: bool, row: bool = False) -> list[Tensor]:
+def linear(out: int, inp: int, bias: bool, row: bool = False) -> list[Tensor]:
     """A column- (or row-) parallel linear layer: a row-parallel one's bias is on every rank."""
     return [Tensor(out * inp)] + ([Tensor(out, split=not row)] if bias else [])
 
 
 def mamba1(h: int, s: Mamba1State, dt_rank: int, conv_bias: bool, bias: bool, norms: bool) -> list[Tensor]:
     di, ds = s.intermediate_size, s.state_size
-    out = _linear(di, s.conv_kernel, conv_bias) + _linear(2 * di, h, bias)
-    out += [Tensor((dt_rank + 2 * ds) * di), *_linear(di, dt_rank, True), Tensor(di * ds, fp32=True), Tensor(di)]
-    out += _linear(h, di, bias, row=True)
+    out = linear(di, s.conv_kernel, conv_bias) + linear(2 * di, h, bias)
+    out += [Tensor((dt_rank + 2 * ds) * di), *linear(di, dt_rank, True), Tensor(di * ds, fp32=True), Tensor(di)]
+    out += linear(h, di, bias, row=True)
     return out + ([Tensor(dt_rank + 2 * ds, split=False)] if norms else [])  # Jamba's dt, B and C norms
 
 
@@ -56,8 +56,8 @@ def mamba2(h: int, s: Mamba2State, conv_bias: bool, bias: bool, tp: int) -> list
     groups = s.n_groups if s.n_groups % tp == 0 else tp  # vLLM supports only 1 group there
     di, nh = s.intermediate_size, s.num_heads
     conv = di + 2 * groups * s.state_size
-    out = _linear(conv, s.conv_kernel, conv_bias) + _linear(di + conv + nh, h, bias)
-    out += [Tensor(nh, fp32=True), Tensor(nh), Tensor(nh), *_linear(h, di, bias, row=True), Tensor(di)]
+    out = linear(conv, s.conv_kernel, conv_bias) + linear(di + conv + nh, h, bias)
+    out += [Tensor(nh, fp32=True), Tensor(nh), Tensor(nh), *linear(h, di, bias, row=True), Tensor(di)]
     return out  # conv, in_proj, A, D, dt_bias, out_proj, the gated norm
 
 
@@ -72,19 +72,19 @@ def attention(shape: ModelShape, tp: int, bias: bool, gate: bool, qk_norm: bool)
     holds one (QKVParallelLinear replicates them): max(kv, tp) heads' worth over the ranks."""
     h, heads, hd = shape.hidden_size or 0, shape.num_attention_heads, shape.head_dim
     kv = max(shape.num_kv_heads, tp)
-    out = _linear((heads * (2 if gate else 1) + 2 * kv) * hd, h, bias) + _linear(h, heads * hd, False, row=True)
+    out = linear((heads * (2 if gate else 1) + 2 * kv) * hd, h, bias) + linear(h, heads * hd, False, row=True)
     return out + ([Tensor(2 * hd, split=False)] if qk_norm else [])
 
 
 def mlp(h: int, inter: int, gated: bool, bias: bool = False) -> list[Tensor]:
-    return _linear((2 if gated else 1) * inter, h, bias) + _linear(h, inter, bias, row=True)
+    return linear((2 if gated else 1) * inter, h, bias) + linear(h, inter, bias, row=True)
 
 
 def moe(h: int, experts: int, inter: int) -> list[Tensor]:
     return [Tensor(experts * h, split=False), Tensor(experts * 2 * inter * h), Tensor(experts * h * inter)]
 
 
-def _whole(cfg: dict[str, Any], key: str, default: int = 0) -> int:
+def whole(cfg: dict[str, Any], key: str, default: int = 0) -> int:
     """A size or count config.json may leave out (the default: vLLM's, or 0 for none); given, it
     must be a whole number (a wrong one would silently miscount)."""
     v = cfg.get(key)
@@ -98,7 +98,7 @@ def _whole(cfg: dict[str, Any], key: str, default: int = 0) -> int:
 
 def _dt_rank(cfg: dict[str, Any], key: str, h: int) -> int:
     """Mamba's time-step rank: "auto" (or absent) is ceil(hidden / 16), as transformers sets it."""
-    return math.ceil(h / 16) if cfg.get(key, "auto") == "auto" else _whole(cfg, key)
+    return math.ceil(h / 16) if cfg.get(key, "auto") == "auto" else whole(cfg, key)
 
 
 Layers = list[list[Tensor]]
@@ -123,8 +123,8 @@ def _jamba(cfg: dict[str, Any], shape: ModelShape, tp: int, fp32_router: bool = 
     h, st, inter = shape.hidden_size or 0, shape.state, shape.intermediate_size or 0
     if not isinstance(st, Mamba1State):
         return None
-    period, offset = _whole(cfg, "expert_layer_period", 1) or 1, _whole(cfg, "expert_layer_offset", 0)
-    e, dt = _whole(cfg, "num_experts", 1), _dt_rank(cfg, "mamba_dt_rank", h)
+    period, offset = whole(cfg, "expert_layer_period", 1) or 1, whole(cfg, "expert_layer_offset", 0)
+    e, dt = whole(cfg, "num_experts", 1), _dt_rank(cfg, "mamba_dt_rank", h)
     conv_bias, bias = bool(cfg.get("mamba_conv_bias")), bool(cfg.get("mamba_proj_bias"))
     out = []
     for i, role in enumerate(layer_roles(cfg) or []):
@@ -146,8 +146,8 @@ def nemotron_moe(cfg: dict[str, Any], h: int, fp32_router: bool) -> list[Tensor]
     two replicated projections enter and leave, and ungated shared experts. The router computes in
     float32: its weight is stored so (GateLinear) except on Hopper and Blackwell, whose kernels read
     it in the model's dtype."""
-    e, inter = _whole(cfg, "n_routed_experts"), _whole(cfg, "moe_intermediate_size")
-    latent, shared = cfg.get("moe_latent_size"), _whole(cfg, "moe_shared_expert_intermediate_size")
+    e, inter = whole(cfg, "n_routed_experts"), whole(cfg, "moe_intermediate_size")
+    latent, shared = cfg.get("moe_latent_size"), whole(cfg, "moe_shared_expert_intermediate_size")
     if not e or not inter or (latent is not None and (isinstance(latent, bool) or not isinstance(latent, int))):
         return None
     m, bias = latent or h, bool(cfg.get("mlp_bias"))
@@ -156,7 +156,7 @@ def nemotron_moe(cfg: dict[str, Any], h: int, fp32_router: bool) -> list[Tensor]
     if latent:
         out += [Tensor(latent * h, split=False), Tensor(h * latent, split=False)]
         out += [Tensor(latent, split=False), Tensor(h, split=False)] if bias else []
-    return out + (mlp(h, shared * _whole(cfg, "n_shared_experts", 1), False, bias) if shared else [])
+    return out + (mlp(h, shared * whole(cfg, "n_shared_experts", 1), False, bias) if shared else [])
 
 
 def _nemotron_h(cfg: dict[str, Any], shape: ModelShape, tp: int, fp32_router: bool = False) -> Layers | None:
@@ -195,7 +195,7 @@ def _granite4(cfg: dict[str, Any], shape: ModelShape, tp: int, fp32_router: bool
     h, st = shape.hidden_size or 0, shape.state
     if not isinstance(st, Mamba2State):
         return None
-    e, shared = _whole(cfg, "num_local_experts"), _whole(cfg, "shared_intermediate_size")
+    e, shared = whole(cfg, "num_local_experts"), whole(cfg, "shared_intermediate_size")
     out = []
     for role in layer_roles(cfg) or []:
         layer = [Tensor(h, split=False), Tensor(h, split=False)]
@@ -215,7 +215,7 @@ def _qwen3_next(cfg: dict[str, Any], shape: ModelShape, tp: int, fp32_router: bo
     h, st, shared = shape.hidden_size or 0, shape.state, shape.shared_expert_intermediate_size
     if not isinstance(st, GatedDeltaNetState):
         return None
-    e, step, dense = _whole(cfg, "num_experts"), _whole(cfg, "decoder_sparse_step", 1), cfg.get("mlp_only_layers")
+    e, step, dense = whole(cfg, "num_experts"), whole(cfg, "decoder_sparse_step", 1), cfg.get("mlp_only_layers")
     if dense is not None and (not isinstance(dense, list) or not all(isinstance(i, int) for i in dense)):
         raise InputError(f"config.json: mlp_only_layers must list layer indices, got {dense!r:.40}")
     bias, gate = bool(cfg.get("qkv_bias")), bool(cfg.get("attn_output_gate", True))
