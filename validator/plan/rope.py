@@ -40,19 +40,20 @@ def _positions(params: Config, max_pos: int) -> int:
     return max_pos
 
 
-def _configurations(cfg: Config) -> list[Config]:
-    """Each rope configuration the model's layers use, as get_rope() is given them."""
+def _configurations(cfg: Config) -> list[tuple[str | None, Config]]:
+    """Each rope configuration the model's layers use, as get_rope() is given them, with the layer
+    type it is for where config.json gives one per type (transformers >= 4.56)."""
     given = cfg.get("rope_parameters")
     if isinstance(given, dict) and given and all(isinstance(v, dict) for v in given.values()):
-        return list(given.values())  # per layer type (transformers >= 4.56): {"full_attention": {...}, ...}
+        return list(given.items())  # {"full_attention": {...}, "sliding_attention": {...}}
     params: Config = given if isinstance(given, dict) and given else {}
     if not params and isinstance(cfg.get("rope_scaling"), dict):
         params = cfg["rope_scaling"]
     base = dict(params, rope_theta=cfg.get("rope_theta", params.get("rope_theta")))
-    out = [base]
+    out: list[tuple[str | None, Config]] = [(None, base)]
     local = cfg.get("rope_local_base_freq")  # Gemma 3's sliding layers: unscaled, their own base
     if local is not None and cfg.get("sliding_window"):
-        out.append({"rope_type": "default", "rope_theta": local})
+        out.append((None, {"rope_type": "default", "rope_theta": local}))
     return out
 
 
@@ -66,12 +67,7 @@ def rope_tables(
     if not max_pos:
         return ()
     seen: dict[str, tuple[int, int]] = {}
-    given = cfg.get("rope_parameters")
-    if isinstance(given, dict) and given and all(isinstance(v, dict) for v in given.values()):
-        configs: list[tuple[str | None, Config]] = list(given.items())
-    else:
-        configs = [(None, params) for params in _configurations(cfg)]
-    for kind, params in configs:
+    for kind, params in _configurations(cfg):
         if type_dims is not None and kind is not None and kind not in type_dims:
             continue  # a layer type no layer has
         head = type_dims[kind] if type_dims is not None and kind is not None else rotary_dim
