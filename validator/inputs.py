@@ -64,11 +64,10 @@ def plan_input_from_profile(profile: Profile) -> PlanInput:
     if weights is None and count is None:
         source = "unknown"
     rank = None
-    allocates_more = shape.state or shape.model_type in GEMMA4
-    if from_headers and count is not None and allocates_more and weights != count.total_bytes:
+    if from_headers and count is not None and count.as_allocated and weights != count.total_bytes:
         # a counted hybrid's headers miss what vLLM adds (A in float32, an LM head of its own) and hold
         # what it skips (MTP layers); Gemma 4's miss the V slot vLLM keeps beside K where K = V: the
-        # count is what it allocates (tests/test_weights_allocated.py)
+        # count is what it allocates (tests/test_weights_allocated.py, tests/test_gemma4_weights.py)
         source = f"counted from config.json as vLLM allocates it (the safetensors headers: {weights:,} B)"
         weights, rank = count.total_bytes, count.rank_bytes(tp, pp)
     if weights is None and count is not None:

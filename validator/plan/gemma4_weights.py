@@ -27,7 +27,7 @@ from __future__ import annotations
 from typing import Any
 
 from validator.errors import InputError
-from validator.plan.hybrid_weights import Tensor, linear, mlp, moe, whole
+from validator.plan.hybrid_weights import Tensor, attention_heads, mlp, moe, whole
 from validator.plan.layer_heads import GEMMA4
 from validator.plan.model_shape import DTYPE_BYTES, ModelShape
 from validator.plan.weights import WeightCount
@@ -51,14 +51,6 @@ AUDIO_DEFAULTS = {  # Gemma4AudioConfig's
     "conv_kernel_size": 5,
     "output_proj_dims": 1536,
 }
-
-
-def _attention(h: int, heads: int, hd: int, kv: int, tp: int, bias: bool, shared: bool) -> list[Tensor]:
-    """q (with k and v fused unless the layer reads another's cache), o, and the q (and k) norms.
-    KV heads fewer than the ranks: one on each (QKVParallelLinear)."""
-    kv_out = 0 if shared else 2 * max(kv, tp) * hd
-    out = linear((heads * hd) + kv_out, h, bias) + linear(h, heads * hd, bias, row=True)
-    return out + [Tensor(hd, split=False)] * (1 if shared else 2)
 
 
 def vision_tower(vc: dict[str, Any], text_hidden: int) -> list[Tensor]:
@@ -128,7 +120,7 @@ def count_gemma4(cfg: dict[str, Any], shape: ModelShape, dtype: str | None = Non
     for i in range(n):
         shared = shared_n > 0 and i >= n - shared_n
         hd, kv = heads[i]
-        layer = _attention(h, shape.num_attention_heads, hd, kv, tp, bias, shared)
+        layer = attention_heads(h, shape.num_attention_heads, hd, kv, tp, bias, False, True, not shared, bias)
         layer += mlp(h, inter * (2 if double and shared else 1), True)
         layer += [Tensor(h, split=False)] * 4  # input, post-attention, pre- and post-feedforward norms
         if experts:
@@ -163,4 +155,5 @@ def count_gemma4(cfg: dict[str, Any], shape: ModelShape, dtype: str | None = Non
         layer_tensors=(first,) + tuple(tuple((t.elements * dt, not t.split) for t in ts) for ts in layers[1:]),
         edge_tensors=(edge, 0 if tied else edge),
         vision_replicated=sum(t.elements for t in tower) * dt,
+        as_allocated=True,
     )

@@ -67,13 +67,22 @@ def gated_delta_net(h: int, s: GatedDeltaNetState) -> list[Tensor]:
     return out + [Tensor(nv), Tensor(nv, fp32=True), Tensor(s.head_v_dim, split=False), Tensor(h * vd)]
 
 
+def attention_heads(
+    h: int, heads: int, hd: int, kv: int, tp: int, bias: bool, gate: bool = False, qk_norm: bool = False,
+    kv_proj: bool = True, o_bias: bool = False,
+) -> list[Tensor]:  # fmt: skip
+    """q (doubled for an output gate), k and v fused (none for a layer that reads another's cache:
+    kv_proj False, and then no k norm), and o. With fewer KV heads than ranks each rank holds one
+    (QKVParallelLinear replicates them): max(kv, tp) heads' worth over the ranks."""
+    kv_out = 2 * max(kv, tp) * hd if kv_proj else 0
+    out = linear(heads * (2 if gate else 1) * hd + kv_out, h, bias) + linear(h, heads * hd, o_bias, row=True)
+    return out + ([Tensor((2 if kv_proj else 1) * hd, split=False)] if qk_norm else [])
+
+
 def attention(shape: ModelShape, tp: int, bias: bool, gate: bool, qk_norm: bool) -> list[Tensor]:
-    """q (doubled for an output gate), k and v fused, and o. With fewer KV heads than ranks each rank
-    holds one (QKVParallelLinear replicates them): max(kv, tp) heads' worth over the ranks."""
-    h, heads, hd = shape.hidden_size or 0, shape.num_attention_heads, shape.head_dim
-    kv = max(shape.num_kv_heads, tp)
-    out = linear((heads * (2 if gate else 1) + 2 * kv) * hd, h, bias) + linear(h, heads * hd, False, row=True)
-    return out + ([Tensor(2 * hd, split=False)] if qk_norm else [])
+    """The model's one attention shape (attention_heads)."""
+    h, heads, hd, kv = shape.hidden_size or 0, shape.num_attention_heads, shape.head_dim, shape.num_kv_heads
+    return attention_heads(h, heads, hd, kv, tp, bias, gate, qk_norm)
 
 
 def mlp(h: int, inter: int, gated: bool, bias: bool = False) -> list[Tensor]:
@@ -281,4 +290,5 @@ def count_hybrid(
         rope_cache=sum(n * d for n, d in shape.rope_tables) * dt if shape.model_type in ROTARY else 0,
         layer_tensors=tuple(tuple((t.elements * (4 if t.fp32 else dt), not t.split) for t in ts) for ts in layers),
         edge_tensors=(cdiv(v, 64) * 64 * h * dt, 0 if tied else cdiv(v, 64) * 64 * h * dt),
+        as_allocated=True,
     )

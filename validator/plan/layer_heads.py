@@ -11,8 +11,7 @@ from __future__ import annotations
 from typing import Any
 
 from validator.errors import InputError
-from validator.plan.layer_kinds import FULL, NO_CACHE, gemma4_layer_types
-from validator.plan.rope import rope_tables
+from validator.plan.layer_kinds import FULL, NO_CACHE
 
 GEMMA4 = ("gemma4_text", "gemma4")  # the model types read here: text-only, or a multimodal text_config
 GEMMA4_GLOBAL_HEAD_DIM = 512  # Gemma4TextConfig's default for global_head_dim
@@ -74,26 +73,3 @@ def gemma4_layers(
         return kinds, shared, ()
     kinds, shared = without_shared_caches(kinds, shared)
     return kinds, shared, layer_heads(cfg, kinds, head_dim, kv_heads)
-
-
-GEMMA4_DEFAULT_ROPE = {  # Gemma4TextConfig's rope_parameters where config.json has none
-    "sliding_attention": {"rope_type": "default", "rope_theta": 10_000.0},
-    "full_attention": {"rope_type": "proportional", "partial_rotary_factor": 0.25, "rope_theta": 1_000_000.0},
-}
-GEMMA4_MAX_POSITIONS = 131_072  # Gemma4TextConfig's max_position_embeddings
-
-
-def model_rope_tables(
-    cfg: dict[str, Any], model_type: str, heads: tuple[tuple[int, int], ...], head_dim: int, max_pos: int | None
-) -> tuple[tuple[int, int], ...]:
-    """The rotary tables vLLM builds (plan/rope.py). Gemma 4's: one per layer type in use, at that
-    type's head size (vLLM gives each layer's rotary embedding its own), with Gemma4TextConfig's
-    rope parameters and positions where config.json has none."""
-    if model_type not in GEMMA4:
-        return rope_tables(cfg, head_dim, max_pos)
-    dims: dict[str, int] = {}
-    n = len(heads) if heads else int(cfg.get("num_hidden_layers") or 0)
-    for i, kind in enumerate(gemma4_layer_types(cfg, n)):
-        dims.setdefault(kind, heads[i][0] if heads else head_dim)
-    with_rope = {**cfg, "rope_parameters": cfg.get("rope_parameters") or GEMMA4_DEFAULT_ROPE}
-    return rope_tables(with_rope, head_dim, max_pos or GEMMA4_MAX_POSITIONS, dims)

@@ -41,6 +41,9 @@ class WeightCount:
     layer_tensors: tuple[tuple[tuple[int, bool], ...], ...] = ()  # (bytes, held whole by every rank)
     edge_tensors: tuple[int, int] = (0, 0)
     per_layer_replicated: tuple[int, ...] = ()  # bytes of each layer every TP rank holds in full
+    # counted tensor by tensor as vLLM builds the model (hybrid_weights, gemma4_weights), where the
+    # checkpoint's headers hold other than vLLM allocates: the plan prefers this count to them
+    as_allocated: bool = False
 
     def rank_bytes(self, tp: int = 1, pp: int = 1, stage: int = 0) -> int:
         """Bytes held by one GPU: tensor rank of pipeline stage `stage`."""
