@@ -21,6 +21,7 @@ import pytest
 
 from tests.conftest import ROOT, TEST_CPU
 from tests.test_gemma4_weights import VLLM_ALLOCATED as GEMMA4_ALLOCATED
+from tests.test_qwen35_weights import VLLM_ALLOCATED as QWEN35_ALLOCATED
 from validator.errors import InputError
 from validator.inputs import load_config, plan_input_from_profile, weight_bytes_from_checkpoint
 from validator.plan.hybrid_weights import count_hybrid
@@ -153,6 +154,7 @@ def test_a_quantized_hybrid_is_not_guessed(tmp_path, tiny_model):
 LIVE = {
     "tiny-granite4-moe": VLLM_ALLOCATED["tiny-granite4-moe", 1],
     "tiny-gemma4-moe": sum(GEMMA4_ALLOCATED["tiny-gemma4-moe", 1]),
+    "tiny-qwen35-moe": QWEN35_ALLOCATED["tiny-qwen35-moe", 1],
 }
 
 
@@ -161,7 +163,9 @@ LIVE = {
 def test_the_recorded_figure_is_what_the_installed_vllm_allocates(tiny_model, name):
     """Re-measured live on a model with each part of a family (Granite-4: Mamba-2 with two groups,
     attention with its rotary cache, experts, a shared MLP; Gemma 4: its two head shapes, shared
-    layers, experts beside the MLP): vLLM loads it on the test CPU and reports what it holds."""
+    layers, experts beside the MLP; Qwen3.5: Gated DeltaNet, gated attention, experts with a shared
+    expert, a tied LM head, imported with tests/stubs for torchvision): vLLM loads it on the test
+    CPU and reports what it holds."""
     path = tiny_model(name)
     env = dict(os.environ, VLLM_CPU_OMP_THREADS_BIND=TEST_CPU, PYTHONPATH=str(ROOT))
     # its own session: vLLM's engine and workers go with it, whatever happens to the measurement

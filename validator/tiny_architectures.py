@@ -261,3 +261,9 @@ ARCHITECTURES["tiny-gemma4-moe"] = _variant(
     use_double_wide_mlp=True,
     hidden_size_per_layer_input=0,
 )
+# Qwen3.5 (and 3.6 / 3.8, the same module): the text models of Qwen3_5ForConditionalGeneration, dense
+# and with experts, of tiny-qwen3next's dims: weight-count vectors (tests/test_qwen35_weights.py)
+_QWEN35 = {k: v for k, v in ARCHITECTURES["tiny-qwen3next"][1].items() if not k.startswith(("num_experts", "moe_"))}
+_QWEN35.pop("shared_expert_intermediate_size")
+ARCHITECTURES["tiny-qwen35"] = ("Qwen3_5TextConfig", dict(_QWEN35, intermediate_size=256), ())
+ARCHITECTURES["tiny-qwen35-moe"] = ("Qwen3_5MoeTextConfig", ARCHITECTURES["tiny-qwen3next"][1], ())

@@ -1,5 +1,6 @@
 """Weight bytes of state-space and linear-attention models from config.json (pure), as vLLM 0.32
-allocates them: Mamba, Mamba-2, Jamba, Nemotron-H, Granite-4 (granitemoehybrid) and Qwen3-Next.
+allocates them: Mamba, Mamba-2, Jamba, Nemotron-H, Granite-4 (granitemoehybrid), Qwen3-Next and
+Qwen3.5 (3.6 and 3.8 are the same module: Qwen3-Next's layers, a text_config, a vision tower).
 
 One tensor per allocation (q/k/v and gate/up fused, experts stacked, as vLLM builds them), each
 split by tensor parallelism or held whole by every rank. What a checkpoint's headers do not say:
@@ -220,7 +221,8 @@ def _granite4(cfg: dict[str, Any], shape: ModelShape, tp: int, fp32_router: bool
 
 def _qwen3_next(cfg: dict[str, Any], shape: ModelShape, tp: int, fp32_router: bool = False) -> Layers | None:
     """Two norms, Gated DeltaNet or gated attention (q doubled for the gate, q/k norms), then experts
-    with a shared expert and its gate where decoder_sparse_step and mlp_only_layers say, else an MLP."""
+    with a shared expert and its gate where decoder_sparse_step and mlp_only_layers say, else an MLP.
+    Qwen3.5 builds these layers (Qwen3_5DecoderLayer), with two scales more where layer_scale asks."""
     h, st, shared = shape.hidden_size or 0, shape.state, shape.shared_expert_intermediate_size
     if not isinstance(st, GatedDeltaNetState):
         return None
@@ -240,7 +242,7 @@ def _qwen3_next(cfg: dict[str, Any], shape: ModelShape, tp: int, fp32_router: bo
             layer += mlp(h, shared, True) + [Tensor(h, split=False)] if shared else []
         else:
             layer += mlp(h, shape.intermediate_size or 0, True)
-        out.append(layer)
+        out.append(layer + [Tensor(h, split=False)] * (2 if cfg.get("layer_scale") else 0))
     return out
 
 
@@ -251,12 +253,16 @@ FAMILIES = {
     "nemotron_h": _nemotron_h,
     "granitemoehybrid": _granite4,
     "qwen3_next": _qwen3_next,
+    "qwen3_5_text": _qwen3_next,
+    "qwen3_5_moe_text": _qwen3_next,
 }
 
 
 # vLLM ties the LM head to the embeddings, where config.json asks, only for these families
-TIES = ("mamba", "mamba2", "granitemoehybrid")
-ROTARY = ("granitemoehybrid", "qwen3_next")  # Jamba's and Nemotron-H's attention has no rotary embedding
+TIES = ("mamba", "mamba2", "granitemoehybrid", "qwen3_5_text", "qwen3_5_moe_text")
+# Jamba's and Nemotron-H's attention has no rotary embedding
+ROTARY = ("granitemoehybrid", "qwen3_next", "qwen3_5_text", "qwen3_5_moe_text")
+NESTED = ("qwen3_5", "qwen3_5_moe")  # Qwen3_5(Moe)ForConditionalGeneration: the text model in text_config
 
 
 def count_hybrid(
@@ -266,7 +272,9 @@ def count_hybrid(
     family, a layer kind in it, or its quantization is not counted. `fp32_router`: a GPU before
     Hopper (or the CPU), where a router computing in float32 stores its weight so."""
     h, v, family = shape.hidden_size, shape.vocab_size, FAMILIES.get(shape.model_type)
-    # the families counted keep their fields at the top of config.json (no text_config to unwrap)
+    text = cfg.get("text_config")
+    if cfg.get("model_type") in NESTED and isinstance(text, dict):
+        cfg = {k: val for k, val in cfg.items() if k != "text_config"} | text
     if family is None or cfg.get("model_type") != shape.model_type or shape.state is None:
         return None
     if h is None or v is None or shape.quant or shape.quant_method:
@@ -280,6 +288,7 @@ def count_hybrid(
         return sum(t.elements * (4 if t.fp32 else dt) for t in ts if t.split is split)
 
     tied = shape.tie_word_embeddings and shape.model_type in TIES
+    rope = sum(n * d for n, d in shape.rope_tables) if shape.model_type in ROTARY else 0
     return WeightCount(
         embedding=v * h * dt,
         lm_head=0 if tied else v * h * dt,
@@ -287,7 +296,8 @@ def count_hybrid(
         per_layer_replicated=tuple(size(ts, False) for ts in layers),
         final_norm=h * dt,
         format_label=f"{dt * 8}-bit",
-        rope_cache=sum(n * d for n, d in shape.rope_tables) * dt if shape.model_type in ROTARY else 0,
+        rope_cache=(rope + (shape.vision.rotary_table if shape.vision else 0)) * dt,
+        vision=shape.vision.params * dt if shape.vision else 0,
         layer_tensors=tuple(tuple((t.elements * (4 if t.fp32 else dt), not t.split) for t in ts) for ts in layers),
         edge_tensors=(cdiv(v, 64) * 64 * h * dt, 0 if tied else cdiv(v, 64) * 64 * h * dt),
         as_allocated=True,

@@ -103,7 +103,8 @@ def kv_shape(shape: ModelShape, spec: SpecDecode | None, notes: list[str]) -> tu
         shape = replace(shape, layer_kinds=shape.layer_kinds + (FULL,) * shape.mtp_layers)
         notes.append(
             f"MTP drafting: {shape.mtp_layers} draft layer(s) of full attention join the KV pool; every state "
-            f"layer keeps {spec.num_tokens} more conv rows and state pages"
+            f"layer keeps {spec.num_tokens} more conv rows and state pages; their weights are not in a count "
+            "from config.json (the checkpoint's headers hold them)"
         )
     else:
         notes.append(

@@ -1,7 +1,8 @@
 """A multimodal model's vision tower, from config.json's vision_config, counted where the layers vLLM
 loads and the projector are known (one formula per family): Gemma 3's SigLIP, Mistral 3's Pixtral,
 the CLIP or SigLIP ViT of LLaVA and LLaVA-NeXT (granite-vision among them), Llama 4's and Kimi-VL's
-MoonViT. Elsewhere the tower is not counted and the ledger says so (Qwen-VL's, ...)."""
+MoonViT, Qwen3.5's (Qwen3-VL's vision transformer without deepstack mergers). Elsewhere the tower is
+not counted and the ledger says so (Qwen2-VL's, ...)."""
 
 from __future__ import annotations
 
@@ -30,6 +31,11 @@ class VisionTower(ABC):
     @property
     def replicated_params(self) -> int:
         """Parameters every TP rank holds whole (a projector vLLM builds with ReplicatedLinear)."""
+        return 0
+
+    @property
+    def rotary_table(self) -> int:
+        """Elements of a rotary cos/sin cache the tower holds as a buffer, on every rank."""
         return 0
 
 
@@ -184,6 +190,33 @@ class MoonVitTower(VisionTower):
         return 2 * self.hidden + m * m + m + m * t + t
 
 
+@dataclass(frozen=True)
+class QwenVitTower(VisionTower):
+    """Qwen3.5 (vLLM's Qwen3_VisionTransformer): a patch convolution over temporal x patch^2 pixels
+    with bias, a learned position table, `layers` blocks of two LayerNorms, fused q/k/v and proj, a
+    biased MLP (fc1, fc2), all split by TP; then the merger: a LayerNorm, fc1 over merge^2 patches and
+    fc2 into the text hidden, both biased. Its 2D rotary table is a buffer (rotary_table)."""
+
+    name: ClassVar[str] = "Qwen3.5 ViT"
+    temporal: int
+    positions: int
+    merge: int  # patches merged into one merger input (spatial_merge_size squared)
+    heads: int
+
+    @property
+    def params(self) -> int:
+        h, m = self.hidden, self.merge * self.hidden
+        embeddings = self.channels * self.temporal * self.patch**2 * h + h + self.positions * h
+        merger = 2 * h + m * m + m + m * self.text_hidden + self.text_hidden
+        return self.layers * _vit_layer(h, self.intermediate) + embeddings + merger
+
+    @property
+    def rotary_table(self) -> int:
+        """Elements of the tower's cos/sin cache: 8,192 positions x half its head (get_rope with
+        partial_rotary_factor 0.5), in the model's dtype."""
+        return 8192 * (self.hidden // self.heads // 2)
+
+
 def _int(d: dict[str, Any], key: str, default: int | None = None) -> int | None:
     v = d.get(key, default)
     return v if isinstance(v, int) and not isinstance(v, bool) and 0 < v < 1 << 24 else None
@@ -206,6 +239,8 @@ def vision_tower(cfg: dict[str, Any], text_hidden: int | None) -> VisionTower | 
     if not isinstance(v, dict) or text_hidden is None:
         return None
     model, vit = cfg.get("model_type"), v.get("model_type")
+    if model in ("qwen3_5", "qwen3_5_moe"):
+        return _qwen_vit(v)
     sizes = [_int(v, k) for k in ("hidden_size", "intermediate_size", "num_hidden_layers", "patch_size")]
     channels, image = _int(v, "num_channels", 3), _int(v, "image_size")
     if channels is None or any(x is None for x in sizes):
@@ -243,3 +278,18 @@ def vision_tower(cfg: dict[str, Any], text_hidden: int | None) -> VisionTower | 
     bias = cfg.get("multimodal_projector_bias", True) is not False
     inputs = len(picks) if next_ else 1  # vLLM's llava.py feeds the projector one layer
     return llava(h, i, max(picks), p, channels, text_hidden, image, inputs, bias, newline=next_)
+
+
+def _qwen_vit(v: dict[str, Any]) -> VisionTower | None:
+    """Qwen3.5's tower from its vision_config, Qwen3_5VisionConfig's defaults where a key is absent
+    (fc2's width too: out_hidden_size, as vLLM reads it); None with deepstack mergers (Qwen3-VL's)."""
+    keys = {"hidden_size": 1152, "intermediate_size": 4304, "depth": 27, "patch_size": 16, "in_channels": 3}
+    keys |= {"temporal_patch_size": 2, "out_hidden_size": 3584, "num_position_embeddings": 2304}
+    keys |= {"spatial_merge_size": 2, "num_heads": 16}
+    sizes = [_int(v, k, d) for k, d in keys.items()]
+    if v.get("deepstack_visual_indexes"):
+        return None
+    h, i, n, p, c, t, out, positions, merge, heads = (x or 0 for x in sizes)
+    if not all(sizes) or h % heads:
+        return None
+    return QwenVitTower(h, i, n, p, c, out, t, positions, merge * merge, heads)
