@@ -7,7 +7,8 @@ over a whole request)."""
 
 from loadgen.results.records import RequestRecord
 from tests.test_compare import cold_run
-from validator.judge.servertiming import ShareBounds, per_request_latency_checks
+from validator.judge.servertiming import ShareBounds, client_stalls, per_request_latency_checks
+from validator.rundir.samples import Sample
 
 SHAREGPT_GPTOSS = [
     (6, 6.28, 6.26), (6, 10.23, 9.94), (9, 5.63, 5.62), (9, 5.58, 5.56), (9, 6.71, 6.67), (10, 9.04, 9.01),
@@ -21,10 +22,15 @@ SHAREGPT_GPTOSS = [
 BOUNDS = ShareBounds(api_ms=80.0, api_p99_ms=250.0, itl_ms=80.0, step_ms=60.0)
 
 
-def judged(last_late_ms=lambda n: 0.0, first_late_ms=0.0, squeeze=1.0, bounds=BOUNDS):
+def judged(last_late_ms=lambda n: 0.0, first_late_ms=0.0, squeeze=1.0, bounds=BOUNDS, scrapes=None):
     """The run's ITL checks, the last token of a request of n tokens read `last_late_ms(n)` later, each
-    first token `first_late_ms` later (the rest on time), every gap times `squeeze`."""
+    first token `first_late_ms` later (the rest on time), every gap times `squeeze`; `scrapes`: the
+    client's /metrics scrapes as (sent, returned) in run time, s."""
     run = cold_run()
+    if scrapes is not None:
+        run.samples = [
+            Sample(t=run.started_at + back, values={}, t_sent=run.started_at + sent) for sent, back in scrapes
+        ]
     run.records = [
         RequestRecord(
             id=f"r{i}",
@@ -90,3 +96,40 @@ def test_a_first_token_read_late_shortens_the_clients_gaps_within_its_ttft_share
     on_time = judged(squeeze=0.2, bounds=host)["itl_p50_client_vs_server"]
     assert on_time.status == "fail" and abs(on_time.observed - 1.46) < 0.2
     assert judged(first_late_ms=146.0, bounds=BOUNDS)["itl_p50_client_vs_server"].status == "fail"
+
+
+def _scrapes(stall: tuple[float, float] | None = None, slow: tuple[float, float] | None = None) -> list:
+    """Scrapes sent every 0.1 s for 8 s, each back 10 ms later; none sent within `stall` (the client
+    stopped), or one scrape sent at slow[0] that the server answers only at slow[1]."""
+    out, t = [], 0.0
+    while t < 8.0:
+        if stall and stall[0] < t < stall[1]:
+            t = stall[1]
+        back = slow[1] if slow and abs(t - slow[0]) < 1e-9 else t + 0.01
+        out.append((t, back))
+        t = max(round(t + 0.1, 3), back)
+    return out
+
+
+def test_a_client_that_stopped_reads_late_and_says_so():
+    """Seen in CI on the tiny Gemma 4: the client's loop sent no scrape for 0.84 s past its time,
+    and 4 requests' last 5 tokens, which vLLM produced 40 ms apart, were read at its end: the p50
+    stood past its 80 ms slack. The stall is measured by the client's own sampler (a scrape sent
+    late, not a slow server's), and the requests decoding through it may stand that much more above:
+    every last token read 120 ms late passes with a 0.4 s stall over the decode windows, and fails
+    with the stall after every request ended or with the server slow to answer instead."""
+    stalled = judged(lambda n: 120.0, scrapes=_scrapes(stall=(0.1, 0.6)))
+    assert stalled["itl_p50_client_vs_server"].status == "pass"
+    assert "the client itself stalled 400 ms" in stalled["itl_p50_client_vs_server"].explanation
+    assert judged(lambda n: 120.0, scrapes=_scrapes(stall=(5.0, 5.5)))["itl_p50_client_vs_server"].status == "fail"
+    slow = judged(lambda n: 120.0, scrapes=_scrapes(slow=(0.1, 0.6)))
+    assert slow["itl_p50_client_vs_server"].status == "fail"
+    assert "stalled" not in slow["itl_p50_client_vs_server"].explanation
+
+
+def test_client_stalls_are_idle_time_past_the_sampler_cadence():
+    run = cold_run()
+    run.samples = [Sample(t=run.started_at + b, values={}, t_sent=run.started_at + a) for a, b in _scrapes((1.0, 1.84))]
+    assert [(round(a, 3), round(b, 3)) for a, b in client_stalls(run)] == [(1.1, 1.84)]
+    run.samples = [Sample(t=run.started_at + b, values={}, t_sent=run.started_at + a) for a, b in _scrapes()]
+    assert client_stalls(run) == []

@@ -27,7 +27,7 @@ def allocated(model: Any) -> dict[str, int]:
     return {"params": params, "rotary": rotary}
 
 
-def _stand_in_for_torchvision() -> None:
+def stand_in_for_torchvision() -> None:
     if importlib.util.find_spec("torchvision") is not None:
         return
     stubs = str(Path(__file__).resolve().parent / "stubs")
@@ -37,7 +37,7 @@ def _stand_in_for_torchvision() -> None:
 
 def main() -> None:
     os.environ.setdefault("VLLM_ALLOW_INSECURE_SERIALIZATION", "1")  # apply_model sends a function
-    _stand_in_for_torchvision()
+    stand_in_for_torchvision()
     from vllm import LLM
 
     from tests.vllm_weights import allocated as by_name  # pickled by its module's name, not __main__

@@ -94,7 +94,7 @@ def plan_input_from_profile(profile: Profile) -> PlanInput:
         # as vLLM's "Model loading took" counts them: the CUDA allocator's 2 MiB segments (plan/allocator.py)
         rank = (rank if rank is not None else cdiv(weights, tp * pp)) + rounding
         source = f"{source} + {rounding / 2**20:.0f} MiB of CUDA allocator rounding of the fused weight tensors"
-    extra = profile.vllm.extra_args or []
+    extra, env = profile.vllm.extra_args or [], profile.vllm.env or {}
     wl_p, wl_o = profile.workload.prompt_tokens, profile.workload.output_tokens
     wl_len = wl_p + wl_o + (profile.workload.margin_tokens or 0) if wl_p and wl_o else None
     return PlanInput(
@@ -131,6 +131,7 @@ def plan_input_from_profile(profile: Profile) -> PlanInput:
         gpu_arch=profile.hardware.gpu_arch,
         nccl_off=nvls_off(profile.vllm.env or {}),
         runner_env=(profile.vllm.env or {}).get(RUNNER_ENV),
+        allow_long_context=str(env.get("VLLM_ALLOW_LONG_MAX_MODEL_LEN", "")).strip().lower() in ("1", "true"),
         mamba_ssm_cache_dtype=_ssm_cache_dtype(profile),
         speculative=speculative.from_extra_args(extra),
     )

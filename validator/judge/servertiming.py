@@ -18,12 +18,33 @@ from validator.profile import TolerancesSection
 from validator.rundir.rundata import RunData
 
 CLOCK_MS = 1.0  # two clocks of 1 ms resolution or better: a share below -1 ms is a wrong clock
+STALL_S = 0.1  # a client loop that sent no scrape for this much past its time had stopped
 
 
 def shares_ms(run: RunData) -> list[float]:
     """Each successful request's client TTFT less the engine's queue time and TTFT, in ms."""
-    client, server, _, _ = _pair(run, "ttft")
+    client, server, _, _, _ = _pair(run, "ttft")
     return [c - s for c, s in zip(client, server)]
+
+
+def client_stalls(run: RunData) -> list[tuple[float, float]]:
+    """Spans (run time, s) in which the client itself was not running: its metrics sampler, a task on
+    the loop that reads the streams, sent its next scrape more than STALL_S after the previous one
+    had returned and its usual interval had passed (a slow server lengthens the scrape, not this
+    idle time). Every stream read in such a span is read late. Seen in CI on the tiny Gemma 4: no
+    scrape sent for 0.84 s past its time (every 0.10 s otherwise), while 4 requests' last 5 tokens,
+    which vLLM produced 40 ms apart, were read in one instant at its end."""
+    done = sorted((s.t_sent, s.t) for s in run.samples if s.t_sent is not None)
+    if len(done) < 3:
+        return []
+    usual = float(np.median(np.diff([t for t, _ in done])))
+    due = [max(back, sent + usual) for sent, back in done]
+    return [(d - run.started_at, nxt - run.started_at) for d, (nxt, _) in zip(due, done[1:]) if nxt - d > STALL_S]
+
+
+def _stalled_ms(windows: list[tuple[float, float]], stalls: list[tuple[float, float]]) -> np.ndarray:
+    """Each request's decode window's overlap with the client's stalls, in ms."""
+    return np.array([1e3 * sum(max(0.0, min(b, hi) - max(a, lo)) for a, b in stalls) for lo, hi in windows])
 
 
 def share_bound_ms(itl_ms: list[float], floor_ms: float, itls: float) -> float:
@@ -120,13 +141,15 @@ def _late(run: RunData) -> str:
     return why
 
 
-def _pair(run: RunData, metric: str) -> tuple[list[float], list[float], list[int], list[float | None]]:
+def _pair(
+    run: RunData, metric: str
+) -> tuple[list[float], list[float], list[int], list[float | None], list[tuple[float, float]]]:
     """(client, server) per request, in ms, for the requests vLLM timed; each one's output tokens; and
     its TTFT share (client TTFT - queue time - server TTFT), None where vLLM did not time the first
     token. ttft: the client's TTFT against vLLM's queue time + TTFT; itl: the client's mean gap from
     the first token to the last (TPOT) against vLLM's mean_itl_ms, the same quantity on the engine's
-    clock."""
-    client, server, tokens, shares = [], [], [], []
+    clock. Last, each one's decode window in run time (first token to last, s)."""
+    client, server, tokens, shares, windows = [], [], [], [], []
     for r in run.records:
         if not r.ok:
             continue
@@ -149,10 +172,17 @@ def _pair(run: RunData, metric: str) -> tuple[list[float], list[float], list[int
             server.append(r.server_itl_ms)
             tokens.append(r.output_tokens)
         shares.append(share)
-    return client, server, tokens, shares
+        windows.append(
+            (r.sent + r.chunk_times[0], r.sent + r.chunk_times[-1])
+            if r.chunk_times and r.sent is not None
+            else (0.0, 0.0)
+        )
+    return client, server, tokens, shares, windows
 
 
-def itl_slacks(tokens: list[int], shares: list[float | None], b: ShareBounds) -> tuple[np.ndarray, np.ndarray]:
+def itl_slacks(
+    tokens: list[int], shares: list[float | None], b: ShareBounds, stalled_ms: np.ndarray | None = None
+) -> tuple[np.ndarray, np.ndarray]:
     """How far each request's client mean ITL may stand below and above vLLM's, in ms. The client
     reads token k at the engine's time of it plus a delivery delay d_k, so its mean gap is the
     engine's plus (d_last - d_first) / (n - 1). Above: the last token read late, by up to b.itl_ms.
@@ -162,10 +192,13 @@ def itl_slacks(tokens: list[int], shares: list[float | None], b: ShareBounds) ->
     TTFT check lets the API server add); b.itl_ms where the share is smaller or not measured. Gaps
     squeezed with the first token read on time still fail. Seen in CI on the tiny Gemma 4: a first
     token read 146 ms late put a 32-token request's mean ITL 4.7 ms under the engine's, past 80 ms
-    over 31 gaps (2.6)."""
+    over 31 gaps (2.6). Above, a request's last token may also wait out the client's own stalls in
+    its decode window (`stalled_ms`, client_stalls): a client that stopped reads every token after
+    the stop late, and says so."""
     gaps = np.array([max(n - 1, 1) for n in tokens], dtype=float)
     late_first = np.array([b.itl_ms if s is None else max(b.itl_ms, min(s, b.api_ms)) for s in shares])
-    return late_first / gaps, b.itl_ms / gaps
+    late_last = b.itl_ms + (stalled_ms if stalled_ms is not None else 0.0)
+    return late_first / gaps, late_last / gaps
 
 
 def per_request_latency_checks(run: RunData, b: ShareBounds) -> list[Check] | None:
@@ -180,8 +213,9 @@ def per_request_latency_checks(run: RunData, b: ShareBounds) -> list[Check] | No
     host; below, each request's own first-token delay (itl_slacks). None when no request carried
     the metrics."""
     out = []
+    stalls = client_stalls(run)
     for metric in ("ttft", "itl"):
-        client, server, tokens, shares = _pair(run, metric)
+        client, server, tokens, shares, windows = _pair(run, metric)
         if not client:
             return None
         for q in (50, 99):
@@ -198,7 +232,8 @@ def per_request_latency_checks(run: RunData, b: ShareBounds) -> list[Check] | No
                 # median request's slack for all of them judged the p99 of mixed-length traffic, often
                 # a short request's, with a long one's slack (a ShareGPT run failed so in CI: 22.0 ms
                 # against 12.0-18.4).
-                below, above = itl_slacks(tokens, shares, b)
+                stalled = _stalled_ms(windows, stalls)
+                below, above = itl_slacks(tokens, shares, b, stalled)
                 lo = float(np.percentile(np.array(server) - below, q))
                 hi = float(np.percentile(np.array(server) + above, q))
                 gaps = f"{min(tokens)}-{max(tokens)}" if min(tokens) != max(tokens) else f"{tokens[0]}"
@@ -207,6 +242,13 @@ def per_request_latency_checks(run: RunData, b: ShareBounds) -> list[Check] | No
                     f"token's delay below (its TTFT share, at most {b.api_ms:g} ms; {b.itl_ms:g} at least)"
                 )
                 how += f" ({gaps} tokens a request)"
+                if stalled.any():
+                    stall_ms = 1e3 * sum(end - start for start, end in stalls)
+                    how += (
+                        f"; the client itself stalled {stall_ms:.0f} ms (its /metrics scrapes late past "
+                        f"{STALL_S:g} s), and the {int((stalled > 0).sum())} requests decoding then may stand "
+                        "that much more above"
+                    )
             c = float(np.percentile(client, q))
             out.append(
                 Check(

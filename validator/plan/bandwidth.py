@@ -10,7 +10,7 @@ import math
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from validator.plan.model_shape import ModelShape, embedding_bytes
+from validator.plan.model_shape import DTYPE_BYTES, ModelShape
 
 if TYPE_CHECKING:  # capacity imports nothing of this module; the layout is only annotated here
     from validator.plan.capacity import KVLayout
@@ -95,3 +95,10 @@ def at_limits(
     if bandwidth_bytes_per_s:
         out["decode_step_floor_ms"] = step_floor_seconds(rw, kv_step, bandwidth_bytes_per_s) * 1e3
     return out
+
+
+def embedding_bytes(shape: ModelShape) -> int | None:
+    """Bytes of the input embedding table (read by row, not whole, each step)."""
+    if shape.hidden_size is None or shape.vocab_size is None:
+        return None
+    return shape.vocab_size * shape.hidden_size * DTYPE_BYTES[shape.dtype]

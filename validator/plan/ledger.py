@@ -58,6 +58,7 @@ class PlanInput:
     enable_prefix_caching: bool = True  # state layers keep block-boundary copies with it (vLLM "align" mode)
     mamba_ssm_cache_dtype: str = "auto"  # the recurrent state's dtype (CPU with AVX-512 BF16: float32)
     speculative: SpecDecode | None = None  # --speculative-config among the launch flags
+    allow_long_context: bool = False  # VLLM_ALLOW_LONG_MAX_MODEL_LEN=1 in vllm.env: past the derived context
     overcommit: bool = False  # a sweep: more full-length sequences than the KV cache holds is planned, not refused
 
 

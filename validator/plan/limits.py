@@ -19,6 +19,7 @@ from validator.plan.ledger import (
 )
 from validator.plan.model_shape import ModelShape
 from validator.plan.result import Plan
+from validator.plan.rope import YARN_FROM
 from validator.plan.ssm_state import QWEN35_TYPES
 from validator.plan.ways_out import ways_out
 from validator.units import GiB, cdiv
@@ -38,6 +39,13 @@ class Derived(NamedTuple):
     bpr: int
     source: dict[str, str | None]
     one_too_long: bool
+
+
+def context_limit(inp: PlanInput, shape: ModelShape) -> int | None:
+    """The longest max_model_len vLLM derives for the model at the planned version (and its default
+    one): rope.context_limits, or max_position_embeddings where the shape does not say."""
+    before, since = shape.context_limits
+    return (since if parse_version(inp.vllm_version) >= YARN_FROM else before) or shape.max_position_embeddings
 
 
 def _derive(
@@ -65,17 +73,21 @@ def _derive(
             f"{-kv_bytes / GiB:.2f} GiB"
         )
 
-    max_pos = shape.max_position_embeddings
+    max_pos = context_limit(inp, shape)
     mml, mns = inp.max_model_len, inp.max_num_seqs
     source: dict[str, str | None] = {
         "max_model_len": "given" if mml else None,
         "max_num_seqs": "given" if mns else None,
     }
-    if mml is not None and max_pos is not None and mml > max_pos:
+    if mml is not None and max_pos is not None and mml > max_pos and not inp.allow_long_context:
         raise InputError(
-            f"limits.max_model_len: {mml} exceeds the model's max_position_embeddings ({max_pos}); "
-            "lower it (vLLM refuses longer contexts)"
+            f"limits.max_model_len: {mml} exceeds the longest context vLLM {inp.vllm_version} derives for this "
+            f"model ({max_pos}: max_position_embeddings and its rope scaling); lower it, or set "
+            "VLLM_ALLOW_LONG_MAX_MODEL_LEN=1 in vllm.env (vLLM's override: positions past it go wrong)"
         )
+    if mml is not None and max_pos is not None and mml > max_pos:
+        note = f"max_model_len {mml} is past the {max_pos} vLLM derives for the model: VLLM_ALLOW_LONG_MAX_MODEL_LEN"
+        notes.extend([note] if note not in notes else [])
     if mml is None and mns is None:
         if inp.workload_len is not None:
             mml = cdiv(inp.workload_len, block) * block
@@ -92,7 +104,8 @@ def _derive(
                     "set limits.max_model_len or limits.max_num_seqs"
                 )
             mml = max_pos
-            source["max_model_len"] = "max_position_embeddings"
+            scaled = " x its rope factor, as vLLM derives it" if max_pos != shape.max_position_embeddings else ""
+            source["max_model_len"] = "max_position_embeddings" + scaled
     mnbt_given = inp.max_num_batched_tokens
     mnbt = mnbt_given or max(DEFAULT_MAX_NUM_BATCHED_TOKENS, mns or 1)
 

@@ -14,7 +14,7 @@ from validator.plan.layer_heads import gemma4_layers
 from validator.plan.layer_kinds import CHUNKED, FULL, LINEAR, LLAMA4_TYPES, NO_CACHE, SLIDING, layer_kinds
 from validator.plan.quant import QuantFormat, format_from_config
 from validator.plan.refusals import refuse_unmodelled
-from validator.plan.rope import model_rope_tables
+from validator.plan.rope import context_limits, model_rope_tables
 from validator.plan.ssm_state import (
     ATTENTION,
     HYBRID_MODEL_TYPES,
@@ -104,6 +104,7 @@ class ModelShape:
     ssm_dtype: str | None = None  # the recurrent state's dtype when the model fixes it
     mtp_layers: int = 0  # full-attention draft layers MTP speculative decoding adds (0: not modelled)
     rope_tables: tuple[tuple[int, int], ...] = ()  # (positions, rotary dims) of each cos/sin table vLLM builds
+    context_limits: tuple[int | None, int | None] = (None, None)  # vLLM's longest max_model_len: < 0.30, >= 0.30
     multimodal: bool = False  # config.json has a vision_config
     vision: VisionTower | None = None  # its tower, where counted (plan/vision.py)
     # (head_dim, KV heads) of each layer where some differ (Gemma 4's full layers), else ()
@@ -306,14 +307,8 @@ def shape_from_config(cfg: Config) -> ModelShape:
         ssm_dtype=_ssm_dtype(cfg),
         mtp_layers=mtp_layers_from_config(cfg),
         rope_tables=model_rope_tables(cfg, model_type, own_heads, mla.qk_rope_head_dim if mla else head_dim, max_pos),
+        context_limits=context_limits(cfg, model_type, max_pos),
         multimodal=isinstance(top.get("vision_config"), dict),
         vision=vision_tower(top, hidden),
         layer_heads=own_heads,
     )
-
-
-def embedding_bytes(shape: ModelShape) -> int | None:
-    """Bytes of the input embedding table (read by row, not whole, each step)."""
-    if shape.hidden_size is None or shape.vocab_size is None:
-        return None
-    return shape.vocab_size * shape.hidden_size * DTYPE_BYTES[shape.dtype]

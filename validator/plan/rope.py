@@ -81,6 +81,34 @@ def rope_tables(
     return tuple(seen.values())
 
 
+UNSCALED_CONTEXT = ("su", "longrope", "llama3")  # their max_position_embeddings is the scaled context
+YARN_FROM = (0, 30, 0)  # vllm-project/vllm#56446 (merged 2026-09-11, after 0.29.0): YaRN stops scaling the context
+YARN_NAMES = (*SCALED_BY_FACTOR_OF_ORIGINAL, "telechat3-yarn")  # from 0.30 vLLM reads telechat3-yarn as yarn
+
+
+def context_limits(cfg: Config, model_type: str, max_pos: int | None) -> tuple[int | None, int | None]:
+    """The longest max_model_len vLLM accepts without VLLM_ALLOW_LONG_MAX_MODEL_LEN (its
+    _get_and_verify_max_len), before 0.30 and from 0.30: max_position_embeddings times the factor
+    of a scaled rope (linear, dynamic, ntk, ...; the last configuration's), none for su, longrope and
+    llama3, nor for Gemma 3 (already scaled). YaRN's names scale it no more from 0.30, as in
+    transformers; before, plain "yarn" gave original_max_position_embeddings x factor and the other
+    YaRN names multiplied max_position_embeddings."""
+    if max_pos is None:
+        return None, None
+    limits = []
+    for rule_from_030 in (False, True):
+        derived, factor = float(max_pos), 1.0
+        for _, params in _configurations(cfg) if "gemma3" not in model_type else []:
+            kind = params.get("rope_type") or params.get("type") or "default"
+            if kind in UNSCALED_CONTEXT or (rule_from_030 and kind in YARN_NAMES):
+                continue
+            factor = _number(params.get("factor")) or factor
+            if kind == "yarn":
+                derived = _number(params.get("original_max_position_embeddings")) or derived
+        limits.append(int(derived * factor))
+    return limits[0], limits[1]
+
+
 GEMMA4_DEFAULT_ROPE = {  # Gemma4TextConfig's rope_parameters where config.json has none
     "sliding_attention": {"rope_type": "default", "rope_theta": 10_000.0},
     "full_attention": {"rope_type": "proportional", "partial_rotary_factor": 0.25, "rope_theta": 1_000_000.0},
