@@ -86,7 +86,10 @@ def _derive(
             "VLLM_ALLOW_LONG_MAX_MODEL_LEN=1 in vllm.env (vLLM's override: positions past it go wrong)"
         )
     if mml is not None and max_pos is not None and mml > max_pos:
-        note = f"max_model_len {mml} is past the {max_pos} vLLM derives for the model: VLLM_ALLOW_LONG_MAX_MODEL_LEN"
+        note = (
+            f"max_model_len {mml} is past the {max_pos} vLLM derives for the model: VLLM_ALLOW_LONG_MAX_MODEL_LEN=1 "
+            "lets vLLM start with it (vLLM warns that positions past the derived length go wrong)"
+        )
         notes.extend([note] if note not in notes else [])
     if mml is None and mns is None:
         if inp.workload_len is not None:
