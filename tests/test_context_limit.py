@@ -9,17 +9,13 @@ sarvam-105b: 5,242,880 then 131,072)."""
 
 from __future__ import annotations
 
-import contextlib
 import json
-import os
-import signal
-import subprocess
-import sys
 
 import pytest
 
-from tests.conftest import MODELS, ROOT, TEST_CPU
+from tests.conftest import MODELS
 from tests.vllm_context import rope_variants
+from tests.vllm_tool import run_tool
 from validator.errors import InputError
 from validator.inputs import load_config, plan_input_from_profile
 from validator.plan.limits import make_plan
@@ -119,22 +115,4 @@ def test_a_linearly_scaled_model_is_planned_at_its_scaled_context(tmp_path, vari
 def test_the_recorded_derivations_are_what_the_installed_vllm_derives(tiny_model_module):
     """Re-measured live: the installed vLLM's ModelConfig on each variant (tests/vllm_context.py)."""
     tiny_model_module("tiny-gqa"), tiny_model_module("tiny-qwen35")
-    env = dict(os.environ, VLLM_CPU_OMP_THREADS_BIND=TEST_CPU, PYTHONPATH=str(ROOT))
-    proc = subprocess.Popen(
-        [sys.executable, "-m", "tests.vllm_context", str(MODELS)],
-        cwd=ROOT,
-        env=env,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        text=True,
-        start_new_session=True,
-    )
-    try:
-        out, err = proc.communicate(timeout=300)
-    finally:
-        with contextlib.suppress(ProcessLookupError):
-            os.killpg(proc.pid, signal.SIGKILL)
-        proc.wait()
-    line = next((x for x in out.splitlines() if x.startswith("{")), None)
-    assert line is not None, err[-3000:]
-    assert json.loads(line) == MEASURED_032
+    assert run_tool("tests.vllm_context", str(MODELS)) == MEASURED_032

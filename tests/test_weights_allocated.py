@@ -10,18 +10,13 @@ a public catalog project quotes beside the config.json fields used below."""
 
 from __future__ import annotations
 
-import contextlib
 import json
-import os
-import signal
-import subprocess
-import sys
 
 import pytest
 
-from tests.conftest import ROOT, TEST_CPU
 from tests.test_gemma4_weights import VLLM_ALLOCATED as GEMMA4_ALLOCATED
 from tests.test_qwen35_weights import VLLM_ALLOCATED as QWEN35_ALLOCATED
+from tests.vllm_tool import run_tool
 from validator.errors import InputError
 from validator.inputs import load_config, plan_input_from_profile, weight_bytes_from_checkpoint
 from validator.plan.hybrid_weights import count_hybrid
@@ -166,27 +161,7 @@ def test_the_recorded_figure_is_what_the_installed_vllm_allocates(tiny_model, na
     layers, experts beside the MLP; Qwen3.5: Gated DeltaNet, gated attention, experts with a shared
     expert, a tied LM head, imported with tests/stubs for torchvision): vLLM loads it on the test
     CPU and reports what it holds."""
-    path = tiny_model(name)
-    env = dict(os.environ, VLLM_CPU_OMP_THREADS_BIND=TEST_CPU, PYTHONPATH=str(ROOT))
-    # its own session: vLLM's engine and workers go with it, whatever happens to the measurement
-    proc = subprocess.Popen(
-        [sys.executable, "-m", "tests.vllm_weights", str(path)],
-        cwd=ROOT,
-        env=env,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        text=True,
-        start_new_session=True,
-    )
-    try:
-        out, err = proc.communicate(timeout=300)
-    finally:
-        with contextlib.suppress(ProcessLookupError):
-            os.killpg(proc.pid, signal.SIGKILL)
-        proc.wait()
-    line = next((x for x in out.splitlines() if x.startswith('{"ranks"')), None)
-    assert line is not None, err[-3000:]
-    (rank0,) = json.loads(line)["ranks"]
+    (rank0,) = run_tool("tests.vllm_weights", str(tiny_model(name)))["ranks"]
     assert rank0["params"] + rank0["rotary"] == LIVE[name]
 
 
