@@ -251,6 +251,24 @@ def test_attention_decoders_are_counted_as_vllm_allocates_them(name, kv, tp, tin
         assert even is not None and even.rank_bytes(tp) < DECODERS[name, kv, tp]
 
 
+@pytest.mark.parametrize("tp", [1, 2])
+def test_with_the_checkpoint_the_rotary_tables_and_the_tp_split_are_vllms(tiny_model, tp):
+    """The tiny Qwen3's headers hold 919,296 B; vLLM holds 1,443,584 at TP 1 and 984,832 a rank at
+    TP 2 (the 524,288 B rotary table on every rank, norms whole): an even split of the headers
+    alone would plan 919,296 and 459,648."""
+    profile = {
+        "model": {"path": str(tiny_model("tiny-gqa"))},
+        "hardware": {"platform": "cpu", "tensor_parallel_size": tp},
+        "cache": {"kv_cache_bytes": "1GiB"},
+        "limits": {"max_model_len": 512, "max_num_seqs": 4},
+    }
+    inp = plan_input_from_profile(from_dict(profile))
+    assert inp.weights_bytes == 919_296 and inp.weights_rank_bytes == DECODERS["tiny-gqa", 2, tp]
+    assert inp.weights_source.startswith("safetensors headers (equal to the count") and "0.5 MiB of rotary" in (
+        inp.weights_source
+    )
+
+
 @pytest.mark.parametrize(
     "key,value", [("num_experts", "four"), ("expert_layer_period", -2), ("mamba_dt_rank", 2.5), ("num_experts", True)]
 )

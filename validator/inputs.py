@@ -18,6 +18,7 @@ from validator.plan.layer_heads import GEMMA4
 from validator.plan.ledger import PlanInput
 from validator.plan.model_shape import shape_from_config
 from validator.plan.quant import with_tile
+from validator.plan.quant_config import not_counted
 from validator.plan.runner_v2 import RUNNER_ENV
 from validator.plan.weights import count_weights
 from validator.profile import Profile
@@ -62,14 +63,32 @@ def plan_input_from_profile(profile: Profile) -> PlanInput:
         or count_gemma4(cfg, shape, served, tp)
     )
     if weights is None and count is None:
-        source = "unknown"
+        why = not_counted(cfg.get("quantization_config")) or (
+            f"config.json's {shape.quant_method!r:.40} quantization is not counted for {shape.model_type!r:.40}"
+            if shape.quant_method
+            else None
+        )
+        source = "unknown" + (f" ({why})" if why else "")
     rank = None
     if from_headers and count is not None and count.as_allocated and weights != count.total_bytes:
         # a counted hybrid's headers miss what vLLM adds (A in float32, an LM head of its own) and hold
         # what it skips (MTP layers); Gemma 4's miss the V slot vLLM keeps beside K where K = V: the
-        # count is what it allocates (tests/test_weights_allocated.py, tests/test_gemma4_weights.py)
+        # count is what it allocates (tests/test_weights_allocated.py, tests/test_gemma4_weights.py); a
+        # symmetric AutoRound checkpoint's hold zero points vLLM frees (tests/test_autoround_weights.py)
         source = f"counted from config.json as vLLM allocates it (the safetensors headers: {weights:,} B)"
         weights, rank = count.total_bytes, count.rank_bytes(tp, pp)
+    elif from_headers and weights is not None and count is not None:
+        # vLLM holds its rotary cos/sin tables beside the checkpoint's tensors (2.5 GiB for Llama 4
+        # Scout's 10M positions); where the count agrees with the headers to the byte, its split by TP
+        # too (norms, and KV heads fewer than the ranks, whole on each): measured, tiny-gqa at TP 2
+        if weights == count.total_bytes:
+            rank = count.rank_bytes(tp, pp)
+            source = "safetensors headers (equal to the count from config.json, split by TP/PP as vLLM does)"
+        else:
+            rank = cdiv(weights, tp * pp) + count.rope_cache
+            source = "safetensors headers, split evenly by TP/PP"
+        if count.rope_cache:
+            source += f" + {count.rope_cache / 2**20:.1f} MiB of rotary cos/sin tables vLLM allocates on every rank"
     if weights is None and count is not None:
         weights, rank = count.total_bytes, count.rank_bytes(tp, pp)
         source = (

@@ -162,7 +162,11 @@ def kv_budget(
             "or hardware.gpu_memory (--gpu-memory-bytes) to derive it"
         )
     if weights_rank is None:
-        raise InputError("model.weights_bytes: unknown; point model.path at the checkpoint or pass --weights-bytes")
+        why = inp.weights_source[len("unknown (") : -1] + "; " if inp.weights_source.startswith("unknown (") else ""
+        raise InputError(
+            f"model.weights_bytes: unknown; {why}point model.path at the checkpoint (its safetensors headers "
+            "are exact) or pass --weights-bytes"
+        )
     budget = int(inp.gpu_memory_bytes * inp.gpu_memory_utilization)
     if memory is not None:
         kv = memory.kv_cache_bytes

@@ -12,7 +12,8 @@ from typing import Any
 from validator.errors import InputError
 from validator.plan.layer_heads import gemma4_layers
 from validator.plan.layer_kinds import CHUNKED, FULL, LINEAR, LLAMA4_TYPES, NO_CACHE, SLIDING, layer_kinds
-from validator.plan.quant import QuantFormat, format_from_config
+from validator.plan.quant import QuantFormat
+from validator.plan.quant_config import format_from_config
 from validator.plan.refusals import refuse_unmodelled
 from validator.plan.rope import context_limits, model_rope_tables
 from validator.plan.ssm_state import (

@@ -2,22 +2,23 @@
 
 One frozen value per storage format, one formula each, for the formats vLLM 0.32 loads for the
 families kvgate plans: FP8 (per tensor, per channel, 128 x 128 blocks), integer groups (AWQ,
-GPTQ, compressed-tensors pack-quantized, with their scales, zero points and act-order index),
-bitsandbytes (NF4/FP4 with absmax, int8 with row scales) and MXFP4 (gpt-oss experts: 4-bit
+GPTQ, compressed-tensors pack-quantized, AutoRound, with their scales, zero points and act-order
+index), bitsandbytes (NF4/FP4 with absmax, int8 with row scales) and MXFP4 (gpt-oss experts: 4-bit
 blocks, one E8M0 scale per 32 weights, padded to the MoE kernel's tile). A matrix is
-``out x in`` (rows x columns as a Linear stores it); groups run along ``in``.
+``out x in`` (rows x columns as a Linear stores it); groups run along ``in``. Any other format
+(NVFP4, ModelOpt, Quark, GGUF, ...) is named by `not_counted` and never counted as unquantized.
 
-With the checkpoint on disk the safetensors headers give the exact bytes and this module is not
-used (the ledger names its source); it exists for planning before the download.
+With the checkpoint on disk the safetensors headers give the bytes (the ledger names its source),
+except where vLLM frees stored tensors once loaded (`drops_stored`: a symmetric AutoRound
+checkpoint's zero points); this module exists for planning before the download. Reading
+quantization_config into these values: plan/quant_config.py.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
 from enum import Enum
-from typing import Any
 
-from validator.errors import InputError
 from validator.units import cdiv
 
 
@@ -45,6 +46,7 @@ class QuantFormat:
     """Bytes of one ``out x in`` matrix in this format."""
 
     skip: frozenset[Role] = frozenset({Role.ROUTER})  # left in the checkpoint dtype
+    drops_stored: bool = False  # the checkpoint stores tensors vLLM frees once loaded: its headers over-count
 
     def applies(self, role: Role) -> bool:
         return role not in self.skip
@@ -89,6 +91,7 @@ class IntGroups(QuantFormat):
     zero_points: bool = True
     g_idx: bool = False
     scale_bytes: int = 2
+    scheme: str = ""  # named in the label (AutoRound)
 
     def matrix_bytes(self, out: int, inp: int) -> int:
         groups = 1 if self.group_size <= 0 else cdiv(inp, self.group_size)
@@ -101,7 +104,8 @@ class IntGroups(QuantFormat):
 
     @property
     def label(self) -> str:
-        return f"int{self.bits}, groups of {self.group_size}" + (", zero points" if self.zero_points else "")
+        name = f"{self.scheme} int{self.bits}" if self.scheme else f"int{self.bits}"
+        return f"{name}, groups of {self.group_size}" + (", zero points" if self.zero_points else "")
 
 
 @dataclass(frozen=True)
@@ -186,106 +190,6 @@ def mxfp4_tile(gpu_arch: str | None, version: tuple[int, int, int]) -> tuple[int
     if gpu_arch == "hopper":
         return (256, 128) if version >= (0, 19) else (1, 256)
     return None
-
-
-_SKIP_WORDS = {
-    "attn": Role.ATTENTION,
-    "self_attn": Role.ATTENTION,
-    "attention": Role.ATTENTION,
-    "shared_expert": Role.SHARED_EXPERT,
-    "mlp.gate": Role.ROUTER,
-    "router": Role.ROUTER,
-}
-
-
-def _skip_roles(items: Any, base: frozenset[Role]) -> frozenset[Role]:
-    roles = set(base)
-    if isinstance(items, list):
-        for s in items:
-            if not isinstance(s, str):
-                continue
-            for word, role in _SKIP_WORDS.items():
-                if word in s and not (word == "mlp.gate" and "gate_proj" in s):
-                    roles.add(role)
-    return frozenset(roles)
-
-
-def _pos_int(qc: dict[str, Any], key: str, default: int) -> int:
-    v = qc.get(key, default)
-    if v is None:
-        return default
-    if isinstance(v, bool) or not isinstance(v, int) or not -1 <= v <= 1 << 20:
-        raise InputError(f"config.json: quantization_config.{key} must be an integer, got {v!r:.40}")
-    return v
-
-
-def format_from_config(qc: dict[str, Any]) -> QuantFormat | None:
-    """The linear weights' format, or None when the method is not one kvgate models."""
-    method = qc.get("quant_method")
-    if method in ("fp8", "fbgemm_fp8"):
-        block = qc.get("weight_block_size")
-        skip = _skip_roles(qc.get("ignored_layers") or qc.get("modules_to_not_convert"), frozenset({Role.ROUTER}))
-        if isinstance(block, list) and len(block) == 2 and all(isinstance(b, int) and b > 0 for b in block):
-            return Fp8(skip=skip, block=(block[0], block[1]))
-        return Fp8(skip=skip, per_channel=method == "fbgemm_fp8")
-    if method in ("awq", "awq_marlin"):
-        return IntGroups(
-            skip=_skip_roles(qc.get("modules_to_not_convert"), frozenset({Role.ROUTER})),
-            bits=_pos_int(qc, "bits", _pos_int(qc, "w_bit", 4)),
-            group_size=_pos_int(qc, "group_size", _pos_int(qc, "q_group_size", 128)),
-            zero_points=bool(qc.get("zero_point", True)),
-        )
-    if method in ("gptq", "gptq_marlin"):
-        return IntGroups(
-            skip=_skip_roles(qc.get("modules_to_not_convert"), frozenset({Role.ROUTER})),
-            bits=_pos_int(qc, "bits", 4),
-            group_size=_pos_int(qc, "group_size", 128),
-            zero_points=True,  # GPTQ checkpoints carry qzeros even when symmetric
-            g_idx=True,
-        )
-    if method == "bitsandbytes":
-        skip = _skip_roles(qc.get("llm_int8_skip_modules"), frozenset({Role.ROUTER}))
-        if qc.get("load_in_8bit"):
-            return Int8Channel(skip=skip)
-        return Bnb4(skip=skip, double_quant=bool(qc.get("bnb_4bit_use_double_quant")))
-    if method == "mxfp4":
-        return Mxfp4()  # the tile is the GPU's: with_tile()
-    if method == "compressed-tensors":
-        return _compressed_tensors(qc)
-    return None
-
-
-def _compressed_tensors(qc: dict[str, Any]) -> QuantFormat | None:
-    groups = qc.get("config_groups")
-    if not isinstance(groups, dict) or not groups:
-        return None
-    first = next(iter(groups.values()))
-    w = first.get("weights") if isinstance(first, dict) else None
-    if not isinstance(w, dict):
-        return None
-    skip = _skip_roles(qc.get("ignore"), frozenset({Role.ROUTER}))
-    bits, kind, strategy = w.get("num_bits"), w.get("type"), w.get("strategy")
-    if bits == 8 and kind == "float":
-        block = w.get("block_structure")
-        if strategy == "block" and isinstance(block, list) and len(block) == 2:
-            return Fp8(skip=skip, block=(int(block[0]), int(block[1])), scale_bytes=4)
-        return Fp8(skip=skip, per_channel=strategy == "channel", scale_bytes=4)
-    if bits == 8 and kind == "int":
-        return Int8Channel(skip=skip)
-    if isinstance(bits, int) and kind == "int" and bits in (2, 3, 4, 8):
-        gs = w.get("group_size")
-        return IntGroups(
-            skip=skip,
-            bits=bits,
-            group_size=gs if isinstance(gs, int) and strategy == "group" else -1,
-            zero_points=not w.get("symmetric", True),
-        )
-    return None
-
-
-def online_format(method: str | None) -> QuantFormat | None:
-    """vLLM's --quantization applied at load time to an unquantized checkpoint (fp8: per-tensor)."""
-    return Fp8() if method == "fp8" else None
 
 
 def with_tile(

