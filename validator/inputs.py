@@ -36,7 +36,7 @@ def plan_input_from_profile(profile: Profile) -> PlanInput:
 
         ensure_tiny_model(profile.model.build, p)
     cfg = load_config(p)
-    shape = shape_from_config(cfg)
+    shape = stored_shape = shape_from_config(cfg)
     version = profile.vllm.version or installed_vllm_version()
     if profile.hardware.platform == "gpu":
         tp = profile.hardware.tensor_parallel_size
@@ -81,12 +81,20 @@ def plan_input_from_profile(profile: Profile) -> PlanInput:
         # vLLM holds its rotary cos/sin tables beside the checkpoint's tensors (2.5 GiB for Llama 4
         # Scout's 10M positions); where the count agrees with the headers to the byte, its split by TP
         # too (norms, and KV heads fewer than the ranks, whole on each): measured, tiny-gqa at TP 2
-        stored = count if served == shape.dtype else count_weights(shape, shape.dtype, tp=tp)
+        # the count as stored: a float32 checkpoint is held in bfloat16, MXFP4 experts padded to the GPU
+        # kernel's tile (gpt-oss-20b: 13,761,264,768 B stored, the count to the byte; 13.70 GiB held on
+        # an A100, 13.72 logged); where the headers equal it, the count as held is what vLLM holds
+        same = served == shape.dtype and shape.quant == stored_shape.quant
+        stored = count if same else count_weights(stored_shape, shape.dtype, tp=tp)
         if stored is not None and weights == stored.total_bytes:
-            # a float32 checkpoint is held in bfloat16: the count at the served dtype is what vLLM holds
-            held = f", held in {served}" if count is not stored else ""
+            held = [f"held in {served}"] if served != shape.dtype else []
+            held += [shape.quant.label] if shape.quant is not None and shape.quant != stored_shape.quant else []
             weights, rank = count.total_bytes, count.rank_bytes(tp, pp)
-            source = f"safetensors headers (equal to the count from config.json{held}, split by TP/PP as vLLM does)"
+            source = (
+                "safetensors headers (equal to the count from config.json"
+                + "".join(f", {h}" for h in held)
+                + ", split by TP/PP as vLLM does)"
+            )
         else:
             rank = cdiv(weights, tp * pp) + count.rope_cache
             source = "safetensors headers, split evenly by TP/PP"
