@@ -1,5 +1,5 @@
-"""vLLM's start-up memory on a GPU against 91 real start-ups (tests/data/vllm-gpu-starts, from
-public logs and tables of vLLM 0.11-0.19 and 0.28, mostly on H100s): rows whose model has a config
+"""vLLM's start-up memory on a GPU against 93 real start-ups (tests/data/vllm-gpu-starts, from
+public logs and tables of vLLM 0.11-0.19, 0.24 and 0.28, mostly on H100s): rows whose model has a config
 are predicted end to end from config.json and the launch flags; the others test the terms they print."""
 
 from __future__ import annotations
@@ -113,7 +113,7 @@ WITHIN = [r for r in PREDICTABLE if miss_key(r) not in KNOWN_MISSES]
 
 
 def test_the_data_has_the_rows_it_claims():
-    assert len(ROWS) == 92 and len(PREDICTABLE) >= 80 and len(WITHIN) >= 76
+    assert len(ROWS) == 93 and len(PREDICTABLE) >= 80 and len(WITHIN) >= 76
     held_out = [r for r in PREDICTABLE if r["model"] in HELD_OUT]
     assert len({r["model"] for r in held_out}) >= 9 and {r["tp"] for r in held_out} >= {"1", "2", "4"}
 
@@ -203,7 +203,10 @@ def test_the_ledger_says_how_many_rows_back_each_version():
     from validator.plan.gpu_memory import BACKING_ROWS, backing
 
     counted: dict[tuple[int, int], int] = {}
-    for r in WITHIN:
+    # with the rows checked by their blocks (tests/test_gpu_starts_by_blocks.py)
+    by_blocks = [r for r in ROWS if r["model"] in CONFIGS and row_version(r) and r["status"] == "ok"]
+    by_blocks = [r for r in by_blocks if _f(r["available_kv_gib"]) is None and r["num_gpu_blocks"]]
+    for r in WITHIN + by_blocks:
         lo = parse_version(row_version(r))[:2]
         counted[lo] = counted.get(lo, 0) + 1
     assert counted == {lo: n for lo, _, n, _ in BACKING_ROWS}
