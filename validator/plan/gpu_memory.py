@@ -59,7 +59,7 @@ CUDAGRAPH_SUBTRACTED_FROM = (0, 21)  # VLLM_MEMORY_PROFILER_ESTIMATE_CUDAGRAPHS,
 # versions they ran: (first, last minor version, rows, what); tests/test_gpu_memory.py checks it against the data
 BACKING_ROWS = (
     ((0, 11), (0, 14), 5, "one unstated version of 0.11-0.14 (H100)"),
-    ((0, 15), (0, 15), 1, "0.15 (H100)"),
+    ((0, 15), (0, 15), 2, "0.15 (H100, A100 40GB)"),
     ((0, 16), (0, 16), 1, "0.16 (H100)"),
     ((0, 17), (0, 17), 1, "0.17 (H100)"),
     ((0, 18), (0, 18), 1, "0.18 (H100)"),
