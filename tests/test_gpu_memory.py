@@ -1,5 +1,5 @@
-"""vLLM's start-up memory on a GPU against 94 real start-ups (tests/data/vllm-gpu-starts, from
-public logs and tables of vLLM 0.11-0.19, 0.24 and 0.28, mostly on H100s): rows whose model has a config
+"""vLLM's start-up memory on a GPU against 95 real start-ups (tests/data/vllm-gpu-starts, from
+public logs and tables of vLLM 0.11-0.19, 0.21, 0.24 and 0.28, mostly on H100s): rows whose model has a config
 are predicted end to end from config.json and the launch flags; the others test the terms they print."""
 
 from __future__ import annotations
@@ -113,7 +113,7 @@ WITHIN = [r for r in PREDICTABLE if miss_key(r) not in KNOWN_MISSES]
 
 
 def test_the_data_has_the_rows_it_claims():
-    assert len(ROWS) == 94 and len(PREDICTABLE) >= 81 and len(WITHIN) >= 77
+    assert len(ROWS) == 95 and len(PREDICTABLE) >= 82 and len(WITHIN) >= 78
     held_out = [r for r in PREDICTABLE if r["model"] in HELD_OUT]
     assert len({r["model"] for r in held_out}) >= 9 and {r["tp"] for r in held_out} >= {"1", "2", "4"}
 
@@ -288,8 +288,8 @@ def test_the_refused_starts_are_predicted_refused():
 
 def test_weights_from_config_match_the_logs():
     for r in PREDICTABLE:
-        if r["quantization"] not in ("", "None", None) or r["dtype"] == "float32":
-            continue
+        if r["quantization"] not in ("", "None", None) or r["dtype"] == "float32" or _f(r["weights_gib"]) is None:
+            continue  # quantized and float32 rows: their own tests; no "Model loading took" quoted: nothing to check
         shape = _shape(r["model"])
         w = count_weights(shape).held_bytes(int(r["tp"]), int(r["pp"])) / GiB
         # MLA: DeepSeek-V2-Lite holds 0.02 / 0.07 / 0.11 GiB more than counted at TP 1 / 2 / 4 (the TP 2

@@ -64,6 +64,7 @@ BACKING_ROWS = (
     ((0, 17), (0, 17), 1, "0.17 (H100)"),
     ((0, 18), (0, 18), 1, "0.18 (H100)"),
     ((0, 19), (0, 19), 65, "0.19 (H100, A100)"),
+    ((0, 21), (0, 21), 1, "0.21 (H100)"),
     ((0, 24), (0, 24), 1, "0.24 (RTX 5090, by its KV blocks)"),
     ((0, 28), (0, 28), 2, "0.28 (Quadro RTX 6000, eager)"),
 )
@@ -76,7 +77,7 @@ def backing(version: tuple[int, int, int]) -> str:
             return f"{n} public start-up{'s' if n > 1 else ''} of vLLM {what} back these terms"
     return (
         f"no public start-up of vLLM {version[0]}.{version[1]} backs these terms; they follow the rules read off "
-        "0.11-0.19, 0.24 and 0.28, docs/kv-accounting.md"
+        "0.11-0.19, 0.21, 0.24 and 0.28, docs/kv-accounting.md"
     )
 
 
