@@ -1,5 +1,5 @@
-"""vLLM's start-up memory on a GPU against 95 real start-ups (tests/data/vllm-gpu-starts, from
-public logs and tables of vLLM 0.11-0.19, 0.21, 0.24 and 0.28, mostly on H100s): rows whose model has a config
+"""vLLM's start-up memory on a GPU against 96 real start-ups (tests/data/vllm-gpu-starts, from
+public logs and tables of vLLM 0.11-0.21, 0.24 and 0.28, mostly on H100s): rows whose model has a config
 are predicted end to end from config.json and the launch flags; the others test the terms they print."""
 
 from __future__ import annotations
@@ -113,7 +113,7 @@ WITHIN = [r for r in PREDICTABLE if miss_key(r) not in KNOWN_MISSES]
 
 
 def test_the_data_has_the_rows_it_claims():
-    assert len(ROWS) == 95 and len(PREDICTABLE) >= 82 and len(WITHIN) >= 78
+    assert len(ROWS) == 96 and len(PREDICTABLE) >= 82 and len(WITHIN) >= 78
     held_out = [r for r in PREDICTABLE if r["model"] in HELD_OUT]
     assert len({r["model"] for r in held_out}) >= 9 and {r["tp"] for r in held_out} >= {"1", "2", "4"}
 
@@ -184,6 +184,18 @@ def test_the_identity_balances_where_the_logs_give_every_term():
         assert abs(req - (w + a + nt + kv)) <= 0.05, r["source"]
         n += 1
     assert n >= 30
+
+
+def test_the_cuda_graph_estimate_is_in_the_budget_from_the_version_the_logs_say():
+    """Where a log says whether vLLM took its CUDA-graph estimate from the KV budget (0.19's print it
+    apart, "not in the budget"; an official 0.20.0 image prints "CUDA graph memory profiling is
+    enabled ... equivalent to --gpu-memory-utilization=0.8878 without", although the line says
+    "default since v0.21.0"), the plan's version rule agrees: from 0.20 on."""
+    from validator.plan.gpu_memory import CUDAGRAPH_SUBTRACTED_FROM
+
+    said = [(parse_version(row_version(r)), r["cudagraph_in_kv_budget"]) for r in ROWS if r["cudagraph_in_kv_budget"]]
+    assert {v[:2] for v, _ in said} == {(0, 19), (0, 20)} and len(said) == 49
+    assert all((v[:2] >= CUDAGRAPH_SUBTRACTED_FROM) == (said_yes == "yes") for v, said_yes in said)
 
 
 def test_held_out_families_within_3_percent():

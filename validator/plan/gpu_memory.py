@@ -52,7 +52,9 @@ PRE_HOPPER = ("turing", "ampere", "ada")  # hardware.gpu_arch values without NVL
 # dense 7-9B models), graphs 4-26 MiB
 CUDAGRAPH_FIRST = 260 * MiB
 CUDAGRAPH_PER_GRAPH = 6 * MiB  # at hidden size 4096, and in proportion above (70B at 8192: 12-20 MiB)
-CUDAGRAPH_SUBTRACTED_FROM = (0, 21)  # VLLM_MEMORY_PROFILER_ESTIMATE_CUDAGRAPHS, on by default
+# VLLM_MEMORY_PROFILER_ESTIMATE_CUDAGRAPHS, on by default: its log line says "since v0.21.0", but the
+# official v0.20.0 image already subtracts it (a logged start-up, tests/data/vllm-gpu-starts); 0.19's do not
+CUDAGRAPH_SUBTRACTED_FROM = (0, 20)
 
 
 # the public start-ups (tests/data/vllm-gpu-starts/starts.csv) the model predicts within 3 %, by the
@@ -242,9 +244,9 @@ def cudagraph(
         f"full graphs x {per_graph / MiB:.0f} MiB (6 MiB per 4,096 of hidden size; the 0.19 logs: 0.84 GiB at "
         "51 + 51 sizes for 7-8B) - "
         + (
-            "subtracted from the KV budget (vLLM >= 0.21)"
+            "subtracted from the KV budget (vLLM >= 0.20)"
             if subtracted
-            else "not subtracted before vLLM 0.21: taken from the remainder after KV"
+            else "not subtracted before vLLM 0.20: taken from the remainder after KV"
         ),
     ), subtracted
 
