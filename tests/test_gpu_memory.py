@@ -1,5 +1,5 @@
-"""vLLM's start-up memory on a GPU against 96 real start-ups (tests/data/vllm-gpu-starts, from
-public logs and tables of vLLM 0.11-0.21, 0.24 and 0.28, mostly on H100s): rows whose model has a config
+"""vLLM's start-up memory on a GPU against 97 real start-ups (tests/data/vllm-gpu-starts, from
+public logs and tables of vLLM 0.11-0.21, 0.24, 0.27 and 0.28, mostly on H100s): rows whose model has a config
 are predicted end to end from config.json and the launch flags; the others test the terms they print."""
 
 from __future__ import annotations
@@ -59,6 +59,7 @@ KNOWN_MISSES = {
     ("openai/gpt-oss-120b", "1", "0.11-0.14"): "the source's utilization contradicts its own terms",
     ("mistralai/Mistral-Small-3.2-24B-Instruct-2506", "1", "0.11.0"): "activation 2.12 GiB, not the sampler's",
     ("Qwen/Qwen3-32B", "2", "0.11-0.14"): "non-torch 0.54 GiB at TP 2, not 2.1",
+    ("Qwen/Qwen2.5-0.5B-Instruct", "1", "0.27.1"): "CUDA graphs: 0.75 GiB charged to a 0.5B model",
 }
 
 
@@ -113,7 +114,7 @@ WITHIN = [r for r in PREDICTABLE if miss_key(r) not in KNOWN_MISSES]
 
 
 def test_the_data_has_the_rows_it_claims():
-    assert len(ROWS) == 96 and len(PREDICTABLE) >= 82 and len(WITHIN) >= 78
+    assert len(ROWS) == 97 and len(PREDICTABLE) >= 83 and len(WITHIN) >= 78
     held_out = [r for r in PREDICTABLE if r["model"] in HELD_OUT]
     assert len({r["model"] for r in held_out}) >= 9 and {r["tp"] for r in held_out} >= {"1", "2", "4"}
 
@@ -190,11 +191,12 @@ def test_the_cuda_graph_estimate_is_in_the_budget_from_the_version_the_logs_say(
     """Where a log says whether vLLM took its CUDA-graph estimate from the KV budget (0.19's print it
     apart, "not in the budget"; an official 0.20.0 image prints "CUDA graph memory profiling is
     enabled ... equivalent to --gpu-memory-utilization=0.8878 without", although the line says
-    "default since v0.21.0"), the plan's version rule agrees: from 0.20 on."""
+    "default since v0.21.0"; a 0.27.1 start-up's accounting balances with it), the plan's version rule
+    agrees: from 0.20 on."""
     from validator.plan.gpu_memory import CUDAGRAPH_SUBTRACTED_FROM
 
     said = [(parse_version(row_version(r)), r["cudagraph_in_kv_budget"]) for r in ROWS if r["cudagraph_in_kv_budget"]]
-    assert {v[:2] for v, _ in said} == {(0, 19), (0, 20)} and len(said) == 49
+    assert {v[:2] for v, _ in said} == {(0, 19), (0, 20), (0, 27)} and len(said) == 50
     assert all((v[:2] >= CUDAGRAPH_SUBTRACTED_FROM) == (said_yes == "yes") for v, said_yes in said)
 
 
@@ -265,6 +267,14 @@ def test_the_known_misses_are_what_their_terms_say():
         if "non-torch" in KNOWN_MISSES[key]:
             fixed = m.kv_cache_bytes + m.non_torch.bytes - _f(r["non_torch_gib"]) * GiB
             assert abs(fixed - logged) < 0.005 * logged
+        elif "CUDA graphs" in KNOWN_MISSES[key]:
+            # the log's activation peak with the estimate it applied, by its own identity: requested -
+            # weights - non-torch - KV = 0.32 GiB, where the plan charges 0.28 + 0.75 (the estimate's
+            # per-graph constants read off 7-8B models); with it, 0.5 % low (non-torch 0.40 planned, 0.30 logged)
+            both = sum(_f(r[k]) for k in ("weights_gib", "non_torch_gib", "available_kv_gib"))
+            logged_both = (_f(r["requested_memory_gib"]) - both) * GiB
+            fixed = m.kv_cache_bytes + m.activation_peak.bytes + m.cudagraph.bytes - logged_both
+            assert m.cudagraph.bytes > 2 * logged_both and abs(fixed - logged) < 0.01 * logged
         elif "activation" in KNOWN_MISSES[key]:
             fixed = m.kv_cache_bytes + m.activation_peak.bytes - _f(r["activation_peak_gib"]) * GiB
             assert abs(fixed - logged) < 0.005 * logged
