@@ -20,7 +20,7 @@ from validator.plan.model_shape import shape_from_config
 from validator.plan.quant import with_tile
 from validator.plan.quant_config import not_counted
 from validator.plan.runner_v2 import RUNNER_ENV
-from validator.plan.weights import count_weights
+from validator.plan.weights import WeightCount, count_weights
 from validator.profile import Profile
 from validator.units import cdiv
 
@@ -78,28 +78,11 @@ def plan_input_from_profile(profile: Profile) -> PlanInput:
         source = f"counted from config.json as vLLM allocates it (the safetensors headers: {weights:,} B)"
         weights, rank = count.total_bytes, count.rank_bytes(tp, pp)
     elif from_headers and weights is not None and count is not None:
-        # vLLM holds its rotary cos/sin tables beside the checkpoint's tensors (2.5 GiB for Llama 4
-        # Scout's 10M positions); where the count agrees with the headers to the byte, its split by TP
-        # too (norms, and KV heads fewer than the ranks, whole on each): measured, tiny-gqa at TP 2
-        # the count as stored: a float32 checkpoint is held in bfloat16, MXFP4 experts padded to the GPU
-        # kernel's tile (gpt-oss-20b: 13,761,264,768 B stored, the count to the byte; 13.70 GiB held on
-        # an A100, 13.72 logged); where the headers equal it, the count as held is what vLLM holds
-        same = served == shape.dtype and shape.quant == stored_shape.quant
-        stored = count if same else count_weights(stored_shape, shape.dtype, tp=tp)
-        if stored is not None and weights == stored.total_bytes:
-            held = [f"held in {served}"] if served != shape.dtype else []
-            held += [shape.quant.label] if shape.quant is not None and shape.quant != stored_shape.quant else []
-            weights, rank = count.total_bytes, count.rank_bytes(tp, pp)
-            source = (
-                "safetensors headers (equal to the count from config.json"
-                + "".join(f", {h}" for h in held)
-                + ", split by TP/PP as vLLM does)"
-            )
-        else:
-            rank = cdiv(weights, tp * pp) + count.rope_cache
-            source = "safetensors headers, split evenly by TP/PP"
-        if count.rope_cache:
-            source += f" + {count.rope_cache / 2**20:.1f} MiB of rotary cos/sin tables vLLM allocates on every rank"
+        stored = count if served == shape.dtype and shape.quant == stored_shape.quant else None
+        stored = stored or count_weights(stored_shape, shape.dtype, tp=tp)
+        held = [f"held in {served}"] if served != shape.dtype else []
+        held += [shape.quant.label] if shape.quant is not None and shape.quant != stored_shape.quant else []
+        weights, rank, source = _headers_as_held(weights, count, stored, tp, pp, held)
     if weights is None and count is not None:
         weights, rank = count.total_bytes, count.rank_bytes(tp, pp)
         source = (
@@ -246,6 +229,24 @@ def load_config(path: str | os.PathLike) -> dict:
     if not isinstance(cfg, dict):
         raise InputError(f"model: {p} must hold a JSON object")
     return cfg
+
+
+def _headers_as_held(
+    headers: int, count: WeightCount, stored: WeightCount | None, tp: int, pp: int, held: list[str]
+) -> tuple[int, int, str]:
+    """The checkpoint's bytes as vLLM holds them: its rotary cos/sin tables on every rank beside the
+    tensors (2.5 GiB for Llama 4 Scout's 10M positions), and where the count as stored (`stored`: at
+    the checkpoint's dtype, MXFP4 experts unpadded) equals the headers to the byte, the count as held:
+    its split by TP (norms, KV heads fewer than the ranks, whole on each; tiny-gqa at TP 2, measured),
+    a float32 checkpoint in bfloat16, MXFP4 experts padded to the GPU kernel's tile (gpt-oss-20b:
+    13,761,264,768 B stored, the count to the byte; 13.70 GiB held on an A100, 13.72 logged)."""
+    rope = f" + {count.rope_cache / 2**20:.1f} MiB of rotary cos/sin tables vLLM allocates on every rank"
+    rope = rope if count.rope_cache else ""
+    if stored is None or headers != stored.total_bytes:
+        return headers, cdiv(headers, tp * pp) + count.rope_cache, "safetensors headers, split evenly by TP/PP" + rope
+    how = "".join(f", {h}" for h in held)
+    source = f"safetensors headers (equal to the count from config.json{how}, split by TP/PP as vLLM does){rope}"
+    return count.total_bytes, count.rank_bytes(tp, pp), source
 
 
 def weight_bytes_from_checkpoint(path: str | os.PathLike) -> int | None:
