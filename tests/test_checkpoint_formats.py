@@ -86,7 +86,7 @@ def test_a_format_kvgate_does_not_count_is_never_counted_as_unquantized(tiny_mod
     (tmp_path / "config.json").write_text(json.dumps(cfg))
     assert count_weights(shape_from_config(cfg)) is None
     with pytest.raises(
-        InputError, match=f"model.weights_bytes: unknown; config.json's quantization_config is .*{named}"
+        InputError, match=rf"model.weights_bytes: unknown \(config.json's quantization_config is .*{named}"
     ):
         make_plan(plan_input_from_profile(from_dict(_gpu_profile(tmp_path))))
 

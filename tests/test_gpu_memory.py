@@ -111,6 +111,17 @@ def predict(r):
 
 PREDICTABLE = [r for r in ROWS if predictable(r)]
 WITHIN = [r for r in PREDICTABLE if miss_key(r) not in KNOWN_MISSES]
+# rows whose source quotes the KV tokens but not the memory: checked by their blocks
+# (tests/test_gpu_starts_by_blocks.py)
+BY_BLOCKS = [
+    r
+    for r in ROWS
+    if r["model"] in CONFIGS
+    and row_version(r)
+    and r["status"] == "ok"
+    and _f(r["available_kv_gib"]) is None
+    and r["num_gpu_blocks"]
+]
 
 
 def test_the_data_has_the_rows_it_claims():
@@ -217,10 +228,7 @@ def test_the_ledger_says_how_many_rows_back_each_version():
     from validator.plan.gpu_memory import BACKING_ROWS, backing
 
     counted: dict[tuple[int, int], int] = {}
-    # with the rows checked by their blocks (tests/test_gpu_starts_by_blocks.py)
-    by_blocks = [r for r in ROWS if r["model"] in CONFIGS and row_version(r) and r["status"] == "ok"]
-    by_blocks = [r for r in by_blocks if _f(r["available_kv_gib"]) is None and r["num_gpu_blocks"]]
-    for r in WITHIN + by_blocks:
+    for r in WITHIN + BY_BLOCKS:
         lo = parse_version(row_version(r))[:2]
         counted[lo] = counted.get(lo, 0) + 1
     assert counted == {lo: n for lo, _, n, _ in BACKING_ROWS}

@@ -5,18 +5,8 @@ memory is (tests/test_gpu_memory.py)."""
 
 from __future__ import annotations
 
-from tests.test_gpu_memory import CONFIGS, ROWS, _f, predict, row_version, shape_for
+from tests.test_gpu_memory import BY_BLOCKS, _f, predict, shape_for
 from validator.plan.capacity import KVLayout, layer_specs
-
-BY_BLOCKS = [
-    r
-    for r in ROWS
-    if r["model"] in CONFIGS
-    and row_version(r)
-    and r["status"] == "ok"
-    and _f(r["available_kv_gib"]) is None
-    and r["num_gpu_blocks"]
-]
 
 
 def predicted_blocks(r) -> int:

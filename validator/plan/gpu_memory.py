@@ -77,9 +77,10 @@ def backing(version: tuple[int, int, int]) -> str:
     for lo, hi, n, what in BACKING_ROWS:
         if lo <= version[:2] <= hi:
             return f"{n} public start-up{'s' if n > 1 else ''} of vLLM {what} back these terms"
+    backed = ", ".join(f"{lo[0]}.{lo[1]}" + (f"-{hi[0]}.{hi[1]}" if hi != lo else "") for lo, hi, _, _ in BACKING_ROWS)
     return (
         f"no public start-up of vLLM {version[0]}.{version[1]} backs these terms; they follow the rules read off "
-        "0.11-0.19, 0.21, 0.24 and 0.28, docs/kv-accounting.md"
+        f"{backed}, docs/kv-accounting.md"
     )
 
 

@@ -162,10 +162,9 @@ def kv_budget(
             "or hardware.gpu_memory (--gpu-memory-bytes) to derive it"
         )
     if weights_rank is None:
-        why = inp.weights_source[len("unknown (") : -1] + "; " if inp.weights_source.startswith("unknown (") else ""
         raise InputError(
-            f"model.weights_bytes: unknown; {why}point model.path at the checkpoint (its safetensors headers "
-            "are exact) or pass --weights-bytes"
+            f"model.weights_bytes: {inp.weights_source}; point model.path at the checkpoint (its safetensors "
+            "headers are exact) or pass --weights-bytes"
         )
     budget = int(inp.gpu_memory_bytes * inp.gpu_memory_utilization)
     if memory is not None:
