@@ -321,8 +321,13 @@ def test_a_lie_about_kv_space_fails_the_startup_checks(tmp_path, tiny_model):
 def several_groups_run(tmp_path, build: str, blocks: int) -> tuple[dict, set[str]]:
     """The demo's job on a tiny model of several KV groups with `blocks` in the pool: its checks by
     name (0 failed; verdict pass, exit 0, or inconclusive, exit 1, where a freeze caught a request
-    at its first token on a chunked layout: not measured, saying so) and the freezes judged."""
+    at its first token on a chunked layout: not measured, saying so) and the freezes judged. The
+    demo's latency SLOs were set for its own tiny model: on these, one shared CPU's prefill is the
+    figure (the tiny Gemma 4: 4.3 s of server-side TTFT in a CI run, p99 6.0 s against the 5 s
+    bound), a wall-clock bound this test is not about (speed lives in benchmarks/); the error-rate
+    SLO stays judged, the latency ones are reported unjudged."""
     prof = yaml.safe_load((ROOT / "profiles" / "tiny-cpu.yaml").read_text())
+    prof["slo"] = {"error_rate": prof["slo"].get("error_rate", 0.0)}
     prof["model"] |= {"path": str(tmp_path / build), "build": build}
     prof["vllm"]["cpus"] = TEST_CPU
     prof["cache"]["num_gpu_blocks_override"] = blocks
@@ -339,6 +344,7 @@ def several_groups_run(tmp_path, build: str, blocks: int) -> tuple[dict, set[str
     assert len(passed) >= 4 and passed | fresh == set(frozen), frozen
     # every other check judged: the verdict passes, or is inconclusive for such a freeze only
     assert {n for n, c in checks.items() if c["status"] == "not_measured"} == fresh
+    assert checks["slo.error_rate"]["status"] == "pass" and checks["slo.ttft_p99_ms"]["status"] == "not_judged"
     assert (r.returncode, rep["verdict"]) == ((1, "inconclusive") if fresh else (0, "pass"))
     # the utilization counted in requests: 4 running over the concurrency vLLM reported (judge/utilization.py)
     assert checks["cold.kv_utilization"]["status"] == "pass", checks["cold.kv_utilization"]
