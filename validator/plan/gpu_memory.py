@@ -51,10 +51,18 @@ PRE_HOPPER = ("turing", "ampere", "ada")  # hardware.gpu_arch values without NVL
 # 3 piecewise and 2 full sizes: 0.27 GiB (258 + 3 x 6); first captures 100-522 MiB (262 for the
 # dense 7-9B models), graphs 4-26 MiB
 CUDAGRAPH_FIRST = 260 * MiB
-CUDAGRAPH_PER_GRAPH = 6 * MiB  # at hidden size 4096, and in proportion above (70B at 8192: 12-20 MiB)
+# a graph each at hidden size 4096, in proportion to it (70B at 8192: 12-20 MiB; dense 2B-4B models at
+# 2048-2560: 0.52-0.70 GiB in all), never under vLLM's 1 MiB floor; MoE graphs hold 6 MiB at smaller
+# hidden sizes too (gpt-oss-20b at 2880: 6 MiB; Qwen1.5-MoE, DeepSeek-V2-Lite at 2048: 0.82-1.39 GiB)
+CUDAGRAPH_PER_GRAPH = 6 * MiB
+CUDAGRAPH_MIN_PER_GRAPH = 1 * MiB  # v1/worker/gpu/cudagraph_utils.py _MIN_PER_GRAPH_BYTES
 # VLLM_MEMORY_PROFILER_ESTIMATE_CUDAGRAPHS, on by default: its log line says "since v0.21.0", but the
 # official v0.20.0 image already subtracts it (a logged start-up, tests/data/vllm-gpu-starts); 0.19's do not
 CUDAGRAPH_SUBTRACTED_FROM = (0, 20)
+# the V2 model runner's profile_cudagraph_memory() returned 0 (a placeholder, vllm-project/vllm#36520)
+# until #53306 (merged 2026-08-24, in the 0.28.1 builds, which also run every model on V2): before it,
+# V2 start-ups reserve nothing for the graphs, which are then taken from the remainder after KV
+V2_CUDAGRAPH_PROFILED_FROM = (0, 28, 1)
 
 
 # the public start-ups (tests/data/vllm-gpu-starts/starts.csv) the model predicts within 3 %, by the
@@ -67,7 +75,8 @@ BACKING_ROWS = (
     ((0, 18), (0, 18), 1, "0.18 (H100)"),
     ((0, 19), (0, 19), 65, "0.19 (H100, A100)"),
     ((0, 21), (0, 21), 1, "0.21 (H100)"),
-    ((0, 24), (0, 24), 1, "0.24 (RTX 5090, by its KV blocks)"),
+    ((0, 24), (0, 24), 1, "0.24 (RTX 4090, V2 model runner)"),
+    ((0, 27), (0, 27), 1, "0.27 (RTX 4090, V2 model runner)"),
     ((0, 28), (0, 28), 2, "0.28 (Quadro RTX 6000, eager)"),
 )
 
@@ -76,7 +85,7 @@ def backing(version: tuple[int, int, int]) -> str:
     """How many public start-ups of this version back the memory model, for the ledger to say."""
     for lo, hi, n, what in BACKING_ROWS:
         if lo <= version[:2] <= hi:
-            return f"{n} public start-up{'s' if n > 1 else ''} of vLLM {what} back these terms"
+            return f"{n} public start-up{'s' if n > 1 else ''} of vLLM {what} back{'' if n > 1 else 's'} these terms"
     backed = ", ".join(f"{lo[0]}.{lo[1]}" + (f"-{hi[0]}.{hi[1]}" if hi != lo else "") for lo, hi, _, _ in BACKING_ROWS)
     return (
         f"no public start-up of vLLM {version[0]}.{version[1]} backs these terms; they follow the rules read off "
@@ -228,27 +237,37 @@ def cudagraph(
     sizes: list[int] | None = None,
     max_num_seqs: int = 1024,
     hidden_size: int | None = None,
+    *,
+    moe: bool = False,
+    runner: runner_v2.ModelRunner = runner_v2.ModelRunner.V1,
 ) -> tuple[Term, bool]:
     """vLLM's "Estimated CUDA graph memory": the larger first capture plus a graph for each further
     capture size, piecewise for every size and full for the decode sizes (those up to max_num_seqs),
     as the logs print it term by term."""
     if enforce_eager:
         return Term(bytes=0, source="--enforce-eager: no CUDA graphs"), False
-    subtracted = version >= CUDAGRAPH_SUBTRACTED_FROM
+    v2_unprofiled = runner is runner_v2.ModelRunner.V2 and version < V2_CUDAGRAPH_PROFILED_FROM
+    subtracted = version >= CUDAGRAPH_SUBTRACTED_FROM and not v2_unprofiled
     sizes = sizes if sizes is not None else capture_sizes(1024, 8192)
     n_pw, n_full = len(sizes), sum(1 for n in sizes if n <= max_num_seqs)
-    per_graph = int(CUDAGRAPH_PER_GRAPH * max(1.0, (hidden_size or 4096) / 4096))
+    scale = (hidden_size or 4096) / 4096
+    per_graph = max(int(CUDAGRAPH_PER_GRAPH * (max(1.0, scale) if moe else scale)), CUDAGRAPH_MIN_PER_GRAPH)
     est = CUDAGRAPH_FIRST + (max(n_pw - 1, 0) + max(n_full - 1, 0)) * per_graph
+    if subtracted:
+        where = "subtracted from the KV budget (vLLM >= 0.20)"
+    elif v2_unprofiled:
+        where = (
+            "not subtracted: the V2 model runner reserves nothing for CUDA graphs before vLLM 0.28.1 (its "
+            "estimate is 0 until vllm-project/vllm#53306); taken from the remainder after KV"
+        )
+    else:
+        where = "not subtracted before vLLM 0.20: taken from the remainder after KV"
     return Term(
         bytes=int(est),
         source=f"estimate: {CUDAGRAPH_FIRST / MiB:.0f} MiB first capture + ({n_pw} - 1) piecewise + ({n_full} - 1) "
-        f"full graphs x {per_graph / MiB:.0f} MiB (6 MiB per 4,096 of hidden size; the 0.19 logs: 0.84 GiB at "
-        "51 + 51 sizes for 7-8B) - "
-        + (
-            "subtracted from the KV budget (vLLM >= 0.20)"
-            if subtracted
-            else "not subtracted before vLLM 0.20: taken from the remainder after KV"
-        ),
+        f"full graphs x {per_graph / MiB:.1f} MiB (6 MiB per 4,096 of hidden size"
+        + (", at least 6 for an MoE" if moe else "")
+        + f"; the 0.19 logs: 0.84 GiB at 51 + 51 sizes for 7-8B) - {where}",
     ), subtracted
 
 
@@ -284,7 +303,7 @@ def startup_memory(
             "(max_num_seqs x vocab int32 counts + a prompt bit mask)",
         )
     sizes = capture_sizes(max_num_seqs, max_num_batched_tokens, shape.model_type)
-    cg, subtracted = cudagraph(v, enforce_eager, sizes, max_num_seqs, shape.hidden_size)
+    cg, subtracted = cudagraph(v, enforce_eager, sizes, max_num_seqs, shape.hidden_size, moe=shape.moe, runner=runner)
     return StartupMemory(
         version=".".join(map(str, v)),
         requested=Term(
