@@ -78,6 +78,7 @@ BACKING_ROWS = (
     ((0, 24), (0, 24), 1, "0.24 (RTX 4090, V2 model runner)"),
     ((0, 27), (0, 27), 1, "0.27 (RTX 4090, V2 model runner)"),
     ((0, 28), (0, 28), 2, "0.28 (Quadro RTX 6000, eager)"),
+    ((0, 31), (0, 31), 1, "0.31 (A100 80GB, V2 model runner)"),
 )
 
 
