@@ -7,7 +7,7 @@ setup:
 demo: setup
 	.venv/bin/validate --profile profiles/tiny-cpu.yaml
 
-# every test, real vLLM included; two pytest processes side by side on 2+ CPUs (scripts/test.sh)
+# every test, real vLLM included; one pytest process, vLLM on CPU 0 (scripts/test.sh; KVGATE_TEST_PARALLEL=1: two)
 test:
 	@bash scripts/bootstrap.sh test
 	@$(MAKE) --no-print-directory lint

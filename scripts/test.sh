@@ -1,9 +1,12 @@
 #!/usr/bin/env bash
-# `make test`'s tests: on a machine of 2 CPUs or more, two pytest processes side by side, each
-# pinning the vLLM servers of its tests to a CPU of its own (KVGATE_TEST_CPU; tests/conftest.py),
-# so two vLLM start-ups (single-threaded imports, mostly) overlap instead of queueing. Group A
-# holds the modules that launch vLLM most (and the demo, whose profile pins CPU 0); group B the rest.
-# One CPU, or KVGATE_TEST_SERIAL=1: one process. Extra arguments go to pytest.
+# `make test`'s tests: one pytest process, its vLLM servers pinned to CPU 0 (KVGATE_TEST_CPU;
+# tests/conftest.py), the client and pytest free to run beside them. KVGATE_TEST_PARALLEL=1 on 2 CPUs
+# or more runs two pytest processes side by side instead, each pinning its vLLM servers to a CPU of
+# its own (group A: the modules that launch vLLM most, and the demo, whose profile pins CPU 0; group
+# B: the rest), faster; but then two engines and both groups' clients share 2 cores, and
+# the live runs' timing checks see it: a CI run on 2 cores saw vLLM's API server deliver a first
+# token 3.1 s after its engine made it (its /metrics answered 2.7 s late), a FAIL of the
+# client-vs-server check that is the test layout's, not the server's. Extra arguments go to pytest.
 set -uo pipefail
 cd "$(dirname "$0")/.."
 PY=.venv/bin/python
@@ -13,7 +16,7 @@ if ! $PY -m validator.tinymodels --dir models >/tmp/kvgate-models.$$.log 2>&1; t
   cat /tmp/kvgate-models.$$.log; rm -f /tmp/kvgate-models.$$.log; exit 1
 fi
 rm -f /tmp/kvgate-models.$$.log
-if [ "$(nproc)" -lt 2 ] || [ "${KVGATE_TEST_SERIAL:-0}" = 1 ]; then
+if [ "$(nproc)" -lt 2 ] || [ "${KVGATE_TEST_PARALLEL:-0}" != 1 ]; then
   exec $PY -m pytest -q -ra "$@"
 fi
 logs=$(mktemp -d)

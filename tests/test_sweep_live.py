@@ -58,14 +58,21 @@ def test_the_first_preemption_is_where_the_ledger_says(sweep_run):
     measured = [s["n"] for s in sw["steps"]]
     assert sw["kv_holds"] == 4 and set(measured) >= {1, 4, 5, 9} and len(measured) <= 4 + 3
     assert "the KV cache holds 4 sequences" in sw["line"]
-    # the SLO capacity found by bisection to the request: every step up to it held, the next one missed
+    # the SLO capacity, exact: every step up to it held, and either the next one was measured (found by
+    # bisection, tests/test_sweep.py) and missed, or it is the last step. Which of the two depends on the
+    # host's speed, not on kvgate: an AVX2 host under CI load missed the SLOs from 5-8 in flight, an
+    # AVX-512 host held them at every step up to 9
     cap = sw["slo_capacity"]
     # on failure, what each step measured against the SLOs (a CI run once missed them at 1 in flight)
     why = [(s["n"], s["ttft_p99_ms"], s["itl_p99_ms"], s["errors"], s["within_slo"]) for s in sw["steps"]]
     assert cap is not None and sw["slo_capacity_exact"], (sw["line"], why)
     held = {s["n"]: s["within_slo"] for s in sw["steps"]}
-    assert all(v for n, v in held.items() if n <= cap) and held.get(cap + 1) is False, held
-    assert f"the SLOs hold up to {cap} in flight, not at {cap + 1}" in sw["line"]
+    assert all(v for n, v in held.items() if n <= cap), held
+    if cap < max(held):
+        assert held.get(cap + 1) is False, held
+        assert f"the SLOs hold up to {cap} in flight, not at {cap + 1}" in sw["line"]
+    else:
+        assert f"the SLOs hold at every step (up to {cap} in flight)" in sw["line"], sw["line"]
     for n in set(measured) - {1, 4, 5, 9}:  # the bisection's steps are judged as exactly as the others
         assert c[f"sweep-c{n}.admitted"]["status"] == "pass" and c[f"sweep-c{n}.freeze1.kv_blocks"]["status"] == "pass"
     # the engine's memory, sampled at every step (RSS on the CPU: shown, not judged)

