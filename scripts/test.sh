@@ -3,10 +3,11 @@
 # tests/conftest.py), the client and pytest free to run beside them. KVGATE_TEST_PARALLEL=1 on 2 CPUs
 # or more runs two pytest processes side by side instead, each pinning its vLLM servers to a CPU of
 # its own (group A: the modules that launch vLLM most, and the demo, whose profile pins CPU 0; group
-# B: the rest), faster; but then two engines and both groups' clients share 2 cores, and
-# the live runs' timing checks see it: a CI run on 2 cores saw vLLM's API server deliver a first
-# token 3.1 s after its engine made it (its /metrics answered 2.7 s late), a FAIL of the
-# client-vs-server check that is the test layout's, not the server's. Extra arguments go to pytest.
+# B: the rest), faster (on 2 AVX-512 cores: 26:06 and 24:25 side by side, 35:33 for all 954 tests in
+# one process); but then two engines and both groups' clients share 2 cores, and the live runs'
+# timing checks see it: a CI run so saw vLLM's API server deliver a first token 3.1 s after its
+# engine made it (its /metrics answered 2.7 s late), a FAIL of the client-vs-server check that is
+# the test layout's, not the server's. Extra arguments go to pytest.
 set -uo pipefail
 cd "$(dirname "$0")/.."
 PY=.venv/bin/python

@@ -28,9 +28,8 @@ def allocated(model: Any) -> dict[str, int]:
     and leaves an empty Parameter in its place; such a layer is counted at its weight's shape and
     dtype, what vLLM loaded and a GPU holds (on an AVX2-only CPU the weight stays a Parameter)."""
     config = getattr(model, "config", None)
-    tied = bool(
-        getattr(config.get_text_config() if hasattr(config, "get_text_config") else config, "tie_word_embeddings", 0)
-    )
+    text = config.get_text_config() if callable(getattr(config, "get_text_config", None)) else config
+    tied = bool(getattr(text, "tie_word_embeddings", False))
     params, seen = 0, set()
     for module in model.modules():
         for name, p in module.named_parameters(recurse=False):
