@@ -59,10 +59,6 @@ CUDAGRAPH_MIN_PER_GRAPH = 1 * MiB  # v1/worker/gpu/cudagraph_utils.py _MIN_PER_G
 # VLLM_MEMORY_PROFILER_ESTIMATE_CUDAGRAPHS, on by default: its log line says "since v0.21.0", but the
 # official v0.20.0 image already subtracts it (a logged start-up, tests/data/vllm-gpu-starts); 0.19's do not
 CUDAGRAPH_SUBTRACTED_FROM = (0, 20)
-# the V2 model runner's profile_cudagraph_memory() returned 0 (a placeholder, vllm-project/vllm#36520)
-# until #53306 (merged 2026-08-24, in the 0.28.1 builds, which also run every model on V2): before it,
-# V2 start-ups reserve nothing for the graphs, which are then taken from the remainder after KV
-V2_CUDAGRAPH_PROFILED_FROM = (0, 28, 1)
 
 
 # the public start-ups (tests/data/vllm-gpu-starts/starts.csv) the model predicts within 3 %, by the
@@ -247,7 +243,7 @@ def cudagraph(
     as the logs print it term by term."""
     if enforce_eager:
         return Term(bytes=0, source="--enforce-eager: no CUDA graphs"), False
-    v2_unprofiled = runner is runner_v2.ModelRunner.V2 and version < V2_CUDAGRAPH_PROFILED_FROM
+    v2_unprofiled = not runner_v2.reserves_cudagraph_memory(runner, version)
     subtracted = version >= CUDAGRAPH_SUBTRACTED_FROM and not v2_unprofiled
     sizes = sizes if sizes is not None else capture_sizes(1024, 8192)
     n_pw, n_full = len(sizes), sum(1 for n in sizes if n <= max_num_seqs)

@@ -35,6 +35,9 @@ from validator.plan.moe_workspace import workspace_bytes
 from validator.units import cdiv
 
 V2_RUNNER_FROM = (0, 28, 1)  # every model (#53183)
+# its profile_cudagraph_memory() returned 0 (a placeholder, #36520) until #53306 (merged 2026-08-24, in
+# the 0.28.1 builds): before, V2 start-ups reserve nothing for CUDA graphs, taken from what KV leaves
+CUDAGRAPH_PROFILED_FROM = (0, 28, 1)
 V2_DENSE_FROM = (0, 25, 0)  # dense models: neither MoE nor hybrid (#44443)
 V2_FAMILIES_FROM = {"qwen3": (0, 22, 0), "llama": (0, 23, 0), "mistral": (0, 23, 0)}  # #39337, #43458
 RUNNER_ENV = "VLLM_USE_V2_MODEL_RUNNER"
@@ -95,3 +98,9 @@ def selected(shape: ModelShape, version: tuple[int, int, int], env: str | None =
         return ModelRunner.V2, f"vLLM >= {first[0]}.{first[1]}'s default for dense {shape.model_type} models"
     kind = "dense" if dense else ("MoE" if shape.moe else "hybrid")
     return ModelRunner.V1, f"vLLM {version[0]}.{version[1]} runs {kind} {shape.model_type or 'models'} on the V1 runner"
+
+
+def reserves_cudagraph_memory(runner: ModelRunner, version: tuple[int, int, int]) -> bool:
+    """Whether the runner's profile estimates CUDA-graph memory for the KV budget to leave out (V1:
+    from the version gpu_memory.CUDAGRAPH_SUBTRACTED_FROM says; V2: only from 0.28.1)."""
+    return runner is ModelRunner.V1 or version >= CUDAGRAPH_PROFILED_FROM
