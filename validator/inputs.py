@@ -10,7 +10,7 @@ import struct
 from pathlib import Path
 
 from validator.errors import InputError
-from validator.plan import speculative
+from validator.plan import sampler, speculative
 from validator.plan.gemma4_weights import count_gemma4
 from validator.plan.gpu_memory import DEFAULT_VLLM_VERSION, PRE_HOPPER, nvls_off, parse_version
 from validator.plan.hybrid_weights import count_hybrid
@@ -144,6 +144,7 @@ def plan_input_from_profile(profile: Profile) -> PlanInput:
         gpu_arch=profile.hardware.gpu_arch,
         nccl_off=nvls_off(env),
         runner_env=env.get(RUNNER_ENV),
+        sampler_env=env.get(sampler.ENV),
         allow_long_context=str(env.get("VLLM_ALLOW_LONG_MAX_MODEL_LEN", "")).strip().lower() in ("1", "true"),
         mamba_ssm_cache_dtype=_ssm_cache_dtype(profile),
         speculative=speculative.from_extra_args(extra),

@@ -19,18 +19,14 @@ import re
 from dataclasses import dataclass
 
 from validator.errors import InputError
-from validator.plan import runner_v2
+from validator.plan import runner_v2, sampler
 from validator.plan.model_shape import DTYPE_BYTES, ModelShape
 from validator.plan.moe_workspace import workspace_bytes
 from validator.units import GiB, MiB
 
 DEFAULT_VLLM_VERSION = "0.32.0"
-# the activation peak of the profile run follows the sampler warm-up: this many times the fp32
-# logits of max_num_seqs requests (Llama-3.1-8B 3.86x, Qwen3-8B 3.81x, Qwen3-14B 3.85x on >= 0.17;
-# Qwen3-14B 9.73x on 0.15 and 0.16)
-SAMPLER_FACTOR_NEW = 3.83
-SAMPLER_FACTOR_OLD = 9.73
-# ... unless the forward pass of max_num_batched_tokens tokens through the MLP peaks higher:
+# the activation peak of the profile run follows the sampler warm-up (sampler.py: its factor by the top-k/top-p
+# path the version takes), unless the forward pass of max_num_batched_tokens tokens through the MLP peaks higher:
 # about 5 MLP-wide activations (Llama-3.1-8B in float32: 2.19 GiB predicted, 2.21 logged; pipeline
 # stages without the LM head: 1.09 predicted, 1.10 logged)
 FORWARD_FACTOR = 5
@@ -40,7 +36,7 @@ NON_TORCH_TP = 2.1 * GiB  # TP >= 2 over NVLink (H100 SXM): NCCL buffers (2.07-2
 NON_TORCH_TP_PCIE = 0.2 * GiB  # TP >= 2 over PCIe without NVLink: no NVLink buffers (0.20 GiB logged)
 NON_TORCH_PP = 0.07 * GiB  # a pipeline stage at TP 1
 # TP >= 2 on H100s without NCCL's NVLS buffers: 0.55 GiB (llm-d-benchmark's Llama-3.3-70B FP8 at TP 2,
-# vLLM 0.11-0.14). NVLS needs cuMem: NCCL_CUMEM_ENABLE=0 (vLLM's own default until
+# vLLM 0.11.1-0.14). NVLS needs cuMem: NCCL_CUMEM_ENABLE=0 (vLLM's own default until
 # vllm-project/vllm#24141, September 2025) or NCCL_NVLS_ENABLE=0 turns them off
 NON_TORCH_TP_NO_NVLS = 0.55 * GiB
 NVLS_OFF = {"NCCL_NVLS_ENABLE": "0", "NCCL_CUMEM_ENABLE": "0"}
@@ -64,7 +60,7 @@ CUDAGRAPH_SUBTRACTED_FROM = (0, 20)
 # the public start-ups (tests/data/vllm-gpu-starts/starts.csv) the model predicts within 3 %, by the
 # versions they ran: (first, last minor version, rows, what); tests/test_gpu_memory.py checks it against the data
 BACKING_ROWS = (
-    ((0, 11), (0, 14), 5, "one unstated version of 0.11-0.14 (H100)"),
+    ((0, 11), (0, 14), 6, "0.11.0 (H100, stated) and one unstated version of 0.11.1-0.14 (H100)"),
     ((0, 15), (0, 15), 2, "0.15 (H100, A100 40GB)"),
     ((0, 16), (0, 16), 1, "0.16 (H100)"),
     ((0, 17), (0, 17), 1, "0.17 (H100)"),
@@ -134,8 +130,10 @@ def activation_peak(
     has_lm_head: bool = True,
     dtype: str | None = None,
     tp: int = 1,
+    sampler_env: str | None = None,
 ) -> Term:
-    """`runner`: the model runner vLLM uses and why (runner_v2.selected)."""
+    """`runner`: the model runner vLLM uses and why (runner_v2.selected); `sampler_env`: vllm.env's
+    VLLM_USE_FLASHINFER_SAMPLER (the V1 runner's warm-up path, sampler.path)."""
     runner_kind, why = runner
     if runner_kind is runner_v2.ModelRunner.V2 and has_lm_head:
         fwd = runner_v2.forward_bytes(shape, max_num_batched_tokens, tp, dtype)
@@ -156,15 +154,14 @@ def activation_peak(
     if not has_lm_head:
         return Term(bytes=forward, source=f"{fwd_src} (pipeline stage without the LM head)")
     fwd_src += f"; V1 model runner: {why}"
-    factor = SAMPLER_FACTOR_NEW if version >= (0, 17) else SAMPLER_FACTOR_OLD
+    kind, path_why = sampler.path(version, sampler_env)
     ws = workspace_bytes(shape, max_num_batched_tokens, tp, dtype)
-    sampler = int(factor * max_num_seqs * (shape.vocab_size or 0) * 4) + ws
-    if sampler >= forward:
+    warm_up = int(kind.factor * max_num_seqs * (shape.vocab_size or 0) * 4) + ws
+    if warm_up >= forward:
         return Term(
-            bytes=sampler,
-            source=f"sampler warm-up: {factor} x max_num_seqs x vocab x 4 B "
-            f"(vLLM {'>=' if version >= (0, 17) else '<'} 0.17; V1 model runner: {why})"
-            + (f" + the fused-MoE workspace still held, {ws / GiB:.2f} GiB" if ws else ""),
+            bytes=warm_up,
+            source=f"sampler warm-up: {kind.factor} x max_num_seqs x vocab x 4 B ({kind.value}: {path_why}; "
+            f"V1 model runner: {why})" + (f" + the fused-MoE workspace still held, {ws / GiB:.2f} GiB" if ws else ""),
         )
     return Term(bytes=forward, source=fwd_src)
 
@@ -286,11 +283,15 @@ def startup_memory(
     gpu_arch: str | None = None,
     nccl_off: str | None = None,
     runner_env: str | None = None,
+    sampler_env: str | None = None,
 ) -> StartupMemory:
-    """`runner_env`: VLLM_USE_V2_MODEL_RUNNER as vllm.env sets it (None: the release's default)."""
+    """`runner_env`, `sampler_env`: VLLM_USE_V2_MODEL_RUNNER and VLLM_USE_FLASHINFER_SAMPLER as vllm.env
+    sets them (None: the release's default)."""
     v = parse_version(version)
     runner, why = runner_v2.selected(shape, v, runner_env)
-    act = activation_peak(shape, max_num_seqs, max_num_batched_tokens, v, (runner, why), pp == 1, dtype, tp)
+    act = activation_peak(
+        shape, max_num_seqs, max_num_batched_tokens, v, (runner, why), pp == 1, dtype, tp, sampler_env
+    )
     nt = non_torch(tp, pp, v, interconnect, gpu_arch, nccl_off)
     if runner is runner_v2.ModelRunner.V2 and pp == 1:
         state = runner_v2.penalty_state_bytes(shape, max_num_seqs)

@@ -55,6 +55,7 @@ class PlanInput:
     gpu_arch: str | None = None  # GPU generation (hardware.gpu_arch): NCCL's NVLS buffers need Hopper
     nccl_off: str | None = None  # the vllm.env setting that turns NCCL's NVLS buffers off (NCCL_NVLS_ENABLE=0 ...)
     runner_env: str | None = None  # VLLM_USE_V2_MODEL_RUNNER as vllm.env sets it (None: the release's default)
+    sampler_env: str | None = None  # VLLM_USE_FLASHINFER_SAMPLER as vllm.env sets it (plan/sampler.py)
     enable_prefix_caching: bool = True  # state layers keep block-boundary copies with it (vLLM "align" mode)
     mamba_ssm_cache_dtype: str = "auto"  # the recurrent state's dtype (CPU with AVX-512 BF16: float32)
     speculative: SpecDecode | None = None  # --speculative-config among the launch flags
@@ -121,6 +122,7 @@ def kv_budget(
             gpu_arch=inp.gpu_arch,
             nccl_off=inp.nccl_off,
             runner_env=inp.runner_env,
+            sampler_env=inp.sampler_env,
             dtype=None if inp.dtype == "auto" else {"half": "float16", "float": "float32"}.get(inp.dtype, inp.dtype),
         )
         ledger.update(

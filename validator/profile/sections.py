@@ -234,7 +234,8 @@ class VllmSection:
         "dict[str,str]",
         {},
         "Extra environment variables for the server; the plan reads NCCL_NVLS_ENABLE=0 and NCCL_CUMEM_ENABLE=0 "
-        "(no NCCL NVLS buffers at TP >= 2: 0.55 GiB of non-torch memory a GPU instead of 2.1).",
+        "(no NCCL NVLS buffers at TP >= 2: 0.55 GiB of non-torch memory a GPU instead of 2.1), "
+        "VLLM_USE_V2_MODEL_RUNNER and VLLM_USE_FLASHINFER_SAMPLER (which profile step and sampler warm-up vLLM runs).",
     )
     host: str = spec("str", "127.0.0.1", "Address the server binds to.")
     port: int | None = spec("int", None, "Port; default: a free one.", minimum=1, maximum=65535)
