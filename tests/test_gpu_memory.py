@@ -1,5 +1,5 @@
-"""vLLM's start-up memory on a GPU against 97 real start-ups (tests/data/vllm-gpu-starts, from
-public logs and tables of vLLM 0.11-0.21, 0.24, 0.27 and 0.28, mostly on H100s): rows whose model has a config
+"""vLLM's start-up memory on a GPU against 101 real start-ups (tests/data/vllm-gpu-starts, from
+public logs and tables of vLLM 0.10-0.21, 0.24, 0.27, 0.28 and 0.31, mostly on H100s): rows whose model has a config
 are predicted end to end from config.json and the launch flags; the others test the terms they print."""
 
 from __future__ import annotations
@@ -130,7 +130,7 @@ BY_BLOCKS_WITHIN = [r for r in BY_BLOCKS if (r["model"], r["vllm_version"], r["g
 
 
 def test_the_data_has_the_rows_it_claims():
-    assert len(ROWS) == 99 and len(PREDICTABLE) >= 85 and len(WITHIN) >= 82
+    assert len(ROWS) == 101 and len(PREDICTABLE) >= 87 and len(WITHIN) >= 84
     held_out = [r for r in PREDICTABLE if r["model"] in HELD_OUT]
     assert len({r["model"] for r in held_out}) >= 9 and {r["tp"] for r in held_out} >= {"1", "2", "4"}
 
@@ -206,15 +206,15 @@ def test_the_identity_balances_where_the_logs_give_every_term():
 
 
 def test_the_cuda_graph_estimate_is_in_the_budget_from_the_version_the_logs_say():
-    """Where a log says whether vLLM took its CUDA-graph estimate from the KV budget (0.19's print it
-    apart, "not in the budget"; an official 0.20.0 image prints "CUDA graph memory profiling is
+    """Where a log says whether vLLM took its CUDA-graph estimate from the KV budget (0.10.2's and
+    0.19's print it apart, "not in the budget"; an official 0.20.0 image prints "CUDA graph memory profiling is
     enabled ... equivalent to --gpu-memory-utilization=0.8878 without", although the line says
     "default since v0.21.0"), the plan's version rule agrees: from 0.20 on. (The V2 model runner's
     estimate is 0 before 0.28.1: test_the_v2_runner_reserves_no_cuda_graph_memory_before_0_28_1.)"""
     from validator.plan.gpu_memory import CUDAGRAPH_SUBTRACTED_FROM
 
     said = [(parse_version(row_version(r)), r["cudagraph_in_kv_budget"]) for r in ROWS if r["cudagraph_in_kv_budget"]]
-    assert {v[:2] for v, _ in said} == {(0, 19), (0, 20)} and len(said) == 49
+    assert {v[:2] for v, _ in said} == {(0, 10), (0, 19), (0, 20)} and len(said) == 51
     assert all((v[:2] >= CUDAGRAPH_SUBTRACTED_FROM) == (said_yes == "yes") for v, said_yes in said)
 
 
@@ -249,10 +249,9 @@ def test_unstated_versions_predict_the_same_across_their_range():
     (`vllm_version_range`). The accounting the model applies is the same for every one of them (the
     sort path's 9.73x sampler warm-up, 0.13 GiB of non-torch memory at TP 1, the CUDA-graph estimate
     outside the KV budget), so the rows test the model whichever it was."""
-    ranged = [r for r in PREDICTABLE if r["vllm_version_range"]]
+    ranged = [r for r in PREDICTABLE if r["vllm_version_range"] == "0.11.1-0.14"]
     assert len(ranged) == 8
     for r in ranged:
-        assert r["vllm_version_range"] == "0.11.1-0.14"
         kv = {predict({**r, "vllm_version": v}).kv_cache_bytes for v in ("0.11.1", "0.12.0", "0.13.0", "0.14.0")}
         assert len(kv) == 1, (r["model"], r["tp"])
     # ... and a version outside it would not: from 0.17 the sampler's figure is 3.83x, not 9.73x
