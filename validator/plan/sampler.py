@@ -5,16 +5,18 @@ The warm-up samples max_num_seqs dummy requests with top-k and top-p set, and it
 activation term wherever the forward pass peaks lower. How large it is depends on the path:
 
 - the PyTorch-native path sorts the whole fp32 logits (values and int64 indices): 9.73x the logits
-  in the logs (Qwen3-14B on 0.15 and 0.16; llm-d-benchmark's text models on an unstated 0.11.1-0.14);
+  in the logs (Qwen3-14B on 0.15 and 0.16; llm-d-benchmark's text models on an unstated 0.11.1-0.14;
+  Qwen3-8B-FP8 on 0.10.2, 9.66x);
 - FlashInfer's kernel and the Triton kernel sort nothing: 3.83x (Llama-3.1-8B 3.86x, Qwen3-8B 3.81x,
   Qwen3-14B 3.85x on >= 0.17, the Triton path). FlashInfer's figure is taken as the same: the one
-  start-up on it (Mistral-Small-3.2 on 0.11.0) peaks at its forward pass, 2.12 GiB, so its sampler
-  stayed under 4.24x.
+  start-up on it (Mistral-Small-3.2 on the official 0.11.0 image) peaks at its forward pass, 2.12 GiB,
+  so its sampler stayed under 4.24x.
 
-Which one runs: the V1 sampler takes FlashInfer's kernel when the flashinfer package imports and
-VLLM_USE_FLASHINFER_SAMPLER is not 0 ("unset means enabled"); flashinfer-python is a dependency of
-vLLM's CUDA build from 0.11.0; vllm-project/vllm#26859 (after 0.11.0) made it opt-in; from 0.17 the
-default is the Triton kernel (vllm-project/vllm#33538).
+Which one runs: up to 0.11.0 the V1 sampler takes FlashInfer's kernel wherever the flashinfer package
+imports and VLLM_USE_FLASHINFER_SAMPLER is not 0 ("unset means enabled"): the official image bundles
+the package, a pip install lacked it (an optional extra; "FlashInfer is not available" in the pip logs
+of 0.10.2 and 0.11.0); vllm-project/vllm#26859, after 0.11.0, made the kernel opt-in when the package
+became a dependency; from 0.17 the default is the Triton kernel (vllm-project/vllm#33538).
 """
 
 from __future__ import annotations
@@ -23,7 +25,7 @@ from enum import Enum
 
 ENV = "VLLM_USE_FLASHINFER_SAMPLER"
 TRITON_FROM = (0, 17)  # vllm-project/vllm#33538: Triton top-k/top-p kernels, no sort
-FLASHINFER_BY_DEFAULT = (0, 11, 0)  # a dependency from 0.11.0, opt-in after it (vllm-project/vllm#26859)
+OPT_IN_AFTER = (0, 11, 0)  # vllm-project/vllm#26859: FlashInfer's kernel opt-in after 0.11.0
 
 
 class SamplerPath(Enum):
@@ -49,11 +51,9 @@ def path(version: tuple[int, int, int], env: str | None = None) -> tuple[Sampler
     flag = _flag(env)
     if flag is not None:
         return (SamplerPath.FLASHINFER if flag else SamplerPath.SORT), f"{ENV}={env} in vllm.env"
-    if version == FLASHINFER_BY_DEFAULT:
-        return SamplerPath.FLASHINFER, "vLLM 0.11.0's default, flashinfer-python being a dependency"
-    if version < FLASHINFER_BY_DEFAULT:
-        return SamplerPath.SORT, (
-            "assumed for vLLM < 0.11: FlashInfer's kernel, with a lower peak, where the flashinfer package "
-            f"imports (the official image); {ENV}=0 or 1 in vllm.env says which"
-        )
-    return SamplerPath.SORT, "vLLM 0.11.1-0.16's default (FlashInfer's kernel opt-in, vllm-project/vllm#26859)"
+    if version > OPT_IN_AFTER:
+        return SamplerPath.SORT, "vLLM 0.11.1-0.16's default (FlashInfer's kernel opt-in, vllm-project/vllm#26859)"
+    return SamplerPath.SORT, (
+        "assumed for vLLM <= 0.11.0 installed without the flashinfer package (pip: an optional extra); where "
+        f"it imports, as in the official image, FlashInfer's kernel runs by default: {ENV}=1 in vllm.env plans that"
+    )
