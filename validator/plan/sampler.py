@@ -14,7 +14,7 @@ activation term wherever the forward pass peaks lower. How large it is depends o
 
 Which one runs: up to 0.11.0 the V1 sampler takes FlashInfer's kernel wherever the flashinfer package
 imports and VLLM_USE_FLASHINFER_SAMPLER is not 0 ("unset means enabled"): the official image bundles
-the package, a pip install lacked it (an optional extra; "FlashInfer is not available" in the pip logs
+the package, a pip install lacked it (an optional extra; FlashInfer is not available, say the pip logs
 of 0.10.2 and 0.11.0); vllm-project/vllm#26859, after 0.11.0, made the kernel opt-in when the package
 became a dependency; from 0.17 the default is the Triton kernel (vllm-project/vllm#33538).
 """
