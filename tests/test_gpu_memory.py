@@ -1,4 +1,4 @@
-"""vLLM's start-up memory on a GPU against 101 real start-ups (tests/data/vllm-gpu-starts, from
+"""vLLM's start-up memory on a GPU against 102 real start-ups (tests/data/vllm-gpu-starts, from
 public logs and tables of vLLM 0.10-0.21, 0.24, 0.27, 0.28 and 0.31, mostly on H100s): rows whose model has a config
 are predicted end to end from config.json and the launch flags; the others test the terms they print."""
 
@@ -136,7 +136,7 @@ BY_BLOCKS_WITHIN = [r for r in BY_BLOCKS if (r["model"], r["vllm_version"], r["g
 
 
 def test_the_data_has_the_rows_it_claims():
-    assert len(ROWS) == 101 and len(PREDICTABLE) >= 87 and len(WITHIN) >= 84
+    assert len(ROWS) == 102 and len(PREDICTABLE) >= 88 and len(WITHIN) >= 85
     held_out = [r for r in PREDICTABLE if r["model"] in HELD_OUT]
     assert len({r["model"] for r in held_out}) >= 9 and {r["tp"] for r in held_out} >= {"1", "2", "4"}
 
@@ -220,7 +220,7 @@ def test_the_cuda_graph_estimate_is_in_the_budget_from_the_version_the_logs_say(
     from validator.plan.gpu_memory import CUDAGRAPH_SUBTRACTED_FROM
 
     said = [(parse_version(row_version(r)), r["cudagraph_in_kv_budget"]) for r in ROWS if r["cudagraph_in_kv_budget"]]
-    assert {v[:2] for v, _ in said} == {(0, 10), (0, 19), (0, 20)} and len(said) == 51
+    assert {v[:2] for v, _ in said} == {(0, 10), (0, 19), (0, 20)} and len(said) == 52
     assert all((v[:2] >= CUDAGRAPH_SUBTRACTED_FROM) == (said_yes == "yes") for v, said_yes in said)
 
 
@@ -668,7 +668,10 @@ def test_an_mlp_without_a_gate_is_counted_as_two_matrices():
 def test_the_fused_moe_workspace_is_held_through_the_sampler_warm_up():
     """Qwen1.5-MoE, DeepSeek-V2-Lite and Mixtral at TP 2 log 0.25, 0.43 and 0.12 GiB more activation
     than the sampler alone: the fused-MoE kernels' two scratch buffers (top_k x tokens wide) are still
-    held. With them each is within 0.1 GiB; MXFP4 experts (gpt-oss) run other kernels: none counted."""
+    held. With them each is within 0.1 GiB; MXFP4 experts (gpt-oss) run other kernels: none counted.
+    Qwen3-235B-A22B FP8 on vLLM 0.10.2 with expert parallelism (8 L40S) logs the sampler's sort alone,
+    1.40 GiB: the 0.14 GiB of workspace the plan adds is not held there (whether 0.10.2 or expert
+    parallelism frees it, one row cannot say; the plan keeps it, 0.75 % low on that row's KV)."""
     from validator.plan.moe_workspace import workspace_bytes
 
     checked = 0
@@ -681,6 +684,10 @@ def test_the_fused_moe_workspace_is_held_through_the_sampler_warm_up():
             assert ws == 0
             continue
         act = predict(r).activation_peak.bytes / GiB
+        if r["model"] == "Qwen/Qwen3-235B-A22B-Instruct-2507-FP8":
+            ws = workspace_bytes(shape, int(r["max_num_batched_tokens"]), int(r["tp"]), None) / GiB
+            assert abs(act - ws - logged) < 0.02 and act - logged > 0.1, (act, ws, logged)
+            continue
         assert abs(act - logged) < 0.1 and abs(act - ws - logged) > 0.1, (r["model"], act, ws, logged)
         checked += 1
     assert checked == 3
