@@ -16,7 +16,9 @@ Which one runs: up to 0.11.0 the V1 sampler takes FlashInfer's kernel wherever t
 imports and VLLM_USE_FLASHINFER_SAMPLER is not 0 ("unset means enabled"): the official image bundles
 the package, a pip install lacked it (an optional extra; FlashInfer is not available, say the pip logs
 of 0.10.2 and 0.11.0); vllm-project/vllm#26859, after 0.11.0, made the kernel opt-in when the package
-became a dependency; from 0.17 the default is the Triton kernel (vllm-project/vllm#33538).
+became a dependency; from 0.17 nothing sorts: the native path is the Triton kernel of
+vllm-project/vllm#33538 (the Qwen3-14B rows date the change between 0.16 and 0.17), and FlashInfer's
+kernel is the default again later (vllm-project/vllm#40376), so the variable no longer matters.
 """
 
 from __future__ import annotations
