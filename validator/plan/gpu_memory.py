@@ -7,8 +7,8 @@ vLLM sizes the KV cache after loading the weights and running one profile step:
 
 Each term below carries where its figure comes from. Read off the public start-ups in
 tests/data/vllm-gpu-starts/starts.csv (H100s at vLLM 0.15-0.19, Turing cards at 0.28; the V2 model
-runner's terms, where the release or vllm.env selects it, in runner_v2.py); docs/kv-accounting.md
-gives the error distribution.
+runner's terms, where the release or vllm.env selects it, in runner_v2.py; the V1 sampler warm-up's
+paths, read off 0.10.2-0.19, in sampler.py); docs/kv-accounting.md gives the error distribution.
 The constants are the logs' figures, not tuned to make tests pass: every row with a config is
 predicted end to end from config.json and the launch flags.
 """
