@@ -61,7 +61,7 @@ CUDAGRAPH_SUBTRACTED_FROM = (0, 20)
 # versions they ran: (first, last minor version, rows, what); tests/test_gpu_memory.py checks it against the data
 BACKING_ROWS = (
     ((0, 10), (0, 10), 3, "0.10.2 (H100, 8 L40S, a 24 GB GPU)"),
-    ((0, 11), (0, 14), 6, "0.11.0 (H100, stated) and one unstated version of 0.11.1-0.14 (H100)"),
+    ((0, 11), (0, 14), 6, "0.11-0.14 (H100: one on 0.11.0, five on one unstated version of 0.11.1-0.14)"),
     ((0, 15), (0, 15), 2, "0.15 (H100, A100 40GB)"),
     ((0, 16), (0, 16), 1, "0.16 (H100)"),
     ((0, 17), (0, 17), 1, "0.17 (H100)"),
