@@ -85,6 +85,13 @@ def build_parser() -> argparse.ArgumentParser:
         "(profile: vllm.extra_args)",
     )
     g.add_argument(
+        "--enable-expert-parallel",
+        action="store_true",
+        default=None,
+        help="MoE experts whole on each rank instead of split by TP (vLLM --enable-expert-parallel); the plan "
+        "then allows a TP size the FP8 weight blocks of split experts would forbid (profile: vllm.extra_args)",
+    )
+    g.add_argument(
         "--gpu-arch",
         choices=profiles.SCHEMA["hardware"]["gpu_arch"].choices,
         default=None,
@@ -159,8 +166,10 @@ def resolve_profile(args) -> profiles.Profile:
     changes[("hardware", "gpu_arch")] = args.gpu_arch
     changes[("quality", "candidate_kv_cache_dtype")] = args.quality
     extra = list(prof.vllm.extra_args or [])
-    if args.enforce_eager and "--enforce-eager" not in extra:
-        changes[("vllm", "extra_args")] = [*extra, "--enforce-eager"]
+    for flag in ("--enforce-eager", "--enable-expert-parallel"):
+        if getattr(args, flag[2:].replace("-", "_")) and flag not in extra:
+            extra.append(flag)
+            changes[("vllm", "extra_args")] = extra
     given = {
         name: getattr(args, f"ds_{name}") for name in DATASET_FLAGS.values() if getattr(args, f"ds_{name}") is not None
     }

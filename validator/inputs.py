@@ -107,6 +107,10 @@ def plan_input_from_profile(profile: Profile) -> PlanInput:
         # as vLLM's "Model loading took" counts them: the CUDA allocator's 2 MiB segments (plan/allocator.py)
         rank = (rank if rank is not None else cdiv(weights, tp * pp)) + rounding
         source = f"{source} + {rounding / 2**20:.0f} MiB of CUDA allocator rounding of the fused weight tensors"
+    # rank 0's bytes at the TP sizes the ways out try, scaled as the count splits (plan/ways_out.py)
+    by_tp: tuple[tuple[int, int], ...] = ()
+    if rank is not None and count is not None and source != "model.weights_bytes":
+        by_tp = tuple((t, rank * count.held_bytes(t, pp) // count.held_bytes(tp, pp)) for t in (1, 2, 4, 8, 16))
     extra, env = profile.vllm.extra_args or [], profile.vllm.env or {}
     wl_p, wl_o = profile.workload.prompt_tokens, profile.workload.output_tokens
     wl_len = wl_p + wl_o + (profile.workload.margin_tokens or 0) if wl_p and wl_o else None
@@ -136,6 +140,7 @@ def plan_input_from_profile(profile: Profile) -> PlanInput:
         pipeline_parallel_size=pp,
         enforce_eager="--enforce-eager" in extra,
         weights_rank_bytes=rank,
+        weights_rank_by_tp=by_tp,
         workspace_given=profile.cache.workspace is not None,
         pin_kv_cache=bool(profile.cache.pin_kv_cache),
         overcommit=profile.sweep.steps is not None,
@@ -145,6 +150,7 @@ def plan_input_from_profile(profile: Profile) -> PlanInput:
         nccl_off=nvls_off(env),
         runner_env=env.get(RUNNER_ENV),
         sampler_env=env.get(sampler.ENV),
+        expert_parallel=bool({"--enable-expert-parallel", "-ep"} & set(extra)),
         allow_long_context=str(env.get("VLLM_ALLOW_LONG_MAX_MODEL_LEN", "")).strip().lower() in ("1", "true"),
         mamba_ssm_cache_dtype=_ssm_cache_dtype(profile),
         speculative=speculative.from_extra_args(extra),

@@ -49,6 +49,7 @@ class PlanInput:
     pipeline_parallel_size: int = 1
     enforce_eager: bool = False  # no CUDA graphs
     weights_rank_bytes: int | None = None  # rank 0's share, when the split is known (config count)
+    weights_rank_by_tp: tuple[tuple[int, int], ...] = ()  # (TP size, rank 0's share at it): other TP sizes
     workspace_given: bool = False  # cache.workspace replaces the modelled non-weight terms
     pin_kv_cache: bool = False  # GPU: pass the planned budget as --kv-cache-memory-bytes
     interconnect: str | None = None  # between the GPUs of one model: nvlink (the default's figures) or pcie
@@ -56,6 +57,7 @@ class PlanInput:
     nccl_off: str | None = None  # the vllm.env setting that turns NCCL's NVLS buffers off (NCCL_NVLS_ENABLE=0 ...)
     runner_env: str | None = None  # VLLM_USE_V2_MODEL_RUNNER as vllm.env sets it (None: the release's default)
     sampler_env: str | None = None  # VLLM_USE_FLASHINFER_SAMPLER as vllm.env sets it (plan/sampler.py)
+    expert_parallel: bool = False  # --enable-expert-parallel: each rank holds whole experts (plan/parallel_fit.py)
     enable_prefix_caching: bool = True  # state layers keep block-boundary copies with it (vLLM "align" mode)
     mamba_ssm_cache_dtype: str = "auto"  # the recurrent state's dtype (CPU with AVX-512 BF16: float32)
     speculative: SpecDecode | None = None  # --speculative-config among the launch flags
@@ -65,7 +67,7 @@ class PlanInput:
 
 def _weights_rank(inp: PlanInput) -> int | None:
     if inp.weights_rank_bytes is not None:
-        return inp.weights_rank_bytes
+        return dict(inp.weights_rank_by_tp).get(inp.tensor_parallel_size, inp.weights_rank_bytes)
     if inp.weights_bytes is None:
         return None
     return cdiv(inp.weights_bytes, inp.tensor_parallel_size * inp.pipeline_parallel_size)

@@ -7,7 +7,7 @@ from dataclasses import replace
 from typing import Any, NamedTuple
 
 from validator.errors import InputError
-from validator.plan import bandwidth, speculative
+from validator.plan import bandwidth, parallel_fit, speculative
 from validator.plan.capacity import PER_REQUEST_TOKENS_FROM, KVLayout, StateSetup, layer_specs
 from validator.plan.gpu_memory import parse_version
 from validator.plan.kv_spec import MambaSpec
@@ -147,6 +147,7 @@ def _derive(
 def make_plan(inp: PlanInput, explore: bool = True) -> Plan:
     platform = inp.platform
     parse_version(inp.vllm_version)  # a version that cannot be read is bad input, on any platform
+    parallel_fit.check(inp.shape, inp.tensor_parallel_size, inp.expert_parallel)  # what vLLM would refuse
     block = inp.block_size or DEFAULT_BLOCK_SIZE[platform]
     notes: list[str] = []
     if inp.shape.mla is not None and platform == "cpu" and block != 16:

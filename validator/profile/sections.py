@@ -228,7 +228,8 @@ class VllmSection:
     extra_args: list[str] = spec(
         "list[str]",
         [],
-        "More vLLM flags, one list item per argv word; the plan reads --enforce-eager and --speculative-config.",
+        "More vLLM flags, one list item per argv word; the plan reads --enforce-eager, --speculative-config "
+        "and --enable-expert-parallel.",
     )
     env: dict[str, str] = spec(
         "dict[str,str]",

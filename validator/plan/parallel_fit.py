@@ -1,0 +1,75 @@
+"""Whether vLLM can split the model over the tensor-parallel ranks at all (pure): the checks vLLM
+makes before any memory is profiled, so a plan it would refuse is refused here, naming the fix.
+
+- ModelConfig.verify_with_parallel_config: the attention heads divide by the TP size;
+- QKVParallelLinear: the KV heads divide by it, or it by them (each rank then holds a replica);
+- fp8_utils.validate_fp8_block_shape(_moe): with 128x128-style FP8 weight blocks, every split a
+  rank holds is whole blocks: column-parallel outputs (q, k/v, gate/up) a multiple of block_n,
+  row-parallel inputs (o, down) of block_k; an MoE's expert width split by TP likewise, unless
+  --enable-expert-parallel gives each rank whole experts instead (Qwen3-235B-A22B FP8 at TP 8:
+  1536 / 8 = 192, refused; with expert parallelism it starts, tests/data/vllm-gpu-starts);
+- expert parallelism needs experts (ModelConfig._verify_with_expert_parallelism).
+"""
+
+from __future__ import annotations
+
+from validator.errors import InputError
+from validator.plan.model_shape import ModelShape
+from validator.plan.quant import Fp8
+
+FIELD = "hardware.tensor_parallel_size"
+
+
+def _sizes_that_divide(n: int) -> str:
+    ok = [t for t in (1, 2, 4, 8, 16) if n % t == 0]
+    return ", ".join(map(str, ok))
+
+
+def _fp8_splits(shape: ModelShape, tp: int, expert_parallel: bool) -> list[tuple[str, int, int, bool]]:
+    """(what, the size a rank holds, the block it must be a multiple of, an expert's) for each TP split."""
+    fmt = shape.quant
+    if tp == 1 or not isinstance(fmt, Fp8) or fmt.block is None or shape.mla is not None:
+        return []
+    bn, bk = fmt.block
+    q, hd = shape.num_attention_heads * shape.head_dim, shape.head_dim
+    splits = [("the q_proj outputs", q // tp, bn, False), ("the o_proj inputs", q // tp, bk, False)]
+    if shape.num_kv_heads >= tp:
+        splits.append(("the k/v_proj outputs", shape.num_kv_heads // tp * hd, bn, False))
+    dense = shape.dense_intermediate_size or (None if shape.num_experts else shape.intermediate_size)
+    if dense:
+        splits += [
+            ("the gate/up_proj outputs", dense // tp, bn, False),
+            ("the down_proj inputs", dense // tp, bk, False),
+        ]
+    if shape.num_experts and shape.moe_intermediate_size and not expert_parallel:
+        w = shape.moe_intermediate_size // tp
+        splits += [("each expert's gate/up outputs", w, bn, True), ("each expert's down inputs", w, bk, True)]
+    return splits
+
+
+def check(shape: ModelShape, tp: int, expert_parallel: bool = False) -> None:
+    """Raise InputError (exit 2) where vLLM would refuse this split, with the fix."""
+    heads, kv = shape.num_attention_heads, shape.num_kv_heads
+    if expert_parallel and not shape.num_experts:
+        raise InputError("vllm.extra_args: --enable-expert-parallel needs a mixture-of-experts model; drop it")
+    if heads % tp:
+        raise InputError(
+            f"{FIELD}: vLLM needs the {heads} attention heads to divide by it, not {tp}; "
+            f"use {_sizes_that_divide(heads)}"
+        )
+    if shape.mla is None and (kv % tp if kv >= tp else tp % kv):
+        raise InputError(
+            f"{FIELD}: vLLM splits the {kv} KV heads evenly (or replicates each to whole ranks), not over {tp}; "
+            f"use {_sizes_that_divide(kv) if kv >= tp else 'a multiple of ' + str(kv)}"
+        )
+    for what, size, block, expert in _fp8_splits(shape, tp, expert_parallel):
+        if size % block:
+            fix = (
+                "add --enable-expert-parallel to vllm.extra_args (each rank holds whole experts) or use a smaller size"
+                if expert
+                else "use a smaller size"
+            )
+            raise InputError(
+                f"{FIELD}: at {tp} a rank holds {size} of {what}, not a multiple of the checkpoint's "
+                f"{block}-wide FP8 weight blocks, which vLLM refuses; {fix}"
+            )
