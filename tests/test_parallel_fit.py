@@ -28,9 +28,9 @@ QWEN25_14B = config("Qwen__Qwen2.5-14B-Instruct.json")  # 40 attention heads, 8 
 QWEN3_235B_FP8 = config("Qwen__Qwen3-235B-A22B-Instruct-2507-FP8.json")  # experts 1536 wide, 128x128 FP8 blocks
 
 
-def refusal(cfg: dict, tp: int, ep: bool = False) -> str | None:
+def refusal(cfg: dict, tp: int, ep: bool = False, version: tuple[int, int, int] = (0, 32, 0)) -> str | None:
     try:
-        check(shape_from_config(cfg), tp, ep)
+        check(shape_from_config(cfg), tp, ep, version)
     except InputError as e:
         return str(e)
     return None
@@ -55,18 +55,23 @@ def test_the_kv_heads_split_evenly_or_replicate_to_whole_ranks():
 
 
 def test_fp8_blocks_split_by_tp_must_stay_whole_unless_experts_are_whole():
-    """Qwen3-235B-A22B FP8 at TP 8: each expert's 1536 split eight ways is 192, not a multiple of the
-    128-wide blocks (vLLM's validate_fp8_block_shape_moe); TP 4 gives 384; with expert parallelism the
-    experts stay whole and TP 8 starts, as the L40S row did. Whole experts hold the same bytes a rank
-    as the split within 0.05 GiB of that row's 27.72 logged."""
-    said = refusal(QWEN3_235B_FP8, 8)
+    """Qwen3-235B-A22B FP8 at TP 8 on vLLM 0.10.2: each expert's 1536 split eight ways is 192, not a
+    multiple of the 128-wide blocks (validate_fp8_block_shape_moe); TP 4 gives 384; with expert
+    parallelism the experts stay whole and TP 8 starts, as the L40S row did. vLLM 0.32 refines the
+    blocks to 64 instead (gcd of 128, 192 and 4096) and takes TP 8 as it is. Whole experts hold the
+    same bytes a rank as the split within 0.05 GiB of that row's 27.72 logged."""
+    old = (0, 10, 2)
+    said = refusal(QWEN3_235B_FP8, 8, version=old)
     assert said is not None and "192" in said and "--enable-expert-parallel" in said
-    assert refusal(QWEN3_235B_FP8, 4) is None and refusal(QWEN3_235B_FP8, 8, ep=True) is None
+    assert refusal(QWEN3_235B_FP8, 4, version=old) is None and refusal(QWEN3_235B_FP8, 8, True, old) is None
+    assert refusal(QWEN3_235B_FP8, 8) is None
+    narrow = {**QWEN3_235B_FP8, "moe_intermediate_size": 384}  # 48 a rank at TP 8: blocks of 16, not refined
+    assert refusal(narrow, 8) is not None and refusal(narrow, 8, ep=True) is None
     rank = count_weights(shape_from_config(QWEN3_235B_FP8), None).held_bytes(8, 1) / 2**30
     assert abs(rank - 27.72) < 0.06
     dense_fp8 = {**QWEN25_14B, "quantization_config": {"quant_method": "fp8", "weight_block_size": [128, 128]}}
-    assert refusal(dense_fp8, 8) is not None  # 13824 / 8 = 1728 of gate/up per rank: 13.5 blocks
-    assert "gate/up_proj" in refusal(dense_fp8, 8)
+    said = refusal(dense_fp8, 8)  # 13824 / 8 = 1728 of down_proj's input a rank: 13.5 blocks, in every version
+    assert said is not None and "down_proj inputs" in said and "--enable-expert-parallel" not in said
     assert refusal(dense_fp8, 4) is None  # 3456 = 27 blocks
 
 
@@ -84,7 +89,8 @@ def validate(*args: str) -> subprocess.CompletedProcess:
 @pytest.fixture
 def qwen3_235b(tmp_path):
     (tmp_path / "config.json").write_text(json.dumps(QWEN3_235B_FP8))
-    return ["--model", str(tmp_path), "--platform", "gpu", "--gpu-memory-bytes", "44.42GiB", "--max-model-len", "32768"]
+    model = ["--model", str(tmp_path), "--platform", "gpu", "--gpu-memory-bytes", "44.42GiB"]
+    return [*model, "--max-model-len", "32768", "--vllm-version", "0.10.2"]
 
 
 def test_the_cli_refuses_with_exit_2_and_plans_with_the_flag(qwen3_235b):
@@ -94,6 +100,8 @@ def test_the_cli_refuses_with_exit_2_and_plans_with_the_flag(qwen3_235b):
     planned = validate(*qwen3_235b, "--tensor-parallel-size", "8", "--enable-expert-parallel", "--json")
     assert planned.returncode == 0, planned.stderr
     assert json.loads(planned.stdout)["max_num_seqs"] >= 1
+    newer = [a if a != "0.10.2" else "0.32.0" for a in qwen3_235b]  # vLLM 0.32 refines the blocks instead
+    assert validate(*newer, "--tensor-parallel-size", "8").returncode == 0
 
 
 def test_more_gpus_are_offered_only_where_vllm_would_start(qwen3_235b):

@@ -3,15 +3,20 @@ makes before any memory is profiled, so a plan it would refuse is refused here, 
 
 - ModelConfig.verify_with_parallel_config: the attention heads divide by the TP size;
 - QKVParallelLinear: the KV heads divide by it, or it by them (each rank then holds a replica);
-- fp8_utils.validate_fp8_block_shape(_moe): with 128x128-style FP8 weight blocks, every split a
-  rank holds is whole blocks: column-parallel outputs (q, k/v, gate/up) a multiple of block_n,
-  row-parallel inputs (o, down) of block_k; an MoE's expert width split by TP likewise, unless
-  --enable-expert-parallel gives each rank whole experts instead (Qwen3-235B-A22B FP8 at TP 8:
-  1536 / 8 = 192, refused; with expert parallelism it starts, tests/data/vllm-gpu-starts);
+- fp8_utils.validate_fp8_block_shape(_moe), with FP8 weight blocks (weight_block_size, 128x128):
+  a row-parallel split (o_proj's and down_proj's inputs) is whole blocks, in every version; before
+  0.25 a column-parallel split (q/k/v, gate/up outputs) and an MoE's expert width split by TP were
+  too (vLLM refused MiniMax-M2.7 at TP 8, 1536 / 8 = 192, on the main of July 2026,
+  vllm-project/vllm#48173); 0.32 lets merged column splits cut blocks (linear.py) and refines an
+  expert's blocks to the largest common divisor of at least 32 (fused_moe/oracle/fp8.py); versions
+  between are not refused here (not known). --enable-expert-parallel keeps experts whole instead
+  (Qwen3-235B-A22B FP8 on eight L40S, vLLM 0.10.2: tests/data/vllm-gpu-starts);
 - expert parallelism needs experts (ModelConfig._verify_with_expert_parallelism).
 """
 
 from __future__ import annotations
+
+import math
 
 from validator.errors import InputError
 from validator.plan.model_shape import ModelShape
@@ -25,29 +30,40 @@ def _sizes_that_divide(n: int) -> str:
     return ", ".join(map(str, ok))
 
 
-def _fp8_splits(shape: ModelShape, tp: int, expert_parallel: bool) -> list[tuple[str, int, int, bool]]:
-    """(what, the size a rank holds, the block it must be a multiple of, an expert's) for each TP split."""
+BLOCKS_WHOLE_BEFORE = (0, 25)  # column and expert splits refused (vllm-project/vllm#48173, July 2026)
+BLOCKS_REFINED_FROM = (0, 32)  # experts' blocks refined to a divisor >= 32; merged column splits allowed
+
+
+def _fp8_splits(
+    shape: ModelShape, tp: int, expert_parallel: bool, version: tuple[int, int, int]
+) -> list[tuple[str, int, int, bool]]:
+    """(what, the size a rank holds, the block it must be a multiple of, an expert's) for each split
+    the version requires whole blocks of."""
     fmt = shape.quant
     if tp == 1 or not isinstance(fmt, Fp8) or fmt.block is None or shape.mla is not None:
         return []
     bn, bk = fmt.block
     q, hd = shape.num_attention_heads * shape.head_dim, shape.head_dim
-    splits = [("the q_proj outputs", q // tp, bn, False), ("the o_proj inputs", q // tp, bk, False)]
-    if shape.num_kv_heads >= tp:
-        splits.append(("the k/v_proj outputs", shape.num_kv_heads // tp * hd, bn, False))
     dense = shape.dense_intermediate_size or (None if shape.num_experts else shape.intermediate_size)
-    if dense:
-        splits += [
-            ("the gate/up_proj outputs", dense // tp, bn, False),
-            ("the down_proj inputs", dense // tp, bk, False),
-        ]
-    if shape.num_experts and shape.moe_intermediate_size and not expert_parallel:
-        w = shape.moe_intermediate_size // tp
-        splits += [("each expert's gate/up outputs", w, bn, True), ("each expert's down inputs", w, bk, True)]
+    splits = [("the o_proj inputs", q // tp, bk, False)]
+    splits += [("the down_proj inputs", dense // tp, bk, False)] if dense else []
+    if version[:2] < BLOCKS_WHOLE_BEFORE:
+        splits.append(("the q_proj outputs", q // tp, bn, False))
+        if shape.num_kv_heads >= tp:
+            splits.append(("the k/v_proj outputs", shape.num_kv_heads // tp * hd, bn, False))
+        splits += [("the gate/up_proj outputs", dense // tp, bn, False)] if dense else []
+    w = shape.moe_intermediate_size // tp if shape.num_experts and shape.moe_intermediate_size else 0
+    if w and not expert_parallel:
+        if version[:2] < BLOCKS_WHOLE_BEFORE:
+            splits += [("each expert's gate/up outputs", w, bn, True), ("each expert's down inputs", w, bk, True)]
+        elif version[:2] >= BLOCKS_REFINED_FROM and math.gcd(bn, bk, w, shape.hidden_size or 0) < 32:
+            splits.append(("each expert's width, whose blocks vLLM refines only to 32 or more", w, bn, True))
     return splits
 
 
-def check(shape: ModelShape, tp: int, expert_parallel: bool = False) -> None:
+def check(
+    shape: ModelShape, tp: int, expert_parallel: bool = False, version: tuple[int, int, int] = (0, 32, 0)
+) -> None:
     """Raise InputError (exit 2) where vLLM would refuse this split, with the fix."""
     heads, kv = shape.num_attention_heads, shape.num_kv_heads
     if expert_parallel and not shape.num_experts:
@@ -62,7 +78,7 @@ def check(shape: ModelShape, tp: int, expert_parallel: bool = False) -> None:
             f"{FIELD}: vLLM splits the {kv} KV heads evenly (or replicates each to whole ranks), not over {tp}; "
             f"use {_sizes_that_divide(kv) if kv >= tp else 'a multiple of ' + str(kv)}"
         )
-    for what, size, block, expert in _fp8_splits(shape, tp, expert_parallel):
+    for what, size, block, expert in _fp8_splits(shape, tp, expert_parallel, version):
         if size % block:
             fix = (
                 "add --enable-expert-parallel to vllm.extra_args (each rank holds whole experts) or use a smaller size"
