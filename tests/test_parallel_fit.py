@@ -99,7 +99,9 @@ def test_the_cli_refuses_with_exit_2_and_plans_with_the_flag(qwen3_235b):
     assert len(refused.stderr.strip().splitlines()) == 1 and "--enable-expert-parallel" in refused.stderr
     planned = validate(*qwen3_235b, "--tensor-parallel-size", "8", "--enable-expert-parallel", "--json")
     assert planned.returncode == 0, planned.stderr
-    assert json.loads(planned.stdout)["max_num_seqs"] >= 1
+    plan = json.loads(planned.stdout)
+    assert plan["max_num_seqs"] >= 1 and "experts whole on each rank" in plan["ledger"]["sources"]["weights_bytes"]
+    assert abs(plan["ledger"]["weights_bytes"] / 2**30 - 27.72) < 0.01  # the L40S row's logged share
     newer = [a if a != "0.10.2" else "0.32.0" for a in qwen3_235b]  # vLLM 0.32 refines the blocks instead
     assert validate(*newer, "--tensor-parallel-size", "8").returncode == 0
 

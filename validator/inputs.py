@@ -17,6 +17,7 @@ from validator.plan.hybrid_weights import count_hybrid
 from validator.plan.layer_heads import GEMMA4
 from validator.plan.ledger import PlanInput
 from validator.plan.model_shape import shape_from_config
+from validator.plan.parallel_fit import EP_FLAGS
 from validator.plan.quant import with_tile
 from validator.plan.quant_config import not_counted
 from validator.plan.runner_v2 import RUNNER_ENV
@@ -100,6 +101,7 @@ def plan_input_from_profile(profile: Profile) -> PlanInput:
             )
             + (f"{count.format_label}, " if shape.quant or shape.quant_method else "")
             + (f"float32 checkpoint held in {served}, " if shape.dtype == "float32" and served != "float32" else "")
+            + ("experts whole on each rank, " if EP_FLAGS & set(profile.vllm.extra_args or []) else "")
             + "split by TP/PP)"
         )
     rounding = count.allocator_rounding(tp, pp) if count is not None and profile.hardware.platform == "gpu" else 0
@@ -150,7 +152,7 @@ def plan_input_from_profile(profile: Profile) -> PlanInput:
         nccl_off=nvls_off(env),
         runner_env=env.get(RUNNER_ENV),
         sampler_env=env.get(sampler.ENV),
-        expert_parallel=bool({"--enable-expert-parallel", "-ep"} & set(extra)),
+        expert_parallel=bool(EP_FLAGS & set(extra)),
         allow_long_context=str(env.get("VLLM_ALLOW_LONG_MAX_MODEL_LEN", "")).strip().lower() in ("1", "true"),
         mamba_ssm_cache_dtype=_ssm_cache_dtype(profile),
         speculative=speculative.from_extra_args(extra),

@@ -23,6 +23,7 @@ from validator.plan.model_shape import ModelShape
 from validator.plan.quant import Fp8
 
 FIELD = "hardware.tensor_parallel_size"
+EP_FLAGS = frozenset({"--enable-expert-parallel", "-ep"})  # vLLM's flag and its short form
 
 
 def _sizes_that_divide(n: int) -> str:
