@@ -74,7 +74,7 @@ def check(
             f"{FIELD}: vLLM needs the {heads} attention heads to divide by it, not {tp}; "
             f"use {_sizes_that_divide(heads)}"
         )
-    if shape.mla is None and (kv % tp if kv >= tp else tp % kv):
+    if shape.mla is None and kv and (kv % tp if kv >= tp else tp % kv):  # kv 0: no attention layers
         raise InputError(
             f"{FIELD}: vLLM splits the {kv} KV heads evenly (or replicates each to whole ranks), not over {tp}; "
             f"use {_sizes_that_divide(kv) if kv >= tp else 'a multiple of ' + str(kv)}"
