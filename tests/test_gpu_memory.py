@@ -96,7 +96,7 @@ def predict(r, **env):
     shape = shape_for(r)
     dtype = r["dtype"] if r["dtype"] in ("float16", "float32", "bfloat16") else None
     tp, pp = int(r["tp"] or 1), int(r["pp"] or 1)
-    w = count_weights(shape, dtype).held_bytes(tp, pp)  # as vLLM's allocator holds them
+    w = count_weights(shape, dtype, tp=tp).held_bytes(tp, pp)  # as vLLM's allocator holds them
     total = _f(r["gpu_total_gib"]) or 79.19  # an H100 "80 GB" reports 79.19 GiB to CUDA
     return startup_memory(
         shape=shape,
@@ -671,7 +671,7 @@ def test_the_fused_moe_workspace_is_held_through_the_sampler_warm_up():
     held. With them each is within 0.1 GiB; MXFP4 experts (gpt-oss) run other kernels: none counted.
     Qwen3-235B-A22B FP8 on vLLM 0.10.2 with expert parallelism (8 L40S) logs the sampler's sort alone,
     1.40 GiB: the 0.14 GiB of workspace the plan adds is not held there (whether 0.10.2 or expert
-    parallelism frees it, one row cannot say; the plan keeps it, 0.75 % low on that row's KV)."""
+    parallelism frees it, one row cannot say; the plan keeps it, 1.2 % low on that row's KV)."""
     from validator.plan.moe_workspace import workspace_bytes
 
     checked = 0
