@@ -76,9 +76,13 @@ def test_fp8_blocks_split_by_tp_must_stay_whole_unless_experts_are_whole():
     assert refusal(dense_fp8, 4) is None  # 3456 = 27 blocks
 
 
-def test_expert_parallelism_needs_experts():
+def test_expert_parallelism_needs_experts_and_is_read_in_every_spelling_vllm_reads():
     said = refusal(QWEN25_14B, 2, ep=True)
     assert said is not None and said.startswith("vllm.extra_args: --enable-expert-parallel")
+    from validator.plan.parallel_fit import expert_parallel
+
+    assert all(expert_parallel([w]) for w in ("--enable-expert-parallel", "--enable_expert_parallel", "-ep"))
+    assert not expert_parallel(["--enable-expert-parallelism-not", "--enforce-eager"])
 
 
 def validate(*args: str) -> subprocess.CompletedProcess:

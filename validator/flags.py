@@ -21,3 +21,10 @@ def names(key: str, flag: str) -> bool:
     """Whether an option spelled `key` (flag_key's) may set `flag`: the flag itself, or a prefix of
     it argparse may take for it."""
     return key == flag or (key.startswith("--") and len(key) > 2 and flag.startswith(key))
+
+
+def env_bool(value: object) -> bool | None:
+    """A boolean vLLM environment variable as vLLM reads it (1 / 0; true / false taken too), None
+    when unset or unreadable: the release's default then applies."""
+    v = str(value if value is not None else "").strip().lower()
+    return True if v in ("1", "true") else False if v in ("0", "false") else None

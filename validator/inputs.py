@@ -10,6 +10,7 @@ import struct
 from pathlib import Path
 
 from validator.errors import InputError
+from validator.flags import env_bool
 from validator.plan import sampler, speculative
 from validator.plan.gemma4_weights import count_gemma4
 from validator.plan.gpu_memory import DEFAULT_VLLM_VERSION, PRE_HOPPER, nvls_off, parse_version
@@ -17,7 +18,7 @@ from validator.plan.hybrid_weights import count_hybrid
 from validator.plan.layer_heads import GEMMA4
 from validator.plan.ledger import PlanInput
 from validator.plan.model_shape import shape_from_config
-from validator.plan.parallel_fit import EP_FLAGS
+from validator.plan.parallel_fit import expert_parallel
 from validator.plan.quant import with_tile
 from validator.plan.quant_config import not_counted
 from validator.plan.runner_v2 import RUNNER_ENV
@@ -39,6 +40,7 @@ def plan_input_from_profile(profile: Profile) -> PlanInput:
     cfg = load_config(p)
     shape = stored_shape = shape_from_config(cfg)
     version = profile.vllm.version or installed_vllm_version()
+    ep = expert_parallel(profile.vllm.extra_args or [])  # --enable-expert-parallel: experts whole on each rank
     if profile.hardware.platform == "gpu":
         tp = profile.hardware.tensor_parallel_size
         shape = dataclasses.replace(
@@ -101,7 +103,7 @@ def plan_input_from_profile(profile: Profile) -> PlanInput:
             )
             + (f"{count.format_label}, " if shape.quant or shape.quant_method else "")
             + (f"float32 checkpoint held in {served}, " if shape.dtype == "float32" and served != "float32" else "")
-            + ("experts whole on each rank, " if EP_FLAGS & set(profile.vllm.extra_args or []) else "")
+            + ("experts whole on each rank, " if ep else "")
             + "split by TP/PP)"
         )
     rounding = count.allocator_rounding(tp, pp) if count is not None and profile.hardware.platform == "gpu" else 0
@@ -152,8 +154,8 @@ def plan_input_from_profile(profile: Profile) -> PlanInput:
         nccl_off=nvls_off(env),
         runner_env=env.get(RUNNER_ENV),
         sampler_env=env.get(sampler.ENV),
-        expert_parallel=bool(EP_FLAGS & set(extra)),
-        allow_long_context=str(env.get("VLLM_ALLOW_LONG_MAX_MODEL_LEN", "")).strip().lower() in ("1", "true"),
+        expert_parallel=ep,
+        allow_long_context=env_bool(env.get("VLLM_ALLOW_LONG_MAX_MODEL_LEN")) is True,
         mamba_ssm_cache_dtype=_ssm_cache_dtype(profile),
         speculative=speculative.from_extra_args(extra),
     )

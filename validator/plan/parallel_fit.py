@@ -19,11 +19,17 @@ from __future__ import annotations
 import math
 
 from validator.errors import InputError
+from validator.flags import flag_key
 from validator.plan.model_shape import ModelShape
 from validator.plan.quant import Fp8
 
 FIELD = "hardware.tensor_parallel_size"
 EP_FLAGS = frozenset({"--enable-expert-parallel", "-ep"})  # vLLM's flag and its short form
+
+
+def expert_parallel(argv: list[str]) -> bool:
+    """Whether vLLM's argv turns expert parallelism on, in any spelling its parser reads (flags.flag_key)."""
+    return any(flag_key(w) in EP_FLAGS for w in argv)
 
 
 def _sizes_that_divide(n: int) -> str:

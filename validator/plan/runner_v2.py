@@ -30,6 +30,7 @@ from __future__ import annotations
 
 from enum import Enum
 
+from validator.flags import env_bool
 from validator.plan.model_shape import DTYPE_BYTES, ModelShape
 from validator.plan.moe_workspace import workspace_bytes
 from validator.units import cdiv
@@ -83,11 +84,11 @@ def penalty_state_bytes(shape: ModelShape, max_num_seqs: int) -> int:
 def selected(shape: ModelShape, version: tuple[int, int, int], env: str | None = None) -> tuple[ModelRunner, str]:
     """The runner vLLM uses for this model, and why. `env`: the server's VLLM_USE_V2_MODEL_RUNNER,
     when vllm.env sets it."""
-    flag = (env or "").strip().lower()
-    if flag in ("1", "true"):
-        return ModelRunner.V2, f"{RUNNER_ENV}=1 in vllm.env"
-    if flag in ("0", "false"):
-        return ModelRunner.V1, f"{RUNNER_ENV}=0 in vllm.env"
+    flag = env_bool(env)
+    if flag is not None:
+        return (
+            (ModelRunner.V2, f"{RUNNER_ENV}=1 in vllm.env") if flag else (ModelRunner.V1, f"{RUNNER_ENV}=0 in vllm.env")
+        )
     dense = not shape.moe and shape.state is None
     if version >= V2_RUNNER_FROM:
         return ModelRunner.V2, "vLLM >= 0.28.1's default for every model"

@@ -25,6 +25,8 @@ from __future__ import annotations
 
 from enum import Enum
 
+from validator.flags import env_bool
+
 ENV = "VLLM_USE_FLASHINFER_SAMPLER"
 TRITON_FROM = (0, 17)  # vllm-project/vllm#33538: Triton top-k/top-p kernels, no sort
 OPT_IN_AFTER = (0, 11, 0)  # vllm-project/vllm#26859: FlashInfer's kernel opt-in after 0.11.0
@@ -41,16 +43,11 @@ class SamplerPath(Enum):
         return 9.73 if self is SamplerPath.SORT else 3.83
 
 
-def _flag(env: str | None) -> bool | None:
-    value = (env or "").strip().lower()
-    return True if value in ("1", "true") else False if value in ("0", "false") else None
-
-
 def path(version: tuple[int, int, int], env: str | None = None) -> tuple[SamplerPath, str]:
     """The path and why. `env`: VLLM_USE_FLASHINFER_SAMPLER as vllm.env sets it (None: unset)."""
     if version[:2] >= TRITON_FROM:
         return SamplerPath.TRITON, "vLLM >= 0.17 (vllm-project/vllm#33538)"
-    flag = _flag(env)
+    flag = env_bool(env)
     if flag is not None:
         return (SamplerPath.FLASHINFER if flag else SamplerPath.SORT), f"{ENV}={env} in vllm.env"
     if version > OPT_IN_AFTER:

@@ -53,7 +53,7 @@ def ways_out(inp: PlanInput, plan: Plan, replan: Callable[..., Plan]) -> list[di
         )
     if inp.kv_cache_bytes is None and inp.num_gpu_blocks_override is None:
         for tp in (2, 4, 8):
-            if tp <= inp.tensor_parallel_size or inp.shape.num_attention_heads % tp:
+            if tp <= inp.tensor_parallel_size:  # a size vLLM would refuse raises InputError (plan/parallel_fit.py)
                 continue
             try:
                 alt = replan(replace(inp, tensor_parallel_size=tp, max_model_len=mml, max_num_seqs=mns), explore=False)
