@@ -519,3 +519,25 @@ def test_a_server_kvgate_did_not_start_sets_the_vllm_version_of_the_plan():
         assert again.ledger["kv_cache_bytes"] > plan.ledger["kv_cache_bytes"]  # 0.19 leaves graphs out of it
     finally:
         srv.shutdown()
+
+
+def test_the_launch_line_is_the_whole_launch_with_secrets_redacted(tmp_path):
+    """The printed `vllm serve args` and plan.json's vllm_args / vllm_env are what the launcher gives
+    vLLM: the plan's flags, then vllm.extra_args and vllm.env (a value under a secret name redacted);
+    before, the extra flags were missing from the line a user copies to start vLLM by hand."""
+    import yaml
+
+    prof = yaml.safe_load((ROOT / "profiles/qwen3-8b.yaml").read_text())
+    prof["model"]["path"] = str((ROOT / "profiles" / prof["model"]["path"]).resolve())
+    prof.setdefault("vllm", {})["extra_args"] = ["--disable-log-stats", "--seed=7"]
+    prof["vllm"]["env"] = {"HF_TOKEN": "hf_do_not_print_me", "VLLM_LOGGING_LEVEL": "INFO"}
+    (tmp_path / "p.yaml").write_text(yaml.safe_dump(prof))
+    text = validate("--plan-only", "--profile", str(tmp_path / "p.yaml"))
+    assert text.returncode == 0, text.stderr
+    (line,) = [x for x in text.stdout.splitlines() if x.startswith("vllm serve args: ")]
+    assert line.endswith(" --disable-log-stats --seed=7") and "--max-model-len" in line
+    assert "VLLM_LOGGING_LEVEL=INFO" in line and "HF_TOKEN=<redacted>" in line
+    assert "hf_do_not_print_me" not in text.stdout + text.stderr
+    p = plan_json("--profile", str(tmp_path / "p.yaml"))
+    assert p["vllm_args"][-2:] == ["--disable-log-stats", "--seed=7"]
+    assert p["vllm_env"]["HF_TOKEN"] == "<redacted>" and p["vllm_env"]["VLLM_LOGGING_LEVEL"] == "INFO"

@@ -11,6 +11,7 @@ warm ones, 56 and 60 at the probe's."""
 from __future__ import annotations
 
 from dataclasses import replace
+from pathlib import Path
 
 import numpy as np
 
@@ -132,6 +133,10 @@ def test_the_window_model_only_where_vllm_keeps_checkpoints():
     assert checkpoint_window(layout, None, (), {}) is None
     assert checkpoint_window(layout, "0.32.0", ("--prefix-cache-retention-interval=256",), {}) is None
     assert checkpoint_window(layout, "0.32.0", ("--speculative-config", "{}"), {}) is None
+    # in every spelling vLLM's parser takes: `_` for `-`, `=`, a JSON key, an unambiguous prefix
+    for word in ("--speculative_config={}", "--speculative-config.method", "--speculative-conf"):
+        assert checkpoint_window(layout, "0.32.0", (word, "x"), {}) is None, word
+    assert checkpoint_window(layout, "0.32.0", ("--seed", "7"), {}) == WINDOW
     assert checkpoint_window(layout, "0.32.0", (), {"VLLM_PREFIX_CACHE_RETENTION_INTERVAL": "0"}) is None
     # windows only (Mistral-7B-v0.1): the same checkpoints, without junctions (tests/test_sliding_live.py)
     assert checkpoint_window(block_layout(GPTOSS[:1]), "0.32.0", (), {}) == WINDOW
@@ -160,3 +165,23 @@ def test_the_sampled_bound_counts_each_group():
     assert final_peak(held, BS, 4) == 64
     one = [Held(0.0, [1.0 + k for k in range(32)], 480)]  # a 480-token prompt holds 15 at its prefill
     assert final_peak(one, BS, 4, GROUPS) == 16 + 15
+
+
+def test_a_retention_interval_given_in_the_profile_reaches_the_judge():
+    """The judge reads the flags the launcher gives vLLM from plan.json; the profile's vllm.extra_args
+    are among them (serve/argv.plan_record), so a retention interval set there takes the window model
+    off, as it takes vLLM's checkpoints off. Before, plan.json held the plan's own flags only and the
+    judge kept the checkpoint model for a launch that cached every window block."""
+    from validator.inputs import plan_input_from_profile
+    from validator.judge.layout import window_of
+    from validator.plan.limits import make_plan
+    from validator.profile.load import load, override
+    from validator.serve.argv import plan_record
+
+    prof = load(Path(__file__).resolve().parents[1] / "profiles/gpt-oss-20b.yaml")
+    plan = make_plan(plan_input_from_profile(prof))
+    assert window_of(plan_record(plan, prof))[1] == WINDOW
+    set_interval = override(prof, {("vllm", "extra_args"): ["--prefix_cache_retention_interval=256"]})
+    record = plan_record(make_plan(plan_input_from_profile(set_interval)), set_interval)
+    assert record.vllm_args[-1] == "--prefix_cache_retention_interval=256"
+    assert window_of(record)[1] is None

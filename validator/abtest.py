@@ -70,7 +70,7 @@ def run_quality(opts: Any, profile: Profile, plan: Plan, say) -> int:
     cand = candidate_plan(profile, plan)
     for label, p in (("reference", plan), ("candidate", cand)):
         if not p.fits:
-            show(plan_text(plan_record(p).to_json()))
+            show(plan_text(plan_record(p, profile).to_json()))
             say(f"the {label} plan does not fit: not launching (exit 1)")
             return EXIT_FAIL
     prompts_given = q.prompts_from_file(profile.quality.dataset_path) if profile.quality.dataset_path else None
@@ -83,14 +83,14 @@ def run_quality(opts: Any, profile: Profile, plan: Plan, say) -> int:
             "quality.max_tokens or quality.logprobs"
         )
     specs = (launch_spec(profile, plan), launch_spec(profile, cand))  # bad input refused before anything is written
-    record = plan_record(plan)
+    record = plan_record(plan, profile)
     run_dir = run_dir_for(opts.out, profile.name)
     qdir = run_dir / "quality"
     make_dirs(qdir / "candidate")
     saved_profile = {"name": profile.name, "values": redacted(profile.values)}
     write_plan(run_dir, record, schedule_of([], server_started=True, freezes=False))
     write_json(run_dir / "profile.json", saved_profile)
-    write_json(qdir / "candidate-plan.json", plan_record(cand).to_json())
+    write_json(qdir / "candidate-plan.json", plan_record(cand, profile).to_json())
     install_signal_handlers()
     startup: dict = {}
     code = EXIT_INFRA
@@ -139,7 +139,7 @@ def _note_error(path: Path, error: str) -> None:
 
 def _launch(spec, plan, log_dir, startup_path, profile, say, label, qdir, budget, prompts_given) -> dict:
     """One launch: start, cross-check, generate (twice for the reference), stop; everything saved."""
-    record = plan_record(plan)
+    record = plan_record(plan, profile)
     server = Server(spec, log_dir, progress=say)
     startup: dict = {"label": label}
     try:

@@ -195,7 +195,7 @@ def run(argv: list[str] | None = None) -> int:
     prof = resolve_profile(args)
     plan = make_plan(plan_input_from_profile(prof))
     if args.plan_only:
-        record = plan_record(plan).to_json()
+        record = plan_record(plan, prof).to_json()
         print(json.dumps(record, indent=2) if args.json else plan_text(record))
         return EXIT_OK if plan.fits else EXIT_FAIL
     from validator.session import RunOptions, run_session  # launch / load / judge

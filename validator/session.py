@@ -83,7 +83,7 @@ def run_session(opts: RunOptions, profile: Profile, plan: Plan) -> int:
     if url:
         pin = _pin(url)  # resolved once: everything connects to what was checked
         plan = _plan_for_server_version(url, profile, plan, pin)
-    record = plan_record(plan)
+    record = plan_record(plan, profile)
     if not plan.fits:
         show(json.dumps(record.to_json(), indent=2) if opts.as_json else plan_text(record.to_json()))
         say("the plan does not fit: not launching (exit 1)")

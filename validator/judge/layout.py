@@ -172,6 +172,7 @@ def checkpoint_window(
     labels it, "0" for checkpoints); without it, an older or unknown vLLM, or a launch that set the
     retention interval or speculative decoding, is not this model."""
     from validator.errors import InputError
+    from validator.flags import flag_key, names
     from validator.plan.gpu_memory import parse_version
 
     if layout.window is None:
@@ -185,8 +186,10 @@ def checkpoint_window(
             return None
     except InputError:
         return None
-    words = [str(a).split("=", 1)[0] for a in vllm_args or ()]
-    if any(f in words for f in DENSE_FLAGS) or "VLLM_PREFIX_CACHE_RETENTION_INTERVAL" in (vllm_env or {}):
+    keys = [k for k in (flag_key(str(a)) for a in vllm_args or ()) if k]  # every spelling vLLM's parser takes
+    if any(names(k, f) for k in keys for f in DENSE_FLAGS) or "VLLM_PREFIX_CACHE_RETENTION_INTERVAL" in (
+        vllm_env or {}
+    ):
         return None
     return layout.window
 

@@ -14,7 +14,7 @@ from validator.inputs import check_cpu_host
 from validator.plan.kv_spec import MambaSpec
 from validator.plan.record import PlanRecord
 from validator.plan.result import Plan
-from validator.redact import register, secret_name
+from validator.redact import redact_env, register, secret_name
 from validator.serve.owned import validate_command, validate_env, validate_extra_args
 from validator.units import GiB
 
@@ -75,9 +75,16 @@ def vllm_flags(plan: Plan) -> tuple[list[str], dict[str, str]]:
     return args, env
 
 
-def plan_record(plan: Plan) -> PlanRecord:
-    """The plan's record (plan/record.py) with the flags the launcher gives vLLM for it."""
-    return PlanRecord.of(plan).with_flags(*vllm_flags(plan))
+def plan_record(plan: Plan, profile=None) -> PlanRecord:
+    """The plan's record (plan/record.py) with the flags the launcher gives vLLM for it: the plan's,
+    then the profile's vllm.extra_args and vllm.env as launch_spec adds them (values under secret
+    names redacted), so the printed command line is the whole launch and the judge reads what vLLM
+    was given (a speculative config or a retention interval set there changes what it caches)."""
+    args, env = vllm_flags(plan)
+    if profile is not None:
+        args += [str(a) for a in profile.vllm.extra_args or []]
+        env = {**env, **redact_env({str(k): str(v) for k, v in (profile.vllm.env or {}).items()})}
+    return PlanRecord.of(plan).with_flags(args, env)
 
 
 def launch_spec(profile, plan: Plan) -> LaunchSpec:
