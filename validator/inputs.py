@@ -10,7 +10,7 @@ import struct
 from pathlib import Path
 
 from validator.errors import InputError
-from validator.flags import env_bool
+from validator.flags import env_bool, flag_key
 from validator.plan import sampler, speculative
 from validator.plan.gemma4_weights import count_gemma4
 from validator.plan.gpu_memory import DEFAULT_VLLM_VERSION, PRE_HOPPER, nvls_off, parse_version
@@ -79,15 +79,15 @@ def plan_input_from_profile(profile: Profile) -> PlanInput:
         # count is what it allocates (tests/test_weights_allocated.py, tests/test_gemma4_weights.py); a
         # symmetric AutoRound checkpoint's hold zero points vLLM frees (tests/test_checkpoint_formats.py)
         source = f"counted from config.json as vLLM allocates it (the safetensors headers: {weights:,} B)"
-        weights, rank = count.total_bytes, count.rank_bytes(tp, pp)
+        weights, rank = count.total_bytes, count.rank_bytes(tp, pp, ep=ep)
     elif from_headers and weights is not None and count is not None:
         stored = count if served == shape.dtype and shape.quant == stored_shape.quant else None
         stored = stored or count_weights(stored_shape, shape.dtype, tp=tp)
         held = [f"held in {served}"] if served != shape.dtype else []
         held += [shape.quant.label] if shape.quant is not None and shape.quant != stored_shape.quant else []
-        weights, rank, source = _headers_as_held(weights, count, stored, tp, pp, held)
+        weights, rank, source = _headers_as_held(weights, count, stored, tp, pp, held, ep)
     if weights is None and count is not None:
-        weights, rank = count.total_bytes, count.rank_bytes(tp, pp)
+        weights, rank = count.total_bytes, count.rank_bytes(tp, pp, ep=ep)
         source = (
             "estimated from config.json (parameter count: "
             + ("MoE experts, " if shape.num_experts else "")
@@ -103,7 +103,7 @@ def plan_input_from_profile(profile: Profile) -> PlanInput:
             )
             + (f"{count.format_label}, " if shape.quant or shape.quant_method else "")
             + (f"float32 checkpoint held in {served}, " if shape.dtype == "float32" and served != "float32" else "")
-            + ("experts whole on each rank, " if ep else "")
+            + (f"experts whole on each rank ({cdiv(count.num_experts, tp)} of them on rank 0), " if ep else "")
             + "split by TP/PP)"
         )
     rounding = count.allocator_rounding(tp, pp) if count is not None and profile.hardware.platform == "gpu" else 0
@@ -114,7 +114,8 @@ def plan_input_from_profile(profile: Profile) -> PlanInput:
     # rank 0's bytes at the TP sizes the ways out try, scaled as the count splits (plan/ways_out.py)
     by_tp: tuple[tuple[int, int], ...] = ()
     if rank is not None and count is not None and source != "model.weights_bytes":
-        by_tp = tuple((t, rank * count.held_bytes(t, pp) // count.held_bytes(tp, pp)) for t in (1, 2, 4, 8, 16))
+        mine = count.held_bytes(tp, pp, ep=ep)
+        by_tp = tuple((t, rank * count.held_bytes(t, pp, ep=ep) // mine) for t in (1, 2, 4, 8, 16))
     extra, env = profile.vllm.extra_args or [], profile.vllm.env or {}
     wl_p, wl_o = profile.workload.prompt_tokens, profile.workload.output_tokens
     wl_len = wl_p + wl_o + (profile.workload.margin_tokens or 0) if wl_p and wl_o else None
@@ -142,7 +143,7 @@ def plan_input_from_profile(profile: Profile) -> PlanInput:
         workload_request=(wl_p, wl_o) if wl_p and wl_o else None,
         vllm_version=version,
         pipeline_parallel_size=pp,
-        enforce_eager="--enforce-eager" in extra,
+        enforce_eager=any(flag_key(w) == "--enforce-eager" for w in extra),  # in any spelling vLLM takes
         weights_rank_bytes=rank,
         weights_rank_by_tp=by_tp,
         workspace_given=profile.cache.workspace is not None,
@@ -243,7 +244,7 @@ def load_config(path: str | os.PathLike) -> dict:
 
 
 def _headers_as_held(
-    headers: int, count: WeightCount, stored: WeightCount | None, tp: int, pp: int, held: list[str]
+    headers: int, count: WeightCount, stored: WeightCount | None, tp: int, pp: int, held: list[str], ep: bool
 ) -> tuple[int, int, str]:
     """The checkpoint's bytes as vLLM holds them: its rotary cos/sin tables on every rank beside the
     tensors (2.5 GiB for Llama 4 Scout's 10M positions), and where the count as stored (`stored`: at
@@ -254,10 +255,11 @@ def _headers_as_held(
     rope = f" + {count.rope_cache / 2**20:.1f} MiB of rotary cos/sin tables vLLM allocates on every rank"
     rope = rope if count.rope_cache else ""
     if stored is None or headers != stored.total_bytes:
-        return headers, cdiv(headers, tp * pp) + count.rope_cache, "safetensors headers, split evenly by TP/PP" + rope
+        rank = cdiv(headers, tp * pp) + count.rope_cache + (count.ep_surplus(tp, pp) if ep else 0)
+        return headers, rank, "safetensors headers, split evenly by TP/PP" + rope
     how = "".join(f", {h}" for h in held)
     source = f"safetensors headers (equal to the count from config.json{how}, split by TP/PP as vLLM does){rope}"
-    return count.total_bytes, count.rank_bytes(tp, pp), source
+    return count.total_bytes, count.rank_bytes(tp, pp, ep=ep), source
 
 
 def weight_bytes_from_checkpoint(path: str | os.PathLike) -> int | None:

@@ -64,6 +64,21 @@ ARCHITECTURES: dict[str, tuple[str, dict[str, Any], tuple[str, ...]]] = {
         ),
         (),
     ),
+    # Mixtral's MoE with 3 experts, which 2 ranks cannot share evenly: with expert parallelism rank 0
+    # holds 2 of them whole (tests/test_weights_allocated.py)
+    "tiny-moe3": (
+        "MixtralConfig",
+        dict(
+            hidden_size=128,
+            intermediate_size=64,
+            num_hidden_layers=2,
+            num_attention_heads=4,
+            num_key_value_heads=2,
+            num_local_experts=3,
+            num_experts_per_tok=2,
+        ),
+        (),
+    ),
     # gpt-oss: attention sinks, sliding and full layers alternating, MoE (bfloat16 experts, not MXFP4)
     "tiny-gptoss": (
         "GptOssConfig",

