@@ -185,6 +185,12 @@ def _with_server(
         pin=pin,
     )
     outcome.startup["facts"] = facts.to_json()
+    if (facts.engines or 1) > 1:  # a data-parallel server: one KV pool, max_num_seqs and series per engine
+        where, fix = ("vllm.extra_args / vllm.env", "start") if server else ("--url", "point it at")
+        raise InputError(
+            f"{where}: the server runs {facts.engines} engines (vllm:cache_config_info), each with its own KV "
+            f"cache; kvgate plans and judges one engine's: {fix} a server of one engine"
+        )
     model = model_name(profile, facts, url)  # before any load: a name the server does not serve is bad input
     outcome.startup["vllm_version"] = server_version(url, pin)
     checks = cross_check(record, facts, started_here=server is not None)

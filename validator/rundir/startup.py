@@ -20,6 +20,7 @@ class StartupFacts:
     # from vllm:cache_config_info as vLLM labels it ("0": window and Mamba groups cached at checkpoints
     # only, "None": densely; absent before vLLM had the setting)
     prefix_cache_retention_interval: str | None = None
+    engines: int | None = None  # engine labels on vllm:cache_config_info (data parallelism: more than one)
     max_model_len: int | None = None  # from /v1/models
     served_model: str | None = None  # from /v1/models: the model the runs use
     served_models: list[str] | None = None  # from /v1/models: every name the server answers to

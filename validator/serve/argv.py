@@ -81,7 +81,10 @@ def plan_record(plan: Plan, profile=None) -> PlanRecord:
     names redacted), so the printed command line is the whole launch and the judge reads what vLLM
     was given (a speculative config or a retention interval set there changes what it caches)."""
     args, env = vllm_flags(plan)
-    if profile is not None:
+    if profile is not None:  # what the launch would refuse, refused here too (--plan-only prints it)
+        validate_extra_args(profile.vllm.extra_args or [])
+        validate_command(profile.vllm.command or [])
+        validate_env(profile.vllm.env or {})
         args += [str(a) for a in profile.vllm.extra_args or []]
         env = {**env, **redact_env({str(k): str(v) for k, v in (profile.vllm.env or {}).items()})}
     return PlanRecord.of(plan).with_flags(args, env)

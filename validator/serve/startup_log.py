@@ -264,6 +264,7 @@ def parse_cache_config_info(metrics_text: str, facts: StartupFacts | None = None
     for fam in text_string_to_metric_families(metrics_text):
         if fam.name != "vllm:cache_config_info":
             continue
+        f.engines = len({s.labels.get("engine") for s in fam.samples}) or None
         for s in fam.samples:
             lb = s.labels
             f.num_gpu_blocks = _int(lb.get("num_gpu_blocks"))
