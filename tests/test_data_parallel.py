@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import pytest
 
-from tests.test_security_review import ROOT, one_line_exit_2, recorder, run
+from tests.test_security_review import ROOT, one_line_exit_2, refused_at_url, run
 from validator.errors import InputError
 from validator.serve.owned import validate_extra_args
 from validator.serve.startup_log import parse_cache_config_info
@@ -58,19 +58,6 @@ def test_plan_only_refuses_it_too(tmp_path):
 
 
 def test_a_url_that_serves_two_engines_is_refused_before_any_load(tmp_path):
-    srv, seen = recorder("127.0.0.1", (200, {}, DP2.encode()))
-    try:
-        line = one_line_exit_2(
-            run(
-                "--profile",
-                "profiles/tiny-cpu.yaml",
-                "--url",
-                f"http://127.0.0.1:{srv.server_address[1]}",
-                "--out",
-                str(tmp_path / "o"),
-            )
-        )
-    finally:
-        srv.shutdown()
+    line, seen = refused_at_url(DP2.encode(), tmp_path)
     assert line.startswith("validate: error: --url: the server runs 2 engines")
     assert not [s for s in seen if s[0] == "POST"]  # no request was sent to it

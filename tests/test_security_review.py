@@ -327,22 +327,22 @@ def test_a_broken_safetensors_header_is_one_line(header, tmp_path):
     )
 
 
-def test_a_url_whose_metrics_are_not_prometheus_is_one_line(tmp_path):
-    srv, _ = recorder("127.0.0.1", (200, {}, b'{"this is": "json", "not": "metrics"}\n{{{'))
+def refused_at_url(body: bytes, tmp_path) -> tuple[str, list]:
+    """validate --url against a server answering every request with `body`: its one-line exit 2,
+    and the requests it was sent."""
+    srv, seen = recorder("127.0.0.1", (200, {}, body))
     try:
-        line = one_line_exit_2(
-            run(
-                "--profile",
-                "profiles/tiny-cpu.yaml",
-                "--url",
-                f"http://127.0.0.1:{srv.server_address[1]}",
-                "--out",
-                str(tmp_path / "o"),
-            )
-        )
-        assert "not Prometheus text" in line
+        url = f"http://127.0.0.1:{srv.server_address[1]}"
+        return one_line_exit_2(
+            run("--profile", "profiles/tiny-cpu.yaml", "--url", url, "--out", str(tmp_path / "o"))
+        ), seen
     finally:
         srv.shutdown()
+
+
+def test_a_url_whose_metrics_are_not_prometheus_is_one_line(tmp_path):
+    line, _ = refused_at_url(b'{"this is": "json", "not": "metrics"}\n{{{', tmp_path)
+    assert "not Prometheus text" in line
 
 
 def test_report_and_out_refuse_what_is_not_theirs(tmp_path):
