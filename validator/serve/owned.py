@@ -133,20 +133,31 @@ def _owned_by(key: str) -> list[str]:
     return [f for f in OWNED_FIELD if f.startswith(key) and f[:2] == key[:2] and len(key) > 1]
 
 
-# flags that start more than one engine, each with its own KV cache, its own max_num_seqs and its own
-# /metrics series (engine="0", "1", ...): kvgate plans and judges one engine
-DATA_PARALLEL = ("--data-parallel-size", "-dp", "--data-parallel-size-local", "-dpl")
+# sizes above 1 that kvgate does not model: data parallelism starts one engine per rank, each with its
+# own KV cache, max_num_seqs and /metrics series (engine="0", "1", ...); context parallelism shards
+# each request's KV cache over ranks (vLLM multiplies the block size by them)
+_ENGINES = "engines, each with its own KV cache and max_num_seqs"
+_SHARDED = "ranks' KV caches, each holding a slice of every request"
+UNMODELLED_SIZES = {
+    "--data-parallel-size": _ENGINES,
+    "-dp": _ENGINES,
+    "--data-parallel-size-local": _ENGINES,
+    "-dpl": _ENGINES,
+    "--decode-context-parallel-size": _SHARDED,
+    "-dcp": _SHARDED,
+    "--prefill-context-parallel-size": _SHARDED,
+    "-pcp": _SHARDED,
+}
 
 
-def _refuse_data_parallel(args: list[str], field: str) -> None:
+def _refuse_unmodelled_sizes(args: list[str], field: str) -> None:
     for i, a in enumerate(args):
-        if flag_key(a) not in DATA_PARALLEL:
-            continue
+        what = UNMODELLED_SIZES.get(flag_key(a) or "")
         value = a.split("=", 1)[1] if "=" in a else (args[i + 1] if i + 1 < len(args) else "")
-        if value.strip().isdigit() and int(value) > 1:
+        if what and value.strip().isdigit() and int(value) > 1:
             raise InputError(
-                f"{field}: {a.split('=', 1)[0]} {int(value)} starts {int(value)} engines, each with its own KV "
-                "cache and max_num_seqs; kvgate plans and judges one engine's: drop it and validate one replica"
+                f"{field}: {a.split('=', 1)[0]} {int(value)} spreads the model over {int(value)} {what}; "
+                "kvgate plans and judges one engine holding whole requests: drop it"
             )
 
 
@@ -155,7 +166,7 @@ def validate_extra_args(args: list[str], field: str = "vllm.extra_args") -> None
     smuggle in a shell. Caught as vLLM's parser reads them: `_` for `-`, `=` forms, JSON keys, and
     every abbreviation argparse would accept (`--hos` is `--host`); `--config` would load flags from
     a file kvgate cannot see, and a bare `--` would pass what follows as positional arguments."""
-    _refuse_data_parallel(args, field)
+    _refuse_unmodelled_sizes(args, field)
     for a in args:
         if "\n" in a or "\x00" in a:
             raise InputError(f"{field}: {a[:40]!r} contains a newline or NUL byte")
