@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import pytest
 
-from tests.test_security_review import ROOT, one_line_exit_2, refused_at_url, run
+from tests.test_security_review import ROOT, one_line_exit_2, refused_at_url, run, tiny_cpu_with
 from validator.errors import InputError
 from validator.serve.owned import validate_extra_args
 from validator.serve.startup_log import parse_cache_config_info
@@ -58,13 +58,7 @@ def test_the_engines_a_server_runs_are_read_off_its_metrics():
 def test_plan_only_refuses_it_too(tmp_path):
     """--plan-only prints the launch it plans (the plan's flags and vllm.extra_args): what the launch
     would refuse is refused there as well."""
-    prof = tmp_path / "p.yaml"
-    prof.write_text(
-        (ROOT / "profiles" / "tiny-cpu.yaml")
-        .read_text()
-        .replace("extra_args: [--enforce-eager]", "extra_args: [--enforce-eager, -dp, '2']")
-        .replace("path: ../models/tiny-gqa", f"path: {ROOT / 'models' / 'tiny-gqa'}")
-    )
+    prof = tiny_cpu_with(tmp_path, "-dp, '2'")
     assert "-dp 2 spreads the model over 2 engines" in one_line_exit_2(run("--plan-only", "--profile", str(prof)))
 
 

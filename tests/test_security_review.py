@@ -98,16 +98,21 @@ def test_kvgate_refuses_exactly_what_vllms_parser_would_turn_into_an_owned_setti
             validate_extra_args([flag])  # accepted
 
 
-def test_extra_args_are_checked_with_url_too(tmp_path):
+def tiny_cpu_with(tmp_path, extra: str, model=ROOT / "profiles" / "models" / "qwen3-8b"):
+    """profiles/tiny-cpu.yaml with `extra` after its --enforce-eager and `model` as its path."""
     prof = tmp_path / "p.yaml"
     prof.write_text(
         (ROOT / "profiles" / "tiny-cpu.yaml")
         .read_text()
-        .replace("extra_args: [--enforce-eager]", "extra_args: [--enforce-eager, --hos, 0.0.0.0]")
-        .replace("path: ../models/tiny-gqa", f"path: {ROOT / 'profiles' / 'models' / 'qwen3-8b'}")
+        .replace("extra_args: [--enforce-eager]", f"extra_args: [--enforce-eager, {extra}]")
+        .replace("path: ../models/tiny-gqa", f"path: {model}")
         .replace("build: tiny-gqa", "")
-        .replace("block_size: 32", "block_size: 32\n  # x")
     )
+    return prof
+
+
+def test_extra_args_are_checked_with_url_too(tmp_path):
+    prof = tiny_cpu_with(tmp_path, "--hos, 0.0.0.0")
     line = one_line_exit_2(run("--profile", str(prof), "--url", "http://127.0.0.1:9", "--out", str(tmp_path / "o")))
     assert "vllm.extra_args" in line and "--hos" in line and "vllm.host" in line
 

@@ -36,7 +36,6 @@ from validator.rundir.startup import StartupFacts
 from validator.serve.argv import api_key_of, launch_spec, plan_record
 from validator.serve.facts import model_name, server_facts, server_version
 from validator.serve.launch import Server, ServerFailed, install_signal_handlers, run_loop
-from validator.serve.owned import validate_command, validate_extra_args
 from validator.sweeping import sweep_bisection
 
 
@@ -88,11 +87,9 @@ def run_session(opts: RunOptions, profile: Profile, plan: Plan) -> int:
         show(json.dumps(record.to_json(), indent=2) if opts.as_json else plan_text(record.to_json()))
         say("the plan does not fit: not launching (exit 1)")
         return EXIT_FAIL
-    # bad input is refused before anything is written: the launch, and the runs the session will make
+    # bad input is refused before anything is written: the profile's flags (plan_record, with --url
+    # too), the launch, and the runs the session will make
     spec = None if url else launch_spec(profile, plan)
-    if url:  # not used with --url, but a profile that would be refused elsewhere is refused here too
-        validate_extra_args(profile.vllm.extra_args or [])
-        validate_command(profile.vllm.command or [])
     specs = [] if opts.launch_only else session_runs(record, profile)
     schedule = schedule_of(specs, server_started=url is None, freezes=profile.observe.freezes)
     run_dir = run_dir_for(opts.out, profile.name)

@@ -75,34 +75,37 @@ def vllm_flags(plan: Plan) -> tuple[list[str], dict[str, str]]:
     return args, env
 
 
+def profile_words(profile) -> tuple[list[str], dict[str, str]]:
+    """vllm.extra_args and vllm.env as the launch gives them to vLLM after the plan's flags, refused
+    (exit 2) where they, or vllm.command, set what kvgate owns or does not model."""
+    extra, env = list(profile.vllm.extra_args or []), dict(profile.vllm.env or {})
+    validate_extra_args(extra)
+    validate_command(profile.vllm.command or [])
+    validate_env(env)
+    return extra, env
+
+
 def plan_record(plan: Plan, profile=None) -> PlanRecord:
     """The plan's record (plan/record.py) with the flags the launcher gives vLLM for it: the plan's,
-    then the profile's vllm.extra_args and vllm.env as launch_spec adds them (values under secret
-    names redacted), so the printed command line is the whole launch and the judge reads what vLLM
-    was given (a speculative config or a retention interval set there changes what it caches)."""
+    then the profile's (profile_words; values under secret names redacted), so the printed command
+    line is the whole launch and the judge reads what vLLM was given (a speculative config or a
+    retention interval set there changes what it caches)."""
     args, env = vllm_flags(plan)
-    if profile is not None:  # what the launch would refuse, refused here too (--plan-only prints it)
-        validate_extra_args(profile.vllm.extra_args or [])
-        validate_command(profile.vllm.command or [])
-        validate_env(profile.vllm.env or {})
-        args += [str(a) for a in profile.vllm.extra_args or []]
-        env = {**env, **redact_env({str(k): str(v) for k, v in (profile.vllm.env or {}).items()})}
+    if profile is not None:
+        extra, more = profile_words(profile)
+        args, env = args + extra, {**env, **redact_env(more)}
     return PlanRecord.of(plan).with_flags(args, env)
 
 
 def launch_spec(profile, plan: Plan) -> LaunchSpec:
-    extra = profile.vllm.extra_args or []
-    validate_extra_args(extra)
+    extra, env = profile_words(profile)
     dtype = plan.inp.kv_cache_dtype  # the quality A/B's candidate launch has its own
     field = "cache.kv_cache_dtype" if dtype == profile.cache.kv_cache_dtype else "quality.candidate_kv_cache_dtype"
     check_cpu_host(plan.inp.platform, dtype, field)  # vLLM starts on this CPU: what it cannot serve, refused first
     api_key = api_key_of(profile)
-    env = profile.vllm.env or {}
-    validate_env(env)
     for k, v in env.items():
         if secret_name(k):
             register(v)
-    validate_command(profile.vllm.command or [])
     dev = dev_mode_wanted(profile)
     host = bind_host(profile.vllm.host, dev)
     plan_args, plan_env = vllm_flags(plan)

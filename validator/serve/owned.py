@@ -153,8 +153,10 @@ UNMODELLED_SIZES = {
 def _refuse_unmodelled_sizes(args: list[str], field: str) -> None:
     for i, a in enumerate(args):
         what = UNMODELLED_SIZES.get(flag_key(a) or "")
+        if what is None:
+            continue
         value = a.split("=", 1)[1] if "=" in a else (args[i + 1] if i + 1 < len(args) else "")
-        if what and value.strip().isdigit() and int(value) > 1:
+        if value.strip().isdigit() and int(value) > 1:
             raise InputError(
                 f"{field}: {a.split('=', 1)[0]} {int(value)} spreads the model over {int(value)} {what}; "
                 "kvgate plans and judges one engine holding whole requests: drop it"
