@@ -92,6 +92,14 @@ def build_parser() -> argparse.ArgumentParser:
         "then allows a TP size the FP8 weight blocks of split experts would forbid (profile: vllm.extra_args)",
     )
     g.add_argument(
+        "--moe-backend",
+        default=None,
+        metavar="NAME",
+        help="vLLM's MoE kernels (vLLM --moe-backend): from 0.32 a backend other than auto or triton pads each "
+        "rank's slice of block-FP8 experts to whole blocks, which the plan's weights then hold "
+        "(profile: vllm.extra_args)",
+    )
+    g.add_argument(
         "--gpu-arch",
         choices=profiles.SCHEMA["hardware"]["gpu_arch"].choices,
         default=None,
@@ -170,6 +178,8 @@ def resolve_profile(args) -> profiles.Profile:
         if getattr(args, flag[2:].replace("-", "_")) and flag not in extra:
             extra.append(flag)
             changes[("vllm", "extra_args")] = extra
+    if args.moe_backend is not None:  # the last one given is the one vLLM's parser keeps
+        changes[("vllm", "extra_args")] = extra = [*extra, "--moe-backend", args.moe_backend]
     given = {
         name: getattr(args, f"ds_{name}") for name in DATASET_FLAGS.values() if getattr(args, f"ds_{name}") is not None
     }

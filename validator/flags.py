@@ -28,3 +28,18 @@ def env_bool(value: object) -> bool | None:
     when unset or unreadable: the release's default then applies."""
     v = str(value if value is not None else "").strip().lower()
     return True if v in ("1", "true") else False if v in ("0", "false") else None
+
+
+def value(args: list[str], flag: str) -> str | None:
+    """The value an argv gives `flag` (the last one, as argparse keeps), in any spelling flag_key
+    reads; None when it is not given or has no word after it."""
+    found = None
+    for i, word in enumerate(args):
+        key = flag_key(word)
+        if key is None or not names(key, flag):
+            continue
+        if "=" in word:
+            found = word.split("=", 1)[1]
+        elif i + 1 < len(args):
+            found = args[i + 1]
+    return found

@@ -18,11 +18,11 @@ from validator.plan.hybrid_weights import count_hybrid
 from validator.plan.layer_heads import GEMMA4
 from validator.plan.ledger import PlanInput
 from validator.plan.model_shape import shape_from_config
-from validator.plan.parallel_fit import expert_parallel
+from validator.plan.parallel_fit import expert_split
 from validator.plan.quant import with_tile
 from validator.plan.quant_config import not_counted
 from validator.plan.runner_v2 import RUNNER_ENV
-from validator.plan.weights import WeightCount, count_weights
+from validator.plan.weights import count_weights, headers_as_held
 from validator.profile import Profile
 from validator.units import cdiv
 
@@ -40,12 +40,10 @@ def plan_input_from_profile(profile: Profile) -> PlanInput:
     cfg = load_config(p)
     shape = stored_shape = shape_from_config(cfg)
     version = profile.vllm.version or installed_vllm_version()
-    ep = expert_parallel(profile.vllm.extra_args or [])  # --enable-expert-parallel: experts whole on each rank
+    ver = parse_version(version)
     if profile.hardware.platform == "gpu":
         tp = profile.hardware.tensor_parallel_size
-        shape = dataclasses.replace(
-            shape, quant=with_tile(shape.quant, profile.hardware.gpu_arch, parse_version(version), tp)
-        )
+        shape = dataclasses.replace(shape, quant=with_tile(shape.quant, profile.hardware.gpu_arch, ver, tp))
     weights = profile.model.weights_bytes
     source: str | None = "model.weights_bytes"
     from_headers = False
@@ -59,6 +57,9 @@ def plan_input_from_profile(profile: Profile) -> PlanInput:
     if served == "auto":
         served = "bfloat16" if shape.dtype == "float32" else shape.dtype
     tp, pp = profile.hardware.tensor_parallel_size, profile.hardware.pipeline_parallel_size
+    extra, env = profile.vllm.extra_args or [], profile.vllm.env or {}
+    split = expert_split(shape, tp, extra, ver)  # a slice of each expert, whole ones, or padded slices
+    ep, width = split.ep, split.width
     fp32_router = profile.hardware.platform == "cpu" or profile.hardware.gpu_arch in PRE_HOPPER
     count = (
         count_weights(shape, served, tp=tp)
@@ -79,15 +80,15 @@ def plan_input_from_profile(profile: Profile) -> PlanInput:
         # count is what it allocates (tests/test_weights_allocated.py, tests/test_gemma4_weights.py); a
         # symmetric AutoRound checkpoint's hold zero points vLLM frees (tests/test_checkpoint_formats.py)
         source = f"counted from config.json as vLLM allocates it (the safetensors headers: {weights:,} B)"
-        weights, rank = count.total_bytes, count.rank_bytes(tp, pp, ep=ep)
+        weights, rank = count.total_bytes, count.rank_bytes(tp, pp, ep=ep, width=width)
     elif from_headers and weights is not None and count is not None:
         stored = count if served == shape.dtype and shape.quant == stored_shape.quant else None
         stored = stored or count_weights(stored_shape, shape.dtype, tp=tp)
         held = [f"held in {served}"] if served != shape.dtype else []
         held += [shape.quant.label] if shape.quant is not None and shape.quant != stored_shape.quant else []
-        weights, rank, source = _headers_as_held(weights, count, stored, tp, pp, held, ep)
+        weights, rank, source = headers_as_held(weights, count, stored, tp, pp, held, ep=ep, width=width)
     if weights is None and count is not None:
-        weights, rank = count.total_bytes, count.rank_bytes(tp, pp, ep=ep)
+        weights, rank = count.total_bytes, count.rank_bytes(tp, pp, ep=ep, width=width)
         source = (
             "estimated from config.json (parameter count: "
             + ("MoE experts, " if shape.num_experts else "")
@@ -104,9 +105,12 @@ def plan_input_from_profile(profile: Profile) -> PlanInput:
             + (f"{count.format_label}, " if shape.quant or shape.quant_method else "")
             + (f"float32 checkpoint held in {served}, " if shape.dtype == "float32" and served != "float32" else "")
             + (f"experts whole on each rank ({cdiv(count.num_experts, tp)} of them on rank 0), " if ep else "")
+            + split.source(count.expert_width, tp)
             + "split by TP/PP)"
         )
-    rounding = count.allocator_rounding(tp, pp) if count is not None and profile.hardware.platform == "gpu" else 0
+    rounding = (
+        count.allocator_rounding(tp, pp, width=width) if count is not None and profile.hardware.platform == "gpu" else 0
+    )
     if rounding and weights is not None and source != "model.weights_bytes":
         # as vLLM's "Model loading took" counts them: the CUDA allocator's 2 MiB segments (plan/allocator.py)
         rank = (rank if rank is not None else cdiv(weights, tp * pp)) + rounding
@@ -114,9 +118,11 @@ def plan_input_from_profile(profile: Profile) -> PlanInput:
     # rank 0's bytes at the TP sizes the ways out try, scaled as the count splits (plan/ways_out.py)
     by_tp: tuple[tuple[int, int], ...] = ()
     if rank is not None and count is not None and source != "model.weights_bytes":
-        mine = count.held_bytes(tp, pp, ep=ep)
-        by_tp = tuple((t, rank * count.held_bytes(t, pp, ep=ep) // mine) for t in (1, 2, 4, 8, 16))
-    extra, env = profile.vllm.extra_args or [], profile.vllm.env or {}
+        mine, at = count.held_bytes(tp, pp, ep=ep, width=width), (1, 2, 4, 8, 16)
+        by_tp = tuple(
+            (t, rank * count.held_bytes(t, pp, ep=ep, width=expert_split(shape, t, extra, ver).width) // mine)
+            for t in at
+        )
     wl_p, wl_o = profile.workload.prompt_tokens, profile.workload.output_tokens
     wl_len = wl_p + wl_o + (profile.workload.margin_tokens or 0) if wl_p and wl_o else None
     return PlanInput(
@@ -156,6 +162,7 @@ def plan_input_from_profile(profile: Profile) -> PlanInput:
         runner_env=env.get(RUNNER_ENV),
         sampler_env=env.get(sampler.ENV),
         expert_parallel=ep,
+        moe_backend=split.backend,
         allow_long_context=env_bool(env.get("VLLM_ALLOW_LONG_MAX_MODEL_LEN")) is True,
         mamba_ssm_cache_dtype=_ssm_cache_dtype(profile),
         speculative=speculative.from_extra_args(extra),
@@ -241,25 +248,6 @@ def load_config(path: str | os.PathLike) -> dict:
     if not isinstance(cfg, dict):
         raise InputError(f"model: {p} must hold a JSON object")
     return cfg
-
-
-def _headers_as_held(
-    headers: int, count: WeightCount, stored: WeightCount | None, tp: int, pp: int, held: list[str], ep: bool
-) -> tuple[int, int, str]:
-    """The checkpoint's bytes as vLLM holds them: its rotary cos/sin tables on every rank beside the
-    tensors (2.5 GiB for Llama 4 Scout's 10M positions), and where the count as stored (`stored`: at
-    the checkpoint's dtype, MXFP4 experts unpadded) equals the headers to the byte, the count as held:
-    its split by TP (norms, KV heads fewer than the ranks, whole on each; tiny-gqa at TP 2, measured),
-    a float32 checkpoint in bfloat16, MXFP4 experts padded to the GPU kernel's tile (gpt-oss-20b:
-    13,761,264,768 B stored, the count to the byte; 13.70 GiB held on an A100, 13.72 logged)."""
-    rope = f" + {count.rope_cache / 2**20:.1f} MiB of rotary cos/sin tables vLLM allocates on every rank"
-    rope = rope if count.rope_cache else ""
-    if stored is None or headers != stored.total_bytes:
-        rank = cdiv(headers, tp * pp) + count.rope_cache + (count.ep_surplus(tp, pp) if ep else 0)
-        return headers, rank, "safetensors headers, split evenly by TP/PP" + rope
-    how = "".join(f", {h}" for h in held)
-    source = f"safetensors headers (equal to the count from config.json{how}, split by TP/PP as vLLM does){rope}"
-    return count.total_bytes, count.rank_bytes(tp, pp, ep=ep), source
 
 
 def weight_bytes_from_checkpoint(path: str | os.PathLike) -> int | None:

@@ -147,7 +147,7 @@ def _derive(
 def make_plan(inp: PlanInput, explore: bool = True) -> Plan:
     platform = inp.platform
     version = parse_version(inp.vllm_version)  # a version that cannot be read is bad input, on any platform
-    parallel_fit.check(inp.shape, inp.tensor_parallel_size, inp.expert_parallel, version)  # what vLLM refuses
+    parallel_fit.check(inp.shape, inp.tensor_parallel_size, inp.expert_parallel, version, inp.moe_backend)
     block = inp.block_size or DEFAULT_BLOCK_SIZE[platform]
     notes: list[str] = []
     if inp.shape.mla is not None and platform == "cpu" and block != 16:

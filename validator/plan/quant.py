@@ -66,6 +66,9 @@ class Fp8(QuantFormat):
     block: tuple[int, int] | None = None  # weight_block_size (out, in)
     per_channel: bool = False
     scale_bytes: int = 4
+    # compressed-tensors' MoE method takes an expert's TP slice in whole blocks only (its
+    # validate_fp8_block_shape_moe, every version); vLLM's fp8 method refines or pads it (0.32)
+    experts_whole_blocks: bool = False
 
     def matrix_bytes(self, out: int, inp: int) -> int:
         if self.block is not None:

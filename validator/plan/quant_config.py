@@ -134,7 +134,7 @@ def _compressed_tensors(qc: dict[str, Any]) -> QuantFormat | None:
     if bits == 8 and kind == "float":
         block = w.get("block_structure")
         if strategy == "block" and isinstance(block, list) and len(block) == 2:
-            return Fp8(skip=skip, block=(int(block[0]), int(block[1])), scale_bytes=4)
+            return Fp8(skip=skip, block=(int(block[0]), int(block[1])), scale_bytes=4, experts_whole_blocks=True)
         return Fp8(skip=skip, per_channel=strategy == "channel", scale_bytes=4)
     if bits == 8 and kind == "int":
         return Int8Channel(skip=skip)

