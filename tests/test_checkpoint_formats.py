@@ -132,3 +132,27 @@ def test_gpt_oss_headers_equal_the_count_and_the_plan_holds_the_kernels_padding(
     inp = plan_input_from_profile(from_dict(profile))
     assert inp.weights_rank_bytes is not None and abs(inp.weights_rank_bytes / GiB - 13.72) < 0.03
     assert GPT_OSS_20B_STORED / GiB < 12.85 and "MXFP4 experts (hidden to a multiple of 256" in inp.weights_source
+
+
+LLAMA_8B = Path(__file__).resolve().parent / "data/vllm-gpu-starts/configs/meta-llama__Llama-3.1-8B-Instruct.json"
+
+
+@pytest.mark.parametrize("where", ["config.json", "hf_quant_config.json"])
+def test_a_modelopt_fp8_checkpoint_is_counted_as_the_fp8_vllm_holds(tmp_path, where):
+    """ModelOpt's FP8 (one scale a tensor, the LM head excluded), in config.json's quantization_config
+    or, as ModelOpt 0.29 and before wrote it, in an hf_quant_config.json beside it: the linear layers in
+    one byte a weight, as vLLM holds Llama-3.1-8B under --quantization fp8 ("Model loading took 8.49
+    GiB" on an H100, vLLM 0.19, tests/data/vllm-gpu-starts). Before, the first stopped as not counted
+    and the second was counted unquantized (14.99 GiB)."""
+    cfg = {k: v for k, v in json.loads(LLAMA_8B.read_text()).items() if not k.startswith("_")}
+    settings = {"quant_algo": "FP8", "kv_cache_quant_algo": None, "exclude_modules": ["lm_head"]}
+    if where == "config.json":
+        cfg["quantization_config"] = {"quant_method": "modelopt", **settings}
+    else:
+        (tmp_path / "hf_quant_config.json").write_text(
+            json.dumps({"producer": {"name": "modelopt", "version": "0.29.0"}, "quantization": settings})
+        )
+    (tmp_path / "config.json").write_text(json.dumps(cfg))
+    inp = plan_input_from_profile(from_dict(_gpu_profile(tmp_path)))
+    assert inp.weights_rank_bytes is not None and abs(inp.weights_rank_bytes / GiB - 8.49) < 0.04
+    assert "FP8" in inp.weights_source and inp.checkpoint_kv_cache_dtype is None

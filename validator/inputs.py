@@ -20,7 +20,7 @@ from validator.plan.ledger import PlanInput
 from validator.plan.model_shape import shape_from_config
 from validator.plan.parallel_fit import expert_split
 from validator.plan.quant import with_tile
-from validator.plan.quant_config import not_counted
+from validator.plan.quant_config import kv_cache_dtype_for_auto, normalized, not_counted
 from validator.plan.runner_v2 import RUNNER_ENV
 from validator.plan.weights import count_weights, headers_as_held
 from validator.profile import Profile
@@ -163,6 +163,7 @@ def plan_input_from_profile(profile: Profile) -> PlanInput:
         sampler_env=env.get(sampler.ENV),
         expert_parallel=ep,
         moe_backend=split.backend,
+        checkpoint_kv_cache_dtype=kv_cache_dtype_for_auto(cfg.get("quantization_config")),
         allow_long_context=env_bool(env.get("VLLM_ALLOW_LONG_MAX_MODEL_LEN")) is True,
         mamba_ssm_cache_dtype=_ssm_cache_dtype(profile),
         speculative=speculative.from_extra_args(extra),
@@ -222,12 +223,22 @@ MAX_HEADER_BYTES = 100 << 20
 
 def load_config(path: str | os.PathLike) -> dict:
     """config.json as a dict, from a checkpoint directory or the file itself (a regular file only:
-    a FIFO or a device such as /dev/zero would never end)."""
+    a FIFO or a device such as /dev/zero would never end). As vLLM reads it: without a
+    quantization_config, a ModelOpt hf_quant_config.json beside it stands for one."""
     p = Path(path)
     if p.is_dir():
         p = p / "config.json"
     if not p.exists():
         raise InputError(f"model: no config.json at {p}; point model.path at a checkpoint directory or its config.json")
+    cfg = _json_object(p)
+    if cfg.get("quantization_config") is None and (p.parent / "hf_quant_config.json").exists():
+        cfg["quantization_config"] = _json_object(p.parent / "hf_quant_config.json")
+    if isinstance(cfg.get("quantization_config"), dict):
+        cfg["quantization_config"] = normalized(cfg["quantization_config"])
+    return cfg
+
+
+def _json_object(p: Path) -> dict:
     if not p.is_file():
         raise InputError(
             f"model: {p} is not a regular file; point model.path at a checkpoint directory or its config.json"

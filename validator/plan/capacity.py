@@ -16,6 +16,7 @@ from validator.errors import InputError, NotModelled
 from validator.plan.kv_spec import ChunkedLocalSpec, FullAttentionSpec, KVSpec, MambaSpec, MLASpec, SlidingWindowSpec
 from validator.plan.layer_kinds import CHUNKED, FULL, LINEAR, NO_CACHE, SLIDING
 from validator.plan.model_shape import DTYPE_BYTES, ModelShape
+from validator.plan.quant_config import KV_FROM_CHECKPOINT
 from validator.units import cdiv
 
 # the --kv-cache-dtype values modelled (their sizes are in DTYPE_BYTES)
@@ -34,6 +35,23 @@ def kv_dtype_bytes(kv_cache_dtype: str, model_dtype: str) -> int:
             f"kv_cache_dtype {kv_cache_dtype!r} (modelled: auto, " + ", ".join(sorted(KV_CACHE_DTYPES)) + ")"
         )
     return DTYPE_BYTES[kv_cache_dtype]
+
+
+def auto_kv_dtype(given: str, checkpoint: str | None, version: tuple[int, int, int]) -> tuple[str, str | None]:
+    """The KV dtype planned for `given` when the checkpoint names one for auto (a ModelOpt
+    checkpoint's kv_cache_quant_algo, plan/quant_config.py), with the note saying so."""
+    if given != "auto" or not checkpoint:
+        return given, None
+    asked = f"the checkpoint's quantization_config asks for a {checkpoint} KV cache"
+    if version[:2] < KV_FROM_CHECKPOINT:
+        return given, f"{asked}, which vLLM before 0.14 ignores for auto: planned in the model's dtype"
+    if checkpoint not in KV_CACHE_DTYPES:
+        raise NotModelled(
+            f"kv_cache_dtype {checkpoint}, which the checkpoint's quantization_config asks for and vLLM takes for "
+            "auto; set cache.kv_cache_dtype "
+            "(--kv-cache-dtype) to fp8 or the model's dtype to plan that instead"
+        )
+    return checkpoint, f"{asked}, which vLLM takes for kv_cache_dtype auto: planned in it"
 
 
 def kv_heads_per_rank(shape: ModelShape, tp: int, kv_heads: int | None = None) -> int:

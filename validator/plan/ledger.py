@@ -58,6 +58,7 @@ class PlanInput:
     runner_env: str | None = None  # VLLM_USE_V2_MODEL_RUNNER as vllm.env sets it (None: the release's default)
     sampler_env: str | None = None  # VLLM_USE_FLASHINFER_SAMPLER as vllm.env sets it (plan/sampler.py)
     expert_parallel: bool = False  # --enable-expert-parallel: each rank holds whole experts (plan/parallel_fit.py)
+    checkpoint_kv_cache_dtype: str | None = None  # what vLLM >= 0.14 takes for kv_cache_dtype auto (ModelOpt)
     moe_backend: str = "auto"  # --moe-backend: a non-auto one has vLLM 0.32 pad FP8 expert shards (parallel_fit)
     enable_prefix_caching: bool = True  # state layers keep block-boundary copies with it (vLLM "align" mode)
     mamba_ssm_cache_dtype: str = "auto"  # the recurrent state's dtype (CPU with AVX-512 BF16: float32)

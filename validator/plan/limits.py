@@ -8,7 +8,7 @@ from typing import Any, NamedTuple
 
 from validator.errors import InputError
 from validator.plan import bandwidth, parallel_fit, speculative
-from validator.plan.capacity import PER_REQUEST_TOKENS_FROM, KVLayout, StateSetup, layer_specs
+from validator.plan.capacity import PER_REQUEST_TOKENS_FROM, KVLayout, StateSetup, auto_kv_dtype, layer_specs
 from validator.plan.gpu_memory import parse_version
 from validator.plan.kv_spec import MambaSpec
 from validator.plan.ledger import (
@@ -150,6 +150,9 @@ def make_plan(inp: PlanInput, explore: bool = True) -> Plan:
     parallel_fit.check(inp.shape, inp.tensor_parallel_size, inp.expert_parallel, version, inp.moe_backend)
     block = inp.block_size or DEFAULT_BLOCK_SIZE[platform]
     notes: list[str] = []
+    kv_dtype, note = auto_kv_dtype(inp.kv_cache_dtype, inp.checkpoint_kv_cache_dtype, version)  # a ModelOpt one's
+    notes += [note] if note else []
+    inp = replace(inp, kv_cache_dtype=kv_dtype)
     if inp.shape.mla is not None and platform == "cpu" and block != 16:
         notes.append(f"vLLM's CPU MLA backend forces block_size 16 (asked {block})")
         block = 16

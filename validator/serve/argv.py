@@ -100,7 +100,8 @@ def plan_record(plan: Plan, profile=None) -> PlanRecord:
 def launch_spec(profile, plan: Plan) -> LaunchSpec:
     extra, env = profile_words(profile)
     dtype = plan.inp.kv_cache_dtype  # the quality A/B's candidate launch has its own
-    field = "cache.kv_cache_dtype" if dtype == profile.cache.kv_cache_dtype else "quality.candidate_kv_cache_dtype"
+    cand = profile.quality.candidate_kv_cache_dtype  # (the reference's auto may be a ModelOpt checkpoint's fp8)
+    field = "quality.candidate_kv_cache_dtype" if cand and dtype == cand else "cache.kv_cache_dtype"
     check_cpu_host(plan.inp.platform, dtype, field)  # vLLM starts on this CPU: what it cannot serve, refused first
     api_key = api_key_of(profile)
     for k, v in env.items():
