@@ -275,13 +275,13 @@ def test_unknown_profile_key_names_the_field(tmp_path):
 
 def test_not_modelled_is_refused_by_name(tmp_path):
     cfg = {
-        "architectures": ["Lfm2ForCausalLM"],  # short convolutions: a state kvgate does not model
-        "model_type": "lfm2",
+        "architectures": ["RecurrentGemmaForCausalLM"],  # RG-LRU recurrences: a state kvgate does not model
+        "model_type": "recurrent_gemma",
         "num_hidden_layers": 4,
         "num_attention_heads": 8,
         "num_key_value_heads": 2,
         "hidden_size": 512,
-        "layer_types": ["conv", "conv", "conv", "full_attention"],
+        "layer_types": ["recurrent", "recurrent", "recurrent", "full_attention"],
         "torch_dtype": "bfloat16",
     }
     (tmp_path / "config.json").write_text(json.dumps(cfg))

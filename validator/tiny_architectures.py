@@ -282,3 +282,14 @@ _QWEN35 = {k: v for k, v in ARCHITECTURES["tiny-qwen3next"][1].items() if not k.
 _QWEN35.pop("shared_expert_intermediate_size")
 ARCHITECTURES["tiny-qwen35"] = ("Qwen3_5TextConfig", dict(_QWEN35, intermediate_size=256), ())
 ARCHITECTURES["tiny-qwen35-moe"] = ("Qwen3_5MoeTextConfig", ARCHITECTURES["tiny-qwen3next"][1], ())
+# LFM2 (Liquid AI): short convolutions (a window of conv_L_cache - 1 rows of conv_dim, no recurrent
+# state) in 3 of 4 layers, beside one attention layer; conv_dim and block_dim are read by vLLM, not by
+# transformers' Lfm2Config, and written as LiquidAI's checkpoints carry them. LFM2-MoE: the same
+# layers, experts after the first num_dense_layers, its convolutions over hidden_size
+_LFM2 = dict(hidden_size=128, num_hidden_layers=4, num_attention_heads=4, num_key_value_heads=2, conv_L_cache=3,
+             layer_types=["conv", "conv", "full_attention", "conv"], norm_eps=1e-5)  # fmt: skip
+ARCHITECTURES["tiny-lfm2"] = ("Lfm2Config", dict(
+    _LFM2, conv_dim=128, conv_dim_out=128, block_dim=128, block_ff_dim=256, block_multiple_of=32,
+    block_ffn_dim_multiplier=1.0, block_auto_adjust_ff_dim=False, full_attn_idxs=[2]), ())  # fmt: skip
+ARCHITECTURES["tiny-lfm2-moe"] = ("Lfm2MoeConfig", dict(
+    _LFM2, moe_intermediate_size=64, num_experts=4, num_experts_per_tok=2, num_dense_layers=1), ())  # fmt: skip

@@ -27,8 +27,8 @@ from __future__ import annotations
 from typing import Any
 
 from validator.errors import InputError
-from validator.plan.hybrid_weights import Tensor, attention_heads, mlp, moe, whole
 from validator.plan.layer_heads import GEMMA4
+from validator.plan.layer_tensors import Tensor, attention_heads, mlp, moe, whole
 from validator.plan.model_shape import DTYPE_BYTES, ModelShape
 from validator.plan.weights import WeightCount
 from validator.units import cdiv

@@ -1,6 +1,7 @@
 """Weight bytes of state-space and linear-attention models from config.json (pure), as vLLM 0.32
-allocates them: Mamba, Mamba-2, Jamba, Nemotron-H, Granite-4 (granitemoehybrid), Qwen3-Next and
-Qwen3.5 (3.6 and 3.8 are the same module: Qwen3-Next's layers, a text_config, a vision tower).
+allocates them: Mamba, Mamba-2, Jamba, Nemotron-H, Granite-4 (granitemoehybrid), Qwen3-Next,
+Qwen3.5 (3.6 and 3.8 are the same module: Qwen3-Next's layers, a text_config, a vision tower) and
+LFM2 (short convolutions).
 
 One tensor per allocation (q/k/v and gate/up fused, experts stacked, as vLLM builds them), each
 split by tensor parallelism or held whole by every rank. What a checkpoint's headers do not say:
@@ -14,35 +15,21 @@ checkpoint's headers, or model.weights_bytes, give the bytes.
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
 from typing import Any
 
 from validator.errors import InputError
+from validator.plan.layer_tensors import Layers, Tensor, attention_heads, linear, mlp, moe, whole
 from validator.plan.model_shape import DTYPE_BYTES, ModelShape
 from validator.plan.ssm_state import (
     ATTENTION,
     GatedDeltaNetState,
     Mamba1State,
     Mamba2State,
+    ShortConvState,
     layer_roles,
 )
 from validator.plan.weights import WeightCount
 from validator.units import cdiv
-
-
-@dataclass(frozen=True)
-class Tensor:
-    """One parameter as vLLM allocates it, whole model: its elements, whether TP splits it (False:
-    every rank holds it whole) and whether it is float32 whatever the model's dtype."""
-
-    elements: int
-    split: bool = True
-    fp32: bool = False
-
-
-def linear(out: int, inp: int, bias: bool, row: bool = False) -> list[Tensor]:
-    """A column- (or row-) parallel linear layer: a row-parallel one's bias is on every rank."""
-    return [Tensor(out * inp)] + ([Tensor(out, split=not row)] if bias else [])
 
 
 def mamba1(h: int, s: Mamba1State, dt_rank: int, conv_bias: bool, bias: bool, norms: bool) -> list[Tensor]:
@@ -68,50 +55,15 @@ def gated_delta_net(h: int, s: GatedDeltaNetState) -> list[Tensor]:
     return out + [Tensor(nv), Tensor(nv, fp32=True), Tensor(s.head_v_dim, split=False), Tensor(h * vd)]
 
 
-def attention_heads(
-    h: int, heads: int, hd: int, kv: int, tp: int, bias: bool, gate: bool = False, qk_norm: bool = False,
-    kv_proj: bool = True, o_bias: bool = False,
-) -> list[Tensor]:  # fmt: skip
-    """q (doubled for an output gate), k and v fused (none for a layer that reads another's cache:
-    kv_proj False, and then no k norm), and o. With fewer KV heads than ranks each rank holds one
-    (QKVParallelLinear replicates them): max(kv, tp) heads' worth over the ranks."""
-    kv_out = 2 * max(kv, tp) * hd if kv_proj else 0
-    out = linear(heads * (2 if gate else 1) * hd + kv_out, h, bias) + linear(h, heads * hd, o_bias, row=True)
-    return out + ([Tensor((2 if kv_proj else 1) * hd, split=False)] if qk_norm else [])
-
-
 def attention(shape: ModelShape, tp: int, bias: bool, gate: bool, qk_norm: bool) -> list[Tensor]:
     """The model's one attention shape (attention_heads)."""
     h, heads, hd, kv = shape.hidden_size or 0, shape.num_attention_heads, shape.head_dim, shape.num_kv_heads
     return attention_heads(h, heads, hd, kv, tp, bias, gate, qk_norm)
 
 
-def mlp(h: int, inter: int, gated: bool, bias: bool = False) -> list[Tensor]:
-    return linear((2 if gated else 1) * inter, h, bias) + linear(h, inter, bias, row=True)
-
-
-def moe(h: int, experts: int, inter: int) -> list[Tensor]:
-    return [Tensor(experts * h, split=False), Tensor(experts * 2 * inter * h), Tensor(experts * h * inter)]
-
-
-def whole(cfg: dict[str, Any], key: str, default: int = 0) -> int:
-    """A size or count config.json may leave out (the default: vLLM's, or 0 for none); given, it
-    must be a whole number (a wrong one would silently miscount)."""
-    v = cfg.get(key)
-    if v is None:
-        return default
-    if isinstance(v, bool) or not isinstance(v, int) or v < 0:
-        mt = cfg.get("model_type")
-        raise InputError(f"config.json: {key} must be a non-negative integer for a {mt} model, got {v!r:.40}")
-    return v
-
-
 def _dt_rank(cfg: dict[str, Any], key: str, h: int) -> int:
     """Mamba's time-step rank: "auto" (or absent) is ceil(hidden / 16), as transformers sets it."""
     return math.ceil(h / 16) if cfg.get(key, "auto") == "auto" else whole(cfg, key)
-
-
-Layers = list[list[Tensor]]
 
 
 def _pure(cfg: dict[str, Any], shape: ModelShape, tp: int, fp32_router: bool = False) -> Layers | None:
@@ -246,6 +198,30 @@ def _qwen3_next(cfg: dict[str, Any], shape: ModelShape, tp: int, fp32_router: bo
     return out
 
 
+def _lfm2(cfg: dict[str, Any], shape: ModelShape, tp: int, fp32_router: bool = False) -> Layers | None:
+    """Two norms, a short convolution (its kernel, in_proj to 3 x conv_dim, out_proj) or attention
+    with q/k norms, then Lfm2MLP, whose width vLLM adjusts: 2/3 of intermediate_size, times
+    block_ffn_dim_multiplier, rounded up to block_multiple_of, where block_auto_adjust_ff_dim says."""
+    h, st, ff = shape.hidden_size or 0, shape.state, whole(cfg, "intermediate_size")
+    if not isinstance(st, ShortConvState) or st.conv_dim != h:
+        return None
+    if cfg.get("block_auto_adjust_ff_dim", True):
+        ff = int(2 * ff / 3)
+        mult = cfg.get("block_ffn_dim_multiplier")
+        ff = int(mult * ff) if isinstance(mult, (int, float)) and not isinstance(mult, bool) else ff
+        of = whole(cfg, "block_multiple_of", 256) or 1
+        ff = of * cdiv(ff, of)
+    bias, out = bool(cfg.get("conv_bias")), []
+    for role in layer_roles(cfg) or []:
+        layer = [Tensor(h, split=False), Tensor(h, split=False)]
+        if role == ATTENTION:
+            layer += attention(shape, tp, False, False, True)
+        else:
+            layer += linear(h, st.conv_kernel, bias) + linear(3 * h, h, bias) + linear(h, h, bias, row=True)
+        out.append(layer + mlp(h, ff, True))
+    return out
+
+
 FAMILIES = {
     "mamba": _pure,
     "mamba2": _pure,
@@ -255,13 +231,14 @@ FAMILIES = {
     "qwen3_next": _qwen3_next,
     "qwen3_5_text": _qwen3_next,
     "qwen3_5_moe_text": _qwen3_next,
+    "lfm2": _lfm2,
 }
 
 
 # vLLM ties the LM head to the embeddings, where config.json asks, only for these families
-TIES = ("mamba", "mamba2", "granitemoehybrid", "qwen3_5_text", "qwen3_5_moe_text")
+TIES = ("mamba", "mamba2", "granitemoehybrid", "qwen3_5_text", "qwen3_5_moe_text", "lfm2")
 # Jamba's and Nemotron-H's attention has no rotary embedding
-ROTARY = ("granitemoehybrid", "qwen3_next", "qwen3_5_text", "qwen3_5_moe_text")
+ROTARY = ("granitemoehybrid", "qwen3_next", "qwen3_5_text", "qwen3_5_moe_text", "lfm2")
 NESTED = ("qwen3_5", "qwen3_5_moe")  # Qwen3_5(Moe)ForConditionalGeneration: the text model in text_config
 
 

