@@ -102,7 +102,7 @@ def test_a_tp_that_splits_the_state_unevenly_is_refused(tmp_path):
 
 
 def test_an_unmodelled_state_is_still_refused_by_name(tmp_path):
-    cfg = dict(NEMOTRON, model_type="recurrent_gemma", layer_types=["recurrent", "recurrent", "recurrent", "full_attention"])
+    cfg = dict(NEMOTRON, model_type="recurrent_gemma", layer_types=["recurrent"] * 3 + ["full_attention"])
     del cfg["hybrid_override_pattern"]
     (tmp_path / "config.json").write_text(json.dumps(cfg))
     r = validate("--plan-only", "--model", str(tmp_path), "--kv-cache-bytes", "1GiB", "--max-model-len", "1024")
