@@ -141,6 +141,7 @@ def test_a_prompt_file_is_read_or_refused_by_line(tmp_path):
         (("--quality", "--sweep", "1,2"), "--quality: the A/B replaces the load runs"),
         (("--quality", "fp9"), "quality.candidate_kv_cache_dtype: 'fp9' is not one of fp8, fp8_e4m3, fp8_e5m2"),
         (("--quality", "--kv-cache-dtype", "fp8"), "the same as cache.kv_cache_dtype"),
+        (("--quality", "fp8_e4m3", "--kv-cache-dtype", "fp8"), "the same as cache.kv_cache_dtype"),
     ],
 )
 def test_bad_quality_requests_are_one_line_errors(args, needle, tmp_path):

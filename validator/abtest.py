@@ -65,7 +65,8 @@ def run_quality(opts: Any, profile: Profile, plan: Plan, say) -> int:
         raise InputError("--quality: the A/B launches vLLM twice (reference and candidate KV dtype); drop --url")
     if opts.launch_only:
         raise InputError("--quality: --launch-only launches once; drop one of the two")
-    if plan.inp.kv_cache_dtype == profile.quality.candidate_kv_cache_dtype:
+    same = {plan.inp.kv_cache_dtype, profile.quality.candidate_kv_cache_dtype}
+    if len(same) == 1 or same == {"fp8", "fp8_e4m3"}:  # (auto may be a ModelOpt checkpoint's fp8_e4m3)
         raise InputError("quality.candidate_kv_cache_dtype: the same as cache.kv_cache_dtype; compare two dtypes")
     cand = candidate_plan(profile, plan)
     for label, p in (("reference", plan), ("candidate", cand)):
