@@ -42,6 +42,8 @@ VLLM_ALLOCATED = {
     ("tiny-qwen3next", 2): 1_095_396,
     ("tiny-lfm2", 1): 1_675_904,  # short convolutions, attention with q/k norms, a tied LM head
     ("tiny-lfm2", 2): 970_240,
+    ("tiny-lfm2-moe", 1): 1_679_024,  # a dense first layer, then a router in bf16 (on the CPU too), its fp32 bias
+    ("tiny-lfm2-moe", 2): 973_360,
 }
 
 
@@ -153,6 +155,7 @@ LIVE = {
     "tiny-gemma4-moe": sum(GEMMA4_ALLOCATED["tiny-gemma4-moe", 1]),
     "tiny-qwen35-moe": QWEN35_ALLOCATED["tiny-qwen35-moe", 1],
     "tiny-lfm2": VLLM_ALLOCATED["tiny-lfm2", 1],
+    "tiny-lfm2-moe": VLLM_ALLOCATED["tiny-lfm2-moe", 1],
 }
 
 

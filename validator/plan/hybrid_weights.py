@@ -1,7 +1,7 @@
 """Weight bytes of state-space and linear-attention models from config.json (pure), as vLLM 0.32
 allocates them: Mamba, Mamba-2, Jamba, Nemotron-H, Granite-4 (granitemoehybrid), Qwen3-Next,
-Qwen3.5 (3.6 and 3.8 are the same module: Qwen3-Next's layers, a text_config, a vision tower) and
-LFM2 (short convolutions).
+Qwen3.5 (3.6 and 3.8 are the same module: Qwen3-Next's layers, a text_config, a vision tower),
+LFM2 and LFM2-MoE (short convolutions).
 
 One tensor per allocation (q/k/v and gate/up fused, experts stacked, as vLLM builds them), each
 split by tensor parallelism or held whole by every rank. What a checkpoint's headers do not say:
@@ -201,24 +201,35 @@ def _qwen3_next(cfg: dict[str, Any], shape: ModelShape, tp: int, fp32_router: bo
 def _lfm2(cfg: dict[str, Any], shape: ModelShape, tp: int, fp32_router: bool = False) -> Layers | None:
     """Two norms, a short convolution (its kernel, in_proj to 3 x conv_dim, out_proj) or attention
     with q/k norms, then Lfm2MLP, whose width vLLM adjusts: 2/3 of intermediate_size, times
-    block_ffn_dim_multiplier, rounded up to block_multiple_of, where block_auto_adjust_ff_dim says."""
+    block_ffn_dim_multiplier, rounded up to block_multiple_of, where block_auto_adjust_ff_dim says.
+    LFM2-MoE: an MLP of intermediate_size in the first num_dense_layers, then a router in the model's
+    dtype (its GateLinear asks for no float32) with its float32 correction bias where
+    use_expert_bias, and experts of moe_intermediate_size."""
     h, st, ff = shape.hidden_size or 0, shape.state, whole(cfg, "intermediate_size")
     if not isinstance(st, ShortConvState) or st.conv_dim != h:
         return None
-    if cfg.get("block_auto_adjust_ff_dim", True):
+    e, dense = whole(cfg, "num_experts"), whole(cfg, "num_dense_layers")
+    correction = [Tensor(e, split=False, fp32=True)] if cfg.get("use_expert_bias") else []
+    experts = [
+        Tensor(e * h, split=False),  # the router: in the model's dtype (measured on the CPU too)
+        *correction,
+        *moe(h, e, whole(cfg, "moe_intermediate_size"))[1:],
+    ]
+    if shape.model_type != "lfm2_moe" and cfg.get("block_auto_adjust_ff_dim", True):
         ff = int(2 * ff / 3)
         mult = cfg.get("block_ffn_dim_multiplier")
         ff = int(mult * ff) if isinstance(mult, (int, float)) and not isinstance(mult, bool) else ff
         of = whole(cfg, "block_multiple_of", 256) or 1
         ff = of * cdiv(ff, of)
-    bias, out = bool(cfg.get("conv_bias")), []
+    bias, out = bool(cfg.get("conv_bias")), list[list[Tensor]]()
     for role in layer_roles(cfg) or []:
         layer = [Tensor(h, split=False), Tensor(h, split=False)]
         if role == ATTENTION:
             layer += attention(shape, tp, False, False, True)
         else:
             layer += linear(h, st.conv_kernel, bias) + linear(3 * h, h, bias) + linear(h, h, bias, row=True)
-        out.append(layer + mlp(h, ff, True))
+        moe_layer = shape.model_type == "lfm2_moe" and len(out) >= dense
+        out.append(layer + (experts if moe_layer else mlp(h, ff, True)))
     return out
 
 
@@ -232,13 +243,14 @@ FAMILIES = {
     "qwen3_5_text": _qwen3_next,
     "qwen3_5_moe_text": _qwen3_next,
     "lfm2": _lfm2,
+    "lfm2_moe": _lfm2,
 }
 
 
 # vLLM ties the LM head to the embeddings, where config.json asks, only for these families
-TIES = ("mamba", "mamba2", "granitemoehybrid", "qwen3_5_text", "qwen3_5_moe_text", "lfm2")
+TIES = ("mamba", "mamba2", "granitemoehybrid", "qwen3_5_text", "qwen3_5_moe_text", "lfm2", "lfm2_moe")
 # Jamba's and Nemotron-H's attention has no rotary embedding
-ROTARY = ("granitemoehybrid", "qwen3_next", "qwen3_5_text", "qwen3_5_moe_text", "lfm2")
+ROTARY = ("granitemoehybrid", "qwen3_next", "qwen3_5_text", "qwen3_5_moe_text", "lfm2", "lfm2_moe")
 NESTED = ("qwen3_5", "qwen3_5_moe")  # Qwen3_5(Moe)ForConditionalGeneration: the text model in text_config
 
 
