@@ -325,3 +325,21 @@ def test_an_fp8_kv_cache_on_a_cpu_without_avx512_is_refused_before_vllm_starts(m
     for flags in ({"avx2", "avx512f"}, {"avx2", "amx_tile"}):
         monkeypatch.setattr(inputs, "cpu_flags", lambda f=flags: f)
         check_cpu_host("cpu", "fp8", "cache.kv_cache_dtype")
+
+
+def test_an_attention_free_model_with_a_workload_is_planned_without_a_crash(tmp_path, tiny_model):
+    """The demo's profile on the tiny Mamba-2 (no attention: nothing grows with the context) once
+    divided by the KV stored per request, zero, and ended in a traceback; the plan now says no ratio
+    and no crossover batch, and reports the rest."""
+    import yaml
+
+    prof = yaml.safe_load(Path("profiles/tiny-cpu.yaml").read_text())
+    prof["model"] |= {"path": str(tiny_model("tiny-mamba2")), "build": "tiny-mamba2"}
+    (tmp_path / "p.yaml").write_text(yaml.safe_dump(prof))
+    r = validate("--plan-only", "--json", "--profile", str(tmp_path / "p.yaml"))
+    assert r.returncode == 0, r.stderr[-2000:]
+    bw = json.loads(r.stdout)["bandwidth"]
+    assert bw["request"]["read_to_stored"] is None and bw["request"]["kv_bytes_stored"] == 0
+    assert bw["weight_read_bytes_per_step"] > 0
+    text = validate("--plan-only", "--profile", str(tmp_path / "p.yaml"))
+    assert text.returncode == 0 and "more read than stored" not in text.stdout

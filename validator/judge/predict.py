@@ -216,15 +216,17 @@ def final_peak(
     ahead of what the client has seen, never past this. In each KV group: a full one holds a request
     at its full length, a chunked or sliding one at most local_peak; shared prompt blocks are counted
     once in the full groups only, and not at all beside a window (a request its checkpoints made miss
-    a prefix holds its own copy)."""
-    full_groups = [g.size(block_size) for g in groups if g.chunk is None and g.window is None]
+    a prefix holds its own copy), nor beside state groups (a hybrid's hit needs the state at its end:
+    the first to reuse a prefix may miss it), where a request holds at most the plan's pages a group."""
+    full_groups = [g.size(block_size) for g in groups if g.chunk is None and g.window is None and g.state is None]
     # the shared keys are the plan's blocks: counted once only where every group holds those
-    dedupe = len(full_groups) if all(g.window is None and g.block is None for g in groups) else 0
+    dedupe = len(full_groups) if all(g.window is None and g.block is None and g.state is None for g in groups) else 0
+    states = sum(g.peak or 0 for g in groups if g.state is not None)
 
     def full(h: Held) -> int:
         end = h.prompt_tokens + len(h.chunk_times) - 1
         local = sum(local_peak(g, h.prompt_tokens, end, g.size(block_size)) for g in groups if g.frees)
-        return sum(cdiv(end, bs) for bs in full_groups) + local
+        return sum(cdiv(end, bs) for bs in full_groups) + local + states
 
     done = [h for h in held if h.chunk_times]
     best = 0

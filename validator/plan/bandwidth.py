@@ -25,8 +25,9 @@ class DecodeReads:
     bytes_stored: int  # KV held at the end
 
     @property
-    def read_to_stored(self) -> float:
-        return self.bytes_read / self.bytes_stored
+    def read_to_stored(self) -> float | None:
+        """None where nothing grows with the context (an attention-free model: its state is fixed)."""
+        return self.bytes_read / self.bytes_stored if self.bytes_stored else None
 
 
 def decode_reads(c_kv: int, prompt: int, output: int, prefix: int = 0) -> DecodeReads:
@@ -85,13 +86,14 @@ def at_limits(
             "kv_bytes_read": r.bytes_read,
             "kv_bytes_added_in_decode": r.bytes_added,
             "kv_bytes_stored": r.bytes_stored,
-            "read_to_stored": round(r.read_to_stored, 1),
+            "read_to_stored": None if r.read_to_stored is None else round(r.read_to_stored, 1),
         }
     if weights is None:
         return out
     rw = cdiv(weight_read_bytes(weights, shape), tp)
     out["weight_read_bytes_per_step"] = rw
-    out["crossover_batch"] = math.ceil(rw / layout.payload_bytes(max_model_len))
+    payload = layout.payload_bytes(max_model_len)
+    out["crossover_batch"] = math.ceil(rw / payload) if payload else None
     if bandwidth_bytes_per_s:
         out["decode_step_floor_ms"] = step_floor_seconds(rw, kv_step, bandwidth_bytes_per_s) * 1e3
     return out

@@ -101,13 +101,26 @@ def _state_specs(
     if not {FULL, SLIDING, CHUNKED} & set(shape.layer_kinds):
         # attention-free (Mamba): prefix caching off, one state per request, mamba_block_size =
         # max_model_len (block_size 0 here: the plan reports max_model_len)
-        return 0, MambaSpec(block_size=0, state_bytes=state, page_bytes=state, blocks_held=1 + setup.spec_tokens)
+        return 0, MambaSpec(
+            block_size=0,
+            state_bytes=state,
+            page_bytes=state,
+            blocks_held=1 + setup.spec_tokens,
+            speculative_blocks=setup.spec_tokens,
+        )
     per_token = 2 * kv_heads_per_rank(shape, tp) * shape.head_dim * kv_bytes
     block = hybrid_block_size(per_token, state, block_size, setup.platform)
     # MambaSpec.max_memory_usage_bytes: the running state (and in align mode the last block-boundary
     # one and a prefill checkpoint), plus one page a draft token (num_speculative_blocks)
     held = (2 + shape.state.prefill_checkpoint_blocks if setup.prefix_caching else 1) + setup.spec_tokens
-    return block, MambaSpec(block_size=block, state_bytes=state, page_bytes=block * per_token, blocks_held=held)
+    return block, MambaSpec(
+        block_size=block,
+        state_bytes=state,
+        page_bytes=block * per_token,
+        blocks_held=held,
+        align=setup.prefix_caching,
+        speculative_blocks=setup.spec_tokens,
+    )
 
 
 def layer_specs(

@@ -139,6 +139,12 @@ class MambaSpec(KVSpec):
     state_bytes: int  # the state's own bytes (vLLM: real_page_size_bytes)
     page_bytes: int  # padded to the attention page
     blocks_held: int
+    align: bool = False  # vLLM's mamba_cache_mode "align" (prefix caching on), else "none"
+    speculative_blocks: int = 0  # a page per draft token (num_speculative_blocks)
+
+    @property
+    def cache_mode(self) -> str:
+        return "align" if self.align else "none"
 
     @property
     def bytes_per_token(self) -> int:

@@ -7,7 +7,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from validator.plan.capacity import KVLayout
-from validator.plan.kv_spec import ChunkedLocalSpec, SlidingWindowSpec
+from validator.plan.kv_spec import ChunkedLocalSpec, MambaSpec, SlidingWindowSpec
 from validator.plan.ledger import PlanInput
 
 
@@ -81,6 +81,12 @@ class Plan:
                         else {}
                     ),
                     **({"sliding_window": g.spec.sliding_window} if isinstance(g.spec, SlidingWindowSpec) else {}),
+                    # how a request holds its state pages (the judge's freeze arithmetic, judge/layout.py)
+                    **(
+                        {"mamba_cache_mode": g.spec.cache_mode, "speculative_blocks": g.spec.speculative_blocks}
+                        if isinstance(g.spec, MambaSpec)
+                        else {}
+                    ),
                 }
                 for g in self.layout.groups
             ],

@@ -102,11 +102,12 @@ def plan_text(plan_json: dict) -> str:
         out.append("Decode bandwidth at the limits (per rank, every sequence at full length)")
         out.append(f"  each decode step reads the weights once: {_g(bw['weight_read_bytes_per_step'])}")
         out.append(f"  and every cached position of every sequence: {_g(bw['kv_read_bytes_per_step'])}")
-        out.append(
-            f"  from {bw['crossover_batch']} sequences on, reading the KV cache costs more than reading the weights"
-        )
+        if bw.get("crossover_batch") is not None:
+            out.append(
+                f"  from {bw['crossover_batch']} sequences on, reading the KV cache costs more than reading the weights"
+            )
         rq = bw.get("request")
-        if rq:
+        if rq and rq.get("read_to_stored") is not None:  # None: no KV grows with the context
             out.append(
                 f"  one request of {rq['prompt_tokens']:,} + {rq['output_tokens']:,} tokens reads "
                 f"{_g(rq['kv_bytes_read'])} of KV over its decode ({rq['token_reads']:,} position reads) "

