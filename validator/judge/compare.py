@@ -172,7 +172,7 @@ def _run_checks(
     checks.append(evidence.counters_agree(run))
     # prefix cache: queries are every prompt token; hits follow the block model. A layout of state
     # alone (no attention: Mamba) runs without prefix caching, vLLM's default for it: no queries
-    state_only = all(g.state == "none" for g in kv[0])
+    state_only = bool(kv[0]) and all(g.state == "none" for g in kv[0])
     q_obs, q_exp = f.prefix_queries_observed, 0 if state_only else f.prompt_tokens_sent
     checks.append(
         Check(
@@ -274,6 +274,9 @@ def judge(
                     prefix[r.name]["lookups"] = {
                         p.id: Lookup(p.hits // dense, p.first_copy, dense) for p in preds if p.first_copy is not None
                     }
+    if layout.state_only:  # no prefix caching: no hit, whatever the prompts share
+        prefix = {name: {"hit_tokens": 0, "lookups": None} for name in prefix}
+        upper = {}
     groups = layout.freeze_groups
     figures = {
         r.name: run_figures(r, plan, server_blocks, prefix[r.name]["hit_tokens"], prefix[r.name]["lookups"], groups)
@@ -294,7 +297,11 @@ def judge(
         # a dataset run's hits and cached tokens come from the block pool replay (prefixsim.py)
         replayed = replayed_groups(layout, window) is not None
         modelled = window is not None or layout.dense
-        hits = tuple(f"{r.name}.prefix_hits" for r in runs if (replayed if r.kind is RunKind.DATASET else modelled))
+        hits = tuple(
+            f"{r.name}.prefix_hits"
+            for r in runs
+            if layout.state_only or (replayed if r.kind is RunKind.DATASET else modelled)
+        )
         audits = tuple(f"{r.name}.cached_tokens" for r in runs if replayed and r.kind is RunKind.DATASET)
         # the utilization in requests where window or chunk groups free blocks (utilization.py)
         freeing = any(g.frees for g in layout.groups or ())

@@ -110,6 +110,12 @@ class BlockLayout:
         return bool(gs) and all(g.window is None and g.state is None for g in gs) and len({g.block for g in gs}) == 1
 
     @property
+    def state_only(self) -> bool:
+        """State groups and no attention (Mamba): vLLM runs them without prefix caching, nothing is hit."""
+        gs = self.groups or ()
+        return bool(gs) and all(g.state == "none" for g in gs)
+
+    @property
     def stateful(self) -> bool:
         """Some group holds per-request state (a hybrid: a prefix hit needs the state at its boundary too)."""
         return any(g.state is not None for g in self.groups or ())
