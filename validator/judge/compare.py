@@ -21,7 +21,14 @@ from validator.judge.cachedtokens import cached_tokens_check, predictions
 from validator.judge.check import Check
 from validator.judge.figures import RunFigures, _pct, bucket_of, hist_delta, predict_prefix, run_figures
 from validator.judge.freezecheck import freeze_checks
-from validator.judge.layout import ONE_FULL_GROUP, HeldGroup, outside_the_block_model, replayed_groups, window_of
+from validator.judge.layout import (
+    ONE_FULL_GROUP,
+    HeldGroup,
+    outside_the_block_model,
+    replayed_groups,
+    state_need,
+    window_of,
+)
 from validator.judge.predict import Lookup
 from validator.judge.servertiming import ShareBounds, per_request_latency_checks, server_timing_check, share_bounds
 from validator.judge.slo import slo_checks
@@ -53,6 +60,7 @@ def _kv_checks(run: RunData, f: RunFigures, plan: PlanRecord, tol: TolerancesSec
             "lower one)"
             + (
                 "; in each KV group, a chunked or sliding one at the most it holds (the prompt at its prefill)"
+                + (", a state group at the pages the plan reserves a request" if any(g.state for g in groups) else "")
                 if len(groups) > 1
                 else ""
             ),
@@ -262,7 +270,8 @@ def judge(
     layout, window = window_of(plan)
     dense, window_block = layout.blocks(plan.block_size)
     chunked = any(g.chunk is not None for g in layout.groups or ())
-    prefix = predict_prefix(runs, dense, plan.usable_blocks, window, layout.cache_groups, window_block, chunked)
+    need = state_need(plan, layout)  # a hybrid's states kept at the checkpoints: its hits modelled
+    prefix = predict_prefix(runs, dense, plan.usable_blocks, window, layout.cache_groups, window_block, chunked, need)
     upper: dict[str, int] = {}
     for r in runs:
         if r.kind is RunKind.DATASET:  # request by request, eviction included (prefixsim.py)
@@ -296,17 +305,14 @@ def judge(
         # freezes count each group; prefix hits follow the window's checkpoints where vLLM keeps them
         # a dataset run's hits and cached tokens come from the block pool replay (prefixsim.py)
         replayed = replayed_groups(layout, window) is not None
-        modelled = window is not None or layout.dense
-        hits = tuple(
-            f"{r.name}.prefix_hits"
-            for r in runs
-            if layout.state_only or (replayed if r.kind is RunKind.DATASET else modelled)
-        )
+        modelled = window is not None or layout.dense or need is not None
+        judged = {r.name for r in runs if layout.state_only or (replayed if r.kind is RunKind.DATASET else modelled)}
+        hits = tuple(f"{name}.prefix_hits" for name in judged)
         audits = tuple(f"{r.name}.cached_tokens" for r in runs if replayed and r.kind is RunKind.DATASET)
         # the utilization in requests where window or chunk groups free blocks (utilization.py)
         freeing = any(g.frees for g in layout.groups or ())
         keep = ((".kv_blocks", ".kv_samples_bound") if layout.groups else ()) + hits + audits
-        keep += (".kv_utilization",) if freeing else ()
+        keep += (".kv_utilization",) if freeing or layout.stateful else ()
         # a sweep's admission and preemptions from the ledger's run of the scheduler (wave.py)
         keep += (".admitted", ".waiting_at_start", ".preemptions", "sweep.first_preemption") if freeing else ()
         checks = outside_the_block_model(checks, layout.gap, sweeps, keep)

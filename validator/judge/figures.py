@@ -52,13 +52,15 @@ def predict_prefix(
     groups: tuple[int, int] = (1, 1),
     window_block: int | None = None,
     looked_up: bool = False,
+    need: int | None = None,
 ) -> dict[str, dict[str, Any]]:
     """Predicted hit tokens per run, simulating the cache across runs in the order they ran; with
     `window` (a sliding-window group beside the full ones), or `looked_up` (chunked groups: the hit a
     first-token freeze counts from), each frozen request's lookup too. `groups`: the layout's (dense,
-    window) groups; `block_size`, `window_block`: their blocks (PrefixCacheModel)."""
-    looked_up = looked_up or window is not None
-    model = PrefixCacheModel(block_size, usable_blocks, window, groups, window_block)
+    window) groups; `block_size`, `window_block`: their blocks; `need`: a hybrid's state groups,
+    cached at the window's checkpoints (PrefixCacheModel)."""
+    looked_up = looked_up or window is not None or need is not None
+    model = PrefixCacheModel(block_size, usable_blocks, window, groups, window_block, need)
     out = {}
     for run in runs:
         if run.isolation == "reset":

@@ -232,10 +232,10 @@ def reported_hits(run: RunData) -> dict[str, int | None]:
 def contradicted(
     run: RunData, f: FreezeRecord, lookups: dict[str, Lookup] | None, groups: tuple[HeldGroup, ...]
 ) -> str | None:
-    """Beside a window, the copies a freeze counts follow each request's predicted hit: where vLLM
+    """Beside a window or a hybrid's state, the copies a freeze counts follow each request's predicted hit: where vLLM
     reported another hit for a request in the freeze (its cached_tokens), which copies it holds is
     not known, and the freeze is not measured (the cached-token audit judges the hit itself)."""
-    if lookups is None or all(g.window is None for g in groups):
+    if lookups is None or all(g.window is None and g.state is None for g in groups):
         return None
     by_id = {r.id: r.cached_tokens for r in run.records}
     for q in f.requests:

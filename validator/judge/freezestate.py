@@ -65,14 +65,18 @@ def expected_state(
     is that copy, any other is its own (a prefix the window group made it miss is held twice). Each
     group counts its blocks at its own size (HeldGroup.size: Gemma 4's differ), the plan's otherwise.
 
-    Beside state groups (hybrids), a state group holds HeldGroup.state_held pages a request, and a
-    prompt block is shared where vLLM reported the requests hit it (`hits`: cached_tokens); one that a
-    live request computed itself while another hit it is not known to be the same copy (the first
-    to reuse a prefix misses it where no state was kept at its end): not measured."""
+    Beside state groups (hybrids), a state group holds HeldGroup.state_held pages a request. Where
+    vLLM keeps the states at its checkpoints (`lookups` given), which copy of a prompt block a request
+    holds follows its lookup as beside a window; otherwise a block is shared where vLLM reported the
+    requests hit it (`hits`: cached_tokens), and one that a live request computed itself while
+    another hit it is not known to be the same copy: not measured."""
     blocks = running = waiting = 0
     live = []
     ids: list[str] = []
-    windowed = any(g.window is not None for g in groups)
+    first_token = False
+    stateful = [g for g in groups if g.state is not None]
+    # which copy a block is follows each request's lookup: beside a window, or a hybrid's checkpoints
+    windowed = any(g.window is not None for g in groups) or bool(stateful and lookups is not None)
     for r in requests:
         d, p, out = r["delivered"], r["prompt_tokens"], r.get("output_tokens")
         if d == 0:
@@ -89,26 +93,28 @@ def expected_state(
             computed = p + d - 2 if d >= 2 else (look.hit_tokens if look and r["id"] in one_step else None)
             live.append((p + d - 1, computed, keys, look))
             ids.append(r["id"])
+            first_token = first_token or d == 1
     state: dict[str, Any] = {"kv_blocks": None, "running": running, "waiting": waiting}
     if any(g.frees for g in groups) and any(c is None for _, c, _, _ in live):
         return state | {"why": FRESH}
-    if any(g.state for g in groups) and any(c is None for _, c, _, _ in live):
+    if stateful and first_token:
         return state | {"why": FRESH_STATE}
     if windowed and any(look is None for _, _, _, look in live):
         return state | {"why": NO_LOOKUP}
-    stateful = [g for g in groups if g.state is not None]
     if stateful:
         if any(not isinstance(prompts.get(i), list) for i in ids):
             return state | {"why": NO_IDS}
-        shared = hybrid_shared(live, ids, hits or {}, {g.size(block_size) for g in groups if g.state is None})
-        if isinstance(shared, str):
-            return state | {"why": shared}
         blocks = sum(g.state_held(computed or 0, block_size) for g in stateful for _, computed, _, _ in live)
-        for g in groups:
-            if g.state is None:
-                bs = g.size(block_size)
-                blocks += sum(cdiv(n, bs) for n, _, _, _ in live) - shared[bs]
-        return state | {"kv_blocks": blocks}
+        if not windowed:  # no lookups: the hits vLLM reported say which blocks are shared
+            shared = hybrid_shared(live, ids, hits or {}, {g.size(block_size) for g in groups if g.state is None})
+            if isinstance(shared, str):
+                return state | {"why": shared}
+            for g in groups:
+                if g.state is None:
+                    bs = g.size(block_size)
+                    blocks += sum(cdiv(n, bs) for n, _, _, _ in live) - shared[bs]
+            return state | {"kv_blocks": blocks}
+        groups = tuple(g for g in groups if g.state is None)  # the attention groups, by the lookups below
     for g in groups:
         seen: set[int] = set()
         bs = g.size(block_size)  # Gemma 4: each group's blocks at its own size

@@ -122,10 +122,11 @@ class BlockLayout:
 
     @property
     def cache_groups(self) -> tuple[int, int]:
-        """(groups caching densely, sliding-window groups): what one cached block key costs the pool."""
+        """(groups caching densely, groups caching at checkpoints: sliding-window or state): what one
+        cached block key costs the pool."""
         gs = self.groups or ONE_FULL_GROUP
-        windows = sum(1 for g in gs if g.window is not None)
-        return len(gs) - windows, windows
+        sparse = sum(1 for g in gs if g.window is not None or g.state is not None)
+        return len(gs) - sparse, sparse
 
     @property
     def window(self) -> int | None:
@@ -210,27 +211,46 @@ def checkpoint_window(
     server's own word first (`served`: prefix_cache_retention_interval as vllm:cache_config_info
     labels it, "0" for checkpoints); without it, an older or unknown vLLM, or a launch that set the
     retention interval or speculative decoding, is not this model."""
+    if layout.window is None:
+        return None
+    return layout.window if at_checkpoints(vllm_version, vllm_args, vllm_env, served) else None
+
+
+def at_checkpoints(vllm_version: Any, vllm_args: Any, vllm_env: Any, served: Any = None) -> bool:
+    """Whether vLLM keeps a window's or a state group's blocks at its default checkpoints (checkpoint_window)."""
     from validator.errors import InputError
     from validator.flags import flag_key, names
     from validator.plan.gpu_memory import parse_version
 
-    if layout.window is None:
-        return None
     if isinstance(served, str):
-        return layout.window if served == "0" else None
+        return served == "0"
     if not isinstance(vllm_version, str):
-        return None
+        return False
     try:
         if parse_version(vllm_version) < CHECKPOINTS_FROM:
-            return None
+            return False
     except InputError:
-        return None
+        return False
     keys = [k for k in (flag_key(str(a)) for a in vllm_args or ()) if k]  # every spelling vLLM's parser takes
-    if any(names(k, f) for k in keys for f in DENSE_FLAGS) or "VLLM_PREFIX_CACHE_RETENTION_INTERVAL" in (
+    return not any(names(k, f) for k in keys for f in DENSE_FLAGS) and "VLLM_PREFIX_CACHE_RETENTION_INTERVAL" not in (
         vllm_env or {}
-    ):
+    )
+
+
+def state_need(plan: PlanRecord, layout: BlockLayout) -> int | None:
+    """1 where a hybrid's state groups keep the state at vLLM's checkpoints, as a window group of one
+    block would (predict.PrefixCacheModel's `need`): align-mode state beside full attention at one
+    block size, vLLM >= 0.32 at its default retention; else None (its hits are not modelled)."""
+    gs = layout.groups or ()
+    kinds = {
+        ("state" if g.state == "align" else "full" if g.window is None and g.chunk is None and g.state is None else "")
+        for g in gs
+    }
+    if kinds != {"state", "full"} or any(g.block is not None for g in gs):
         return None
-    return layout.window
+    shown = plan.shown
+    kept = at_checkpoints(shown.get("vllm_version"), plan.vllm_args, plan.vllm_env, shown.get(SERVED_RETENTION))
+    return 1 if kept else None
 
 
 SERVED_RETENTION = "served_prefix_cache_retention_interval"  # what the judge adds to the plan's shown keys

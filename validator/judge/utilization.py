@@ -4,7 +4,8 @@ With one full-attention group a request at the limits holds what vLLM reserves f
 largest reading at a freeze over the usable blocks says it. Where a group frees blocks (a sliding
 window, a chunk), vLLM reserves for each request its window or chunk plus the tokens in flight (its
 maximum concurrency counts that) while a decoding request holds only the window's tail: the blocks
-held are not the measure. There it is the requests running at a freeze of the cold run
+held are not the measure; so does a hybrid's state group (two pages reserved, one held while it
+decodes). There it is the requests running at a freeze of the cold run
 (num_requests_running) over the maximum concurrency vLLM reported at start-up, both the server's
 own word; the blocks those requests hold are judged exactly by the freezes.
 """
@@ -29,7 +30,7 @@ def utilization_check(
     tol: TolerancesSection,
     groups: tuple[HeldGroup, ...],
 ) -> Check:
-    if any(g.frees for g in groups):
+    if any(g.frees or g.state is not None for g in groups):
         return _reserved(run, plan, tol)
     util = utilization(run, usable_blocks)
     source = "at a freeze"
@@ -68,6 +69,6 @@ def _reserved(run: RunData, plan: PlanRecord, tol: TolerancesSection) -> Check:
         tolerance="fraction",
         explanation=f"{why}the most requests running at a freeze ({running}) over the maximum concurrency vLLM "
         f"reported ({conc if conc is None else round(conc, 2)}): on a layout whose window or chunk groups free "
-        "blocks, vLLM reserves each request's window and in-flight tokens and the requests hold less, so the "
-        "limits' fill of the pool is counted in requests",
+        "blocks, or whose state groups reserve more pages than a decoding request holds, vLLM reserves more "
+        "than the requests hold, so the limits' fill of the pool is counted in requests",
     )
