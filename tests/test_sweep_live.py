@@ -208,3 +208,27 @@ def test_a_window_layouts_sweep_admits_and_preempts_where_the_ledger_runs_the_sc
 
     doctor.failing(out, tmp_path, one_more_running, ("sweep-c5.admitted", "sweep-c5.waiting_at_start"))
     doctor.failing(out, tmp_path, a_preemption_at_3, ("sweep-c3.preemptions", "sweep.first_preemption"))
+
+
+def test_a_hybrids_sweep_first_preempts_where_its_state_pages_say(tiny_model, tmp_path):
+    """The capacity profile on the tiny LFM2 (3 short-conv state groups beside a full one) with 81
+    blocks: 4 requests of 128 + 384 tokens need 16 attention blocks and 3 state pages each, 76 of
+    80, but cross into each block together, holding a second page a state group that step (88):
+    vLLM first preempts at 4, where the ledger's run of the scheduler says; one group's arithmetic
+    says 5 hold. Every check judged and passed; a preemption doctored into 3 fails."""
+    r, out = kvbound_sweep(tmp_path, tiny_model("tiny-lfm2"), "3,4,5", blocks=81)
+    rep = json.loads((out / "report.json").read_text())
+    c = checks(rep)
+    assert r.returncode == 0 and rep["verdict"] == "pass", r.stderr[-3000:]
+    assert (c["sweep.first_preemption"]["expected"], c["sweep.first_preemption"]["observed"]) == (4, 4)
+    assert c["sweep-c3.preemptions"]["observed"] == 0 and c["sweep-c4.preemptions"]["observed"] >= 1
+    assert rep["sweep"]["kv_holds"] == 3
+    assert all(c[f"sweep-c{n}.freeze1.kv_blocks"]["status"] == "pass" for n in (3, 4, 5))
+
+    def a_preemption_at_3(d):
+        def f(m):
+            m["after"]["values"]["num_preemptions"] = m["before"]["values"]["num_preemptions"] + 1
+
+        doctor.edit_json(d / "runs" / "sweep-c3" / "meta.json", f)
+
+    doctor.failing(out, tmp_path, a_preemption_at_3, ("sweep-c3.preemptions", "sweep.first_preemption"))

@@ -310,7 +310,7 @@ def judge(
         hits = tuple(f"{name}.prefix_hits" for name in judged)
         audits = tuple(f"{r.name}.cached_tokens" for r in runs if replayed and r.kind is RunKind.DATASET)
         # the utilization in requests where window or chunk groups free blocks (utilization.py)
-        freeing = any(g.frees for g in layout.groups or ())
+        freeing = layout.scheduled
         keep = ((".kv_blocks", ".kv_samples_bound") if layout.groups else ()) + hits + audits
         keep += (".kv_utilization",) if freeing or layout.stateful else ()
         # a sweep's admission and preemptions from the ledger's run of the scheduler (wave.py)

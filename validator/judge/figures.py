@@ -187,7 +187,7 @@ def at_once(run: RunData, plan: PlanRecord, groups: tuple[HeldGroup, ...]) -> in
     """The most requests that may share an engine step up to a run's freeze: max_num_seqs; in a sweep
     step beside window or chunk groups, where the admission lets fewer run, what the ledger's run of
     the scheduler says (sweepstep.py; its admission and waiting checks judge that run)."""
-    if run.kind is not RunKind.SWEEP or not any(g.frees for g in groups):
+    if run.kind is not RunKind.SWEEP or not any(g.frees or g.state for g in groups):
         return plan.max_num_seqs
     step = step_of(run, plan)
     most = step.most_running if step else None

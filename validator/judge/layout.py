@@ -83,7 +83,16 @@ class HeldGroup:
         bs = self.size(block_size)
         if self.window is not None:  # get_num_skipped_tokens: computed - window + 1
             return max(0, computed - self.window + 1) // bs
+        if self.state == "align":  # MambaManager.get_num_skipped_tokens: computed - 1
+            return max(0, computed - 1) // bs
         return 0 if self.chunk is None else (computed // self.chunk * self.chunk) // bs
+
+    @property
+    def swept(self) -> bool:
+        """The ledger's run of the scheduler (wave.py) covers it: a window or chunk group, or a state
+        group in align mode of two pages a request (measured on a tiny LFM2; Mamba-2's third, its prefill
+        checkpoint beside the last state, is not)."""
+        return self.frees or (self.state == "align" and self.peak == 2)
 
 
 ONE_FULL_GROUP = (HeldGroup(),)
@@ -108,6 +117,13 @@ class BlockLayout:
         where the full group has it, as in one group, each block held once per group."""
         gs = self.groups or ()
         return bool(gs) and all(g.window is None and g.state is None for g in gs) and len({g.block for g in gs}) == 1
+
+    @property
+    def scheduled(self) -> bool:
+        """A sweep's admission and preemptions come from the ledger's run of the scheduler (wave.py):
+        some group frees blocks (window, chunk) or holds state, and the run covers every such group."""
+        gs = self.groups or ()
+        return any(g.frees or g.state for g in gs) and all(g.swept or g.state is None for g in gs)
 
     @property
     def state_only(self) -> bool:

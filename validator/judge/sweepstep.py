@@ -40,8 +40,15 @@ def decode_peak(groups: tuple[HeldGroup, ...], block_size: int, prompt: int, out
             sum(cdiv(t, g.size(block_size)) - g.first_held(t - 1, block_size) for g in groups)
             for t in range(prompt + 1, prompt + output)
         ),
-        default=sum(cdiv(prompt, g.size(block_size)) for g in groups),
+        default=sum(prefill_blocks(g, block_size, prompt) for g in groups),
     )
+
+
+def prefill_blocks(group: HeldGroup, block_size: int, prompt: int) -> int:
+    """The blocks a prefill of `prompt` tokens in one step takes in a group: every block of it, but
+    in a state group its last state and a checkpoint (the pages the plan reserves, at most)."""
+    blocks = cdiv(prompt, group.size(block_size))
+    return min(blocks, group.peak or 1) if group.state is not None else blocks
 
 
 def state_at(states: list[WaveState], leader_tokens: int) -> WaveState | None:
@@ -56,7 +63,7 @@ def never_preempts(groups: tuple[HeldGroup, ...], wave: Wave, peak: int) -> tupl
     prompt until its next step frees the window: one such beside the others at their decode peak. A
     prefill split over steps may preempt for its next chunk: then each may hold its whole prompt."""
     at_once = min(wave.n, wave.max_num_seqs)
-    prompt_blocks = sum(cdiv(wave.prompt, g.size(wave.block_size)) for g in groups)
+    prompt_blocks = sum(prefill_blocks(g, wave.block_size, wave.prompt) for g in groups)
     if at_once * wave.prompt <= wave.budget:
         most = (at_once - 1) * peak + max(peak, prompt_blocks)
         largest = max(peak, prompt_blocks)
@@ -159,7 +166,9 @@ def admission_caps(
     caps: list[int | None] = []
     for raw, g in zip(kv_groups if isinstance(kv_groups, list) else [], groups, strict=False):
         listed = raw.get("blocks_per_request") if isinstance(raw, dict) else None
-        if not g.frees:
+        if g.state is not None:
+            caps.append(g.peak)  # a state group's admission: its last state and a checkpoint
+        elif not g.frees:
             caps.append(None)
         elif type(listed) is int and listed > 0:
             caps.append(listed)
@@ -211,7 +220,7 @@ def predicted_step(
         admitted = min(n, plan.max_num_seqs, plan.usable_blocks // cdiv(prompt, bs))
         return Step(name, n, prompt, out, held, at_once, admitted, at_once > held)
     groups = layout.groups
-    if not groups or not any(g.frees for g in groups):
+    if not groups or not layout.scheduled:
         return Step(name, n, prompt, out, None, at_once, None, None, f"{layout.gap}")
     caps = admission_caps(plan.shown.get("kv_groups"), groups, plan, prompt)
     if caps is None or plan.max_num_batched_tokens <= 0:

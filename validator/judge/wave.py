@@ -79,20 +79,31 @@ class _Pool:
         return [g.size(self.wave.block_size) for g in self.groups]
 
     def drop_skipped(self, r: _Req) -> None:
-        """remove_skipped_blocks: blocks wholly before the window, or the chunk, of the next token."""
+        """remove_skipped_blocks: blocks wholly before the window, or the chunk, of the next token; a
+        state group's pages but the last state."""
         for i, g in enumerate(self.groups):
-            if g.frees and r.listed[i]:
+            if (g.frees or g.state == "align") and r.listed[i]:
                 gone = min(g.first_held(r.computed, self.wave.block_size), r.listed[i])
                 if gone > r.freed[i]:
                     self.free += gone - r.freed[i]
                     r.freed[i] = gone
 
     def grow(self, r: _Req, new: int) -> bool:
-        need = [max(cdiv(r.computed + new, bs) - r.listed[i], 0) for i, bs in enumerate(self.sizes())]
-        if sum(need) > self.free:
+        listed = [max(cdiv(r.computed + new, bs), r.listed[i]) for i, bs in enumerate(self.sizes())]
+        need = [n - a for n, a in zip(listed, r.listed, strict=True)]
+        nulls = [0] * len(need)
+        for i, g in enumerate(self.groups):
+            if g.state is not None and need[i]:
+                # align mode takes one page, the state at the step's end, and the prefill's checkpoint
+                # page where its last step crosses a block boundary past its start; the rest are null
+                end, bs = r.computed + new, self.sizes()[i]
+                checkpoint = end >= self.wave.prompt and (end - 1) // bs * bs > r.computed and listed[i] >= 2
+                nulls[i] = need[i] - min(need[i], 1 + int(checkpoint))
+        if sum(need) - sum(nulls) > self.free:
             return False
-        self.free -= sum(need)
-        r.listed = [a + b for a, b in zip(r.listed, need, strict=True)]
+        self.free -= sum(need) - sum(nulls)
+        r.listed = listed
+        r.freed = [a + b for a, b in zip(r.freed, nulls, strict=True)]
         return True
 
     def quiet_steps(self, running: list[_Req], output: int) -> int:
@@ -106,12 +117,13 @@ class _Pool:
             quiet = min(quiet, output - r.produced - 1)
             for i, (g, bs) in enumerate(zip(self.groups, self.sizes(), strict=True)):
                 quiet = min(quiet, r.listed[i] * bs - c)  # its next token's slot in a block it has
-                if g.frees:
+                if g.frees or g.state == "align":
                     if min(g.first_held(c, self.wave.block_size), r.listed[i]) != r.freed[i]:
                         return 0
-                    # the next token computed that frees a block: past the window's edge, or a new chunk
-                    chunk = g.chunk or 1
-                    edge = (r.freed[i] + 1) * bs + g.window - 1 if g.window else (c // chunk + 1) * chunk
+                    # the next token computed that frees a block: past the window's edge (a state's: 2
+                    # tokens, the last state kept), or a new chunk
+                    chunk, window = g.chunk or 1, g.window or (2 if g.state else None)
+                    edge = (r.freed[i] + 1) * bs + window - 1 if window else (c // chunk + 1) * chunk
                     quiet = min(quiet, edge - c)
         return max(quiet, 0)
 
