@@ -302,3 +302,52 @@ def test_sharegpt_on_gptoss_freezes_exactly_per_group(gptoss_server, tmp_path):
         tmp_path / "run", tmp_path / "b", lambda d: doctor.edit_jl(d / "runs/dataset/freezes.jsonl", one_block_more)
     )
     assert code == 1 and checks(rep)[frozen[0]]["status"] == "fail"
+
+
+@pytest.fixture(scope="module")
+def lfm2_server(tiny_model, tmp_path_factory):
+    """A tiny LFM2 (3 short-conv state groups beside a full one) with 77 blocks: 2 requests of 1,024
+    tokens reserve 32 attention blocks and 2 pages a state group each, and the null block."""
+    yield from model_server(tiny_model, tmp_path_factory.mktemp("lfm2-server"), "tiny-lfm2", 77)
+
+
+def test_a_trace_on_a_hybrid_follows_the_states_checkpoints_request_by_request(lfm2_server, tmp_path):
+    """The Mooncake trace on the tiny LFM2: vLLM keeps a state only at its checkpoints, so a request
+    reusing a prefix no earlier request ended at misses it once, and the state pages share the pool
+    with the attention blocks. The replay that follows this gets every request's cached tokens exact;
+    one full-attention group's would not. Every check is judged and the run passes."""
+    code, rep, err = url_run(lfm2_server, tmp_path, *TRACE)
+    c = checks(rep)
+    assert code == 0 and rep["verdict"] == "pass", err
+    assert c["dataset.cached_tokens"]["status"] == "pass" and c["dataset.prefix_hits"]["status"] == "pass"
+    assert "48 of 48 requests got exactly" in c["dataset.cached_tokens"]["explanation"]
+
+    from dataclasses import replace
+
+    from validator.judge.cachedtokens import predictions
+    from validator.rundir.rundata import load_runs
+    from validator.rundir.saved import read_saved
+
+    src = tmp_path / "run"
+    saved = read_saved(src)
+    run = load_runs(src, saved.schedule, True)[0]
+    observed = {x.id: x.cached_tokens for x in run.records}
+    one = [g for g in saved.record.shown["kv_groups"] if g["kind"] == "FullAttentionSpec"]
+    dense, _ = predictions(run, replace(saved.record, shown={**saved.record.shown, "kv_groups": one}))
+    assert dense is not None and sum(not p.admits(observed[p.id]) for p in dense) >= 1
+    preds, _ = predictions(run, saved.record)
+    one_block_more_fails(src, tmp_path / "a", preds or [], 32)
+
+
+def test_sharegpt_on_a_hybrid_freezes_exactly_per_group(lfm2_server, tmp_path):
+    """ShareGPT (text prompts, mixed lengths) on the tiny LFM2: every freeze's blocks (attention
+    blocks with the copies the states' checkpoints imply, a page a state group), every request's
+    cached tokens, and the run passes whole."""
+    code, rep, err = url_run(
+        lfm2_server, tmp_path, "--dataset-name", "sharegpt", "--dataset-path", str(DATA / "sharegpt-tiny.json")
+    )
+    c = checks(rep)
+    assert code == 0 and rep["verdict"] == "pass", err
+    frozen = [n for n in c if n.startswith("dataset.freeze") and n.endswith(".kv_blocks")]
+    assert len(frozen) >= 3 and all(c[n]["status"] == "pass" for n in frozen)
+    assert c["dataset.cached_tokens"]["status"] == "pass"

@@ -145,6 +145,35 @@ def test_the_states_are_kept_at_the_checkpoints():
     assert answers(PrefixCacheModel(32, 256)) != vllm  # one group: the shared prefix hit at once
 
 
+def test_the_replay_keeps_the_states_at_the_checkpoints():
+    """The block pool replay of a dataset run (prefixsim.py) on the same 15 prompts, each sent after
+    the one before finished: vLLM's cached tokens, one by one, as the prefix model gives them; a state
+    group takes its checkpoint and last-state pages, not its prompt's blocks."""
+    import random
+
+    from validator.judge.arrivals import SimRequest
+    from validator.judge.prefixsim import simulate
+
+    rng = random.Random(0)
+
+    def tok(n):
+        return [rng.randint(10, 500) for _ in range(n)]
+
+    head, p, p2, h2, long = tok(256), tok(480), tok(470), tok(300), tok(100)
+    prompts = [p, p, p, p2, p2, p2 + tok(30), head + tok(224), head + tok(224), head + tok(224), head + tok(1)]
+    prompts += [h2, h2[:200] + tok(100), h2[:200] + tok(100), long, long + tok(150)]
+    outputs = [1] * 13 + [200, 1]
+    reqs, t = [], 0.0
+    for i, (x, out) in enumerate(zip(prompts, outputs, strict=True)):
+        reqs.append(SimRequest(f"r{i}", x, out, t, tuple(t + 0.1 + 0.001 * k for k in range(out))))
+        t += 1.0
+    got = [x.hits for x in simulate(reqs, 32, 256, max_running=1, groups=GROUPS)]
+    assert got == [0, 448, 448, 0, 448, 448, 0, 0, 256, 256, 0, 0, 192, 0, 96]
+    # a 500-token prompt takes 16 attention blocks and 2 pages in each of 3 state groups: 22 fit in 24
+    # (its prompt's blocks in every group would be 64)
+    assert len(simulate(reqs[5:6], 32, 24, max_running=1, groups=GROUPS)) == 1
+
+
 def lfm2_plan(**shown):
     return replace(
         PLAN, num_blocks=257, usable_blocks=256, shown={"kv_groups": LFM2, "vllm_version": "0.32.0", **shown}

@@ -13,7 +13,7 @@ from validator.judge.arrivals import Prediction, SimRequest
 from validator.judge.blockpool import Overflow
 from validator.judge.check import Check
 from validator.judge.figures import counter_delta
-from validator.judge.layout import replayed_groups, window_of
+from validator.judge.layout import replayed_groups, state_need, window_of
 from validator.judge.prefixsim import simulate
 from validator.judge.template import audit
 from validator.plan.record import PlanRecord
@@ -61,7 +61,7 @@ def predictions(run: RunData, plan: PlanRecord) -> tuple[list[Prediction] | None
             else "the preemption counter was not read"
         )
     layout, served = window_of(plan)
-    groups = replayed_groups(layout, served)
+    groups = replayed_groups(layout, served, state_need(plan, layout))
     if groups is None:
         return None, (
             "the replay follows full-attention groups, or those beside sliding windows cached at checkpoints: "

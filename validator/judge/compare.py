@@ -304,7 +304,7 @@ def judge(
         sweeps = {r.name for r in runs if r.kind is RunKind.SWEEP}
         # freezes count each group; prefix hits follow the window's checkpoints where vLLM keeps them
         # a dataset run's hits and cached tokens come from the block pool replay (prefixsim.py)
-        replayed = replayed_groups(layout, window) is not None
+        replayed = replayed_groups(layout, window, need) is not None
         modelled = window is not None or layout.dense or need is not None
         judged = {r.name for r in runs if layout.state_only or (replayed if r.kind is RunKind.DATASET else modelled)}
         hits = tuple(f"{name}.prefix_hits" for name in judged)

@@ -281,14 +281,17 @@ def window_of(plan: PlanRecord) -> tuple[BlockLayout, int | None]:
     )
 
 
-def replayed_groups(layout: BlockLayout, window: int | None) -> tuple[HeldGroup, ...] | None:
+def replayed_groups(layout: BlockLayout, window: int | None, need: int | None = None) -> tuple[HeldGroup, ...] | None:
     """The groups, in vLLM's order, where the block pool replay (prefixsim.py) covers the layout: one
     full-attention group, or full-attention groups beside sliding-window groups of one window that
     vLLM caches at checkpoints (`window`, from checkpoint_window), each kind at one block size
-    (gpt-oss; Gemma 4 at two), or beside chunked-local groups of one chunk size (Llama 4)."""
+    (gpt-oss; Gemma 4 at two), or beside chunked-local groups of one chunk size (Llama 4), or beside
+    state groups of two pages a request kept at those checkpoints (`need`, from state_need: LFM2)."""
     if layout.gap is None:
         return ONE_FULL_GROUP
     gs = layout.groups or ()
+    if need is not None and gs and all(g.swept for g in gs if g.state):
+        return gs
     if layout.dense and any(g.chunk is None for g in gs) and len({g for g in gs if g.chunk}) == 1:
         return gs  # full groups beside chunked-local groups of one chunk (Llama 4)
     if window is None or layout.window != window or not gs:

@@ -53,19 +53,16 @@ import heapq
 import math
 from array import array
 from collections.abc import Iterator
-from typing import Any
 
 from validator.judge.arrivals import Prediction, SimRequest, arrival_order
 from validator.judge.blockpool import BlockPool, Overflow
 from validator.judge.layout import ONE_FULL_GROUP, HeldGroup
-from validator.judge.predict import block_keys, checkpoint_blocks, window_hit
+from validator.judge.predict import block_keys, checkpoint_blocks
+from validator.judge.replaylookup import Lookups
 from validator.units import cdiv
 
-STEP_SLACK = 2  # decode steps by which the client's view of a step may be off (same-step order, async scheduling)
-BURST_S = 0.005  # tokens read closer than this may be one burst of buffered steps, in any order
 
-
-class _Replay:
+class _Replay(Lookups):
     """The events of the run in the client's order, under the server's two constraints: no more than
     max_num_seqs requests run at once, and no block is taken that is not free (the runs judged here
     have no preemption). When the client's clock puts a request's start before an earlier one's
@@ -86,8 +83,10 @@ class _Replay:
         self.watch = watch  # the requests whose first copies are kept (a freeze caught them)
         self.order, self.max_running = order, max_running
         self.sizes = [g.size(block_size) for g in groups]
-        self.fulls = [j for j, g in enumerate(groups) if g.window is None and g.chunk is None]
-        self.wins = [j for j, g in enumerate(groups) if g.window is not None]
+        self.fulls = [j for j, g in enumerate(groups) if g.window is None and g.chunk is None and g.state is None]
+        # a hybrid's state groups are cached at the windows' checkpoints, a hit needing one block (the state)
+        self.wins = [j for j, g in enumerate(groups) if g.window is not None or g.state is not None]
+        self.states = [j for j in self.wins if groups[j].state is not None]
         self.chunks = [j for j, g in enumerate(groups) if g.chunk is not None]
         kinds = [{groups[j] for j in js} for js in (self.fulls, self.wins, self.chunks)]
         alone = not self.fulls and self.wins and not self.chunks  # sliding layers only (Mistral-7B-v0.1)
@@ -101,11 +100,11 @@ class _Replay:
         self.window = (groups[self.wins[0]].window or 0) if self.wins else 0
         self.chunk = (groups[self.chunks[0]].chunk or 0) if self.chunks else 0
         self.groups, self.block_size = groups, block_size
-        self.frees = self.wins + self.chunks  # the groups that free blocks as a request decodes
+        self.frees = self.wins + self.chunks  # the groups that free blocks as a request decodes (and states)
         # a hit lands where both kinds' blocks end (scheduler_block_size), and every group caches up
         # to that alignment only (get_num_cacheable_tokens)
         self.align = math.lcm(self.bf, self.bw)
-        self.need = cdiv(self.window - 1, self.bw) if self.window else 0  # blocks a window hit spans
+        self.need = cdiv(self.window - 1, self.bw) if self.window else int(bool(self.states))  # a hit spans
         # a prompt may be prefilled in chunks (looked up steps before its first token) unless it fits
         # the step's token budget beside the largest prompts of the others that may share that step
         longest = sorted((len(r.prompt) for r in order), reverse=True)[: max(0, (max_running or len(order)) - 1)]
@@ -133,6 +132,7 @@ class _Replay:
         self.blocks: dict[int, list[list[int | None]]] = {}  # per request, per group (None: the null block)
         self.keys: dict[int, list[int]] = {}  # its prompt's keys at the full groups' block
         self.cached_to: dict[int, int] = {}  # the full groups' blocks it has cached
+        self.state_lo: dict[tuple[int, int], int] = {}  # (request, state group): the pages before it freed
         self.out: dict[str, Prediction] = {}
 
     def events(self, i: int) -> Iterator[tuple[float, int, int, int]]:
@@ -162,6 +162,8 @@ class _Replay:
             self.schedule(i, t)
         elif what == -2:
             del self.keys[i], self.cached_to[i]  # nothing of a finished request is held but its blocks
+            for g in self.states:
+                self.state_lo.pop((i, g), None)
             for blocks in self.blocks.pop(i):  # each group in vLLM's order, its blocks last first
                 self.pool.release([b for b in reversed(blocks) if b is not None])
         else:
@@ -183,48 +185,6 @@ class _Replay:
             self.finish_one(t, i)
         return self.pool.take(t, None if decode is None or self.forcing else (i, decode))
 
-    def may_follow(self, r: SimRequest, key: Any) -> bool:
-        """Whether the eviction of `key` may have come after r's lookup in truth (see the module's doc)."""
-        ev = self.pool.evicted_by.get(key)
-        if ev is None or ev[0] < r.sent:
-            return False
-        lead = r.lead if r.lead is not None else (0.0 if self.one_chunk else None)
-        if lead is None:
-            return True
-        _, j, k = ev  # j's step for token k + 1: certainly earlier if j had token k + 1 + STEP_SLACK before the lookup
-        later = self.order[j].token_times
-        return not (k + STEP_SLACK < len(later) and later[k + STEP_SLACK] < r.token_times[0] - lead - BURST_S)
-
-    def held(self, key: Any, groups: list[int], r: SimRequest | None = None) -> bool:
-        """Whether every group of `groups` has `key` cached (a lookup finds identical groups together);
-        with `r`, or may have had it when r was looked up."""
-        return all(
-            self.pool.cached((g, key)) is not None or (r is not None and self.may_follow(r, (g, key))) for g in groups
-        )
-
-    def hit(self, keys: tuple[list[int], list[int]], cap: int, r: SimRequest | None) -> tuple[int, int]:
-        """(the hit, the full groups' aligned hit) in tokens: the full groups' leading cached blocks,
-        aligned, then the window groups' run within them (SlidingWindowManager.find_longest_cache_hit),
-        or the chunk groups' run from the start of the chunk the full hit ends in: the chunks before
-        it are not looked at (ChunkedLocalAttentionManager: null blocks)."""
-        ksf, ksw = keys
-        full = 0
-        while full < cap and self.held(ksf[full], self.fulls, r):
-            full += 1
-        # window groups alone are looked up over the whole prompt (UnitaryKVCacheCoordinator)
-        full = (full if self.fulls else cap) * self.bf // self.align * self.align
-        if self.chunks:
-            j = full // self.chunk * self.chunk // self.bf
-            while j < full // self.bf and self.held(ksf[j], self.chunks, r):
-                j += 1
-            return j * self.bf, full
-        if not self.wins:
-            return full, full
-        step = self.align // self.bw
-        run = window_hit(ksw, full // self.bw, self.need, lambda k: self.held(k[1], self.wins, r), step)  # type: ignore[index]
-        # alone, no other group's longer hit leaves a junction for the window to pin (num_uncached 0)
-        return run * self.bw, full if self.fulls else run * self.bw
-
     def schedule(self, i: int, t: float) -> None:
         r, pool, bf, bw = self.order[i], self.pool, self.bf, self.bw
         p = len(r.prompt)
@@ -236,7 +196,7 @@ class _Replay:
         upper, _ = self.hit(keys, cap, r)
         mine: list[list[int | None]] = []
         for g, spec in enumerate(self.groups):  # the hits, then new blocks, each group in vLLM's order
-            if spec.window is None:  # a chunk group's blocks of the chunks before the hit's: the null block
+            if spec.window is None and spec.state is None:  # a chunk group's blocks before the hit's chunk: null
                 nulls = tokens // self.chunk * self.chunk // bf if spec.chunk else 0
                 got: list[int | None] = [None] * nulls
                 got += [pool.cached((g, k)) for k in ksf[nulls : tokens // bf]]
@@ -248,11 +208,14 @@ class _Replay:
                 if b is not None:
                     pool.touch(b)
             mine.append(got)
-        for g in range(len(self.groups)):
-            mine[g] += [self.take(t, i) for _ in range(cdiv(p, self.sizes[g]) - len(mine[g]))]
-        self.blocks[i], self.keys[i], self.cached_to[i] = mine, ksf, tokens // bf
         # the window groups cache their checkpoints only (reachable_block_mask, retention interval 0)
         tail = checkpoint_blocks(p, tokens, full, self.align, bw, self.need, len(ksw)) if self.wins else []
+        for g in range(len(self.groups)):
+            n = cdiv(p, self.sizes[g])
+            # a state group takes a page for its checkpoints and its last state; the rest are null blocks
+            pages = set(tail) | {n - 1} if g in self.states else range(len(mine[g]), n)
+            mine[g] += [self.take(t, i) if j in pages else None for j in range(len(mine[g]), n)]
+        self.blocks[i], self.keys[i], self.cached_to[i] = mine, ksf, tokens // bf
         first = None
         if r.id in self.watch:  # the blocks it caches whose key no block held: the copy later hits share
             new, dense = p // self.align * self.align // bf, self.fulls + self.chunks
@@ -283,7 +246,12 @@ class _Replay:
         for g in self.frees:  # remove_skipped_blocks on the positions computed before this step
             held = mine[g]
             gone = min(self.groups[g].first_held(n - 1, self.block_size), len(held))
-            if gone and held[gone - 1] is not None:  # blocks newly behind the window or chunk
+            if g in self.states:  # its pages but the last state, null blocks between them
+                lo = self.state_lo.get((i, g), 0)
+                self.pool.release([b for b in held[lo:gone][::-1] if b is not None])
+                held[lo:gone] = [None] * max(gone - lo, 0)
+                self.state_lo[(i, g)] = max(lo, gone)
+            elif gone and held[gone - 1] is not None:  # blocks newly behind the window or chunk
                 freed = []
                 for j in range(gone - 1, -1, -1):
                     if held[j] is None:
