@@ -240,6 +240,47 @@ def model_server(tiny_model, d: Path, build: str, blocks: int):
         yield server, f
 
 
+def sharegpt_freezes_exactly(server, tmp_path) -> list[str]:
+    """ShareGPT through `server`: the run passes whole, every request's cached tokens exact and 3 or
+    more freezes, all exact; their check names."""
+    code, rep, err = url_run(
+        server, tmp_path, "--dataset-name", "sharegpt", "--dataset-path", str(DATA / "sharegpt-tiny.json")
+    )
+    c = checks(rep)
+    assert code == 0 and rep["verdict"] == "pass", err
+    frozen = [n for n in c if n.startswith("dataset.freeze") and n.endswith(".kv_blocks")]
+    assert len(frozen) >= 3 and all(c[n]["status"] == "pass" for n in frozen)
+    assert c["dataset.cached_tokens"]["status"] == "pass"
+    return frozen
+
+
+def trace_replayed_exactly(server, tmp_path) -> tuple[dict, list]:
+    """The Mooncake trace through `server`: the run passes whole, 48 of 48 requests' cached tokens
+    exact, a request doctored to one block more fails; (vLLM's cached tokens by request, the replay of
+    the full-attention groups alone, which gets at least one request wrong)."""
+    from dataclasses import replace
+
+    from validator.judge.cachedtokens import predictions
+    from validator.rundir.rundata import load_runs
+    from validator.rundir.saved import read_saved
+
+    code, rep, err = url_run(server, tmp_path, *TRACE)
+    c = checks(rep)
+    assert code == 0 and rep["verdict"] == "pass", err
+    assert c["dataset.cached_tokens"]["status"] == "pass" and c["dataset.prefix_hits"]["status"] == "pass"
+    assert "48 of 48 requests got exactly" in c["dataset.cached_tokens"]["explanation"]
+    src = tmp_path / "run"
+    saved = read_saved(src)
+    run = load_runs(src, saved.schedule, True)[0]
+    observed = {x.id: x.cached_tokens for x in run.records}
+    one = [g for g in saved.record.shown["kv_groups"] if g["kind"] == "FullAttentionSpec"]
+    dense, _ = predictions(run, replace(saved.record, shown={**saved.record.shown, "kv_groups": one}))
+    assert dense is not None and sum(not p.admits(observed[p.id]) for p in dense) >= 1
+    preds, _ = predictions(run, saved.record)
+    one_block_more_fails(src, tmp_path / "a", preds or [], 32)
+    return observed, dense
+
+
 @pytest.fixture(scope="module")
 def gptoss_server(tiny_model, tmp_path_factory):
     """A tiny gpt-oss (window 128 beside full attention, 2 KV groups) with 257 blocks (2 x 128 a
@@ -253,43 +294,15 @@ def test_a_trace_on_gptoss_follows_the_windows_checkpoints_request_by_request(gp
     this gets 48 of 48 requests exact (5,568 hit tokens); replaying one full-attention group would
     predict 6,144 and get 3 wrong. Every check is judged and the run passes; a request doctored to
     one block more fails."""
-    code, rep, err = url_run(gptoss_server, tmp_path, *TRACE)
-    c = checks(rep)
-    assert code == 0 and rep["verdict"] == "pass", err
-    assert c["dataset.cached_tokens"]["status"] == "pass" and c["dataset.prefix_hits"]["status"] == "pass"
-    assert "48 of 48 requests got exactly" in c["dataset.cached_tokens"]["explanation"]
-
-    from dataclasses import replace
-
-    from validator.judge.cachedtokens import predictions
-    from validator.rundir.rundata import load_runs
-    from validator.rundir.saved import read_saved
-
-    src = tmp_path / "run"
-    saved = read_saved(src)
-    run = load_runs(src, saved.schedule, True)[0]
-    observed = {x.id: x.cached_tokens for x in run.records}
-    one = [g for g in saved.record.shown["kv_groups"] if g["kind"] == "FullAttentionSpec"]
-    dense, _ = predictions(run, replace(saved.record, shown={**saved.record.shown, "kv_groups": one}))
-    assert dense is not None and sum(not p.admits(observed[p.id]) for p in dense) >= 1
+    observed, dense = trace_replayed_exactly(gptoss_server, tmp_path)
     assert sum(p.hits for p in dense) > sum(observed.values())  # a window group hits less
-
-    preds, _ = predictions(run, saved.record)
-    one_block_more_fails(src, tmp_path / "a", preds or [], 32)
 
 
 def test_sharegpt_on_gptoss_freezes_exactly_per_group(gptoss_server, tmp_path):
     """ShareGPT (text prompts, mixed lengths) on the tiny gpt-oss: every freeze's blocks, counted per
     group with the copies the window's checkpoints imply (on the token ids the server computed),
     every request's cached tokens, and the run passes whole; a freeze read one block high fails."""
-    code, rep, err = url_run(
-        gptoss_server, tmp_path, "--dataset-name", "sharegpt", "--dataset-path", str(DATA / "sharegpt-tiny.json")
-    )
-    c = checks(rep)
-    assert code == 0 and rep["verdict"] == "pass", err
-    frozen = [n for n in c if n.startswith("dataset.freeze") and n.endswith(".kv_blocks")]
-    assert len(frozen) >= 3 and all(c[n]["status"] == "pass" for n in frozen)
-    assert c["dataset.cached_tokens"]["status"] == "pass"
+    frozen = sharegpt_freezes_exactly(gptoss_server, tmp_path)
     held = doctor.jl(tmp_path / "run" / "runs" / "dataset" / "freezes.jsonl")
     usable = json.loads((tmp_path / "run" / "plan.json").read_text())["usable_blocks"]
 
@@ -316,38 +329,12 @@ def test_a_trace_on_a_hybrid_follows_the_states_checkpoints_request_by_request(l
     reusing a prefix no earlier request ended at misses it once, and the state pages share the pool
     with the attention blocks. The replay that follows this gets every request's cached tokens exact;
     one full-attention group's would not. Every check is judged and the run passes."""
-    code, rep, err = url_run(lfm2_server, tmp_path, *TRACE)
-    c = checks(rep)
-    assert code == 0 and rep["verdict"] == "pass", err
-    assert c["dataset.cached_tokens"]["status"] == "pass" and c["dataset.prefix_hits"]["status"] == "pass"
-    assert "48 of 48 requests got exactly" in c["dataset.cached_tokens"]["explanation"]
-
-    from dataclasses import replace
-
-    from validator.judge.cachedtokens import predictions
-    from validator.rundir.rundata import load_runs
-    from validator.rundir.saved import read_saved
-
-    src = tmp_path / "run"
-    saved = read_saved(src)
-    run = load_runs(src, saved.schedule, True)[0]
-    observed = {x.id: x.cached_tokens for x in run.records}
-    one = [g for g in saved.record.shown["kv_groups"] if g["kind"] == "FullAttentionSpec"]
-    dense, _ = predictions(run, replace(saved.record, shown={**saved.record.shown, "kv_groups": one}))
-    assert dense is not None and sum(not p.admits(observed[p.id]) for p in dense) >= 1
-    preds, _ = predictions(run, saved.record)
-    one_block_more_fails(src, tmp_path / "a", preds or [], 32)
+    observed, dense = trace_replayed_exactly(lfm2_server, tmp_path)
+    assert sum(p.hits for p in dense) > sum(observed.values())  # the states' checkpoints hit less
 
 
 def test_sharegpt_on_a_hybrid_freezes_exactly_per_group(lfm2_server, tmp_path):
     """ShareGPT (text prompts, mixed lengths) on the tiny LFM2: every freeze's blocks (attention
     blocks with the copies the states' checkpoints imply, a page a state group), every request's
     cached tokens, and the run passes whole."""
-    code, rep, err = url_run(
-        lfm2_server, tmp_path, "--dataset-name", "sharegpt", "--dataset-path", str(DATA / "sharegpt-tiny.json")
-    )
-    c = checks(rep)
-    assert code == 0 and rep["verdict"] == "pass", err
-    frozen = [n for n in c if n.startswith("dataset.freeze") and n.endswith(".kv_blocks")]
-    assert len(frozen) >= 3 and all(c[n]["status"] == "pass" for n in frozen)
-    assert c["dataset.cached_tokens"]["status"] == "pass"
+    sharegpt_freezes_exactly(lfm2_server, tmp_path)
