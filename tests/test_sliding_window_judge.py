@@ -16,8 +16,9 @@ from pathlib import Path
 import numpy as np
 
 from tests.test_compare import PLAN, broken, by_name, cold_run, judge, values
+from validator.judge.checkpoints import SERVED_RETENTION, checkpoint_window
 from validator.judge.freezecheck import expected_state
-from validator.judge.layout import SERVED_RETENTION, HeldGroup, block_layout, checkpoint_window
+from validator.judge.layout import HeldGroup, block_layout
 from validator.judge.predict import PrefixCacheModel
 
 BS, WINDOW = 32, 128
@@ -173,7 +174,7 @@ def test_a_retention_interval_given_in_the_profile_reaches_the_judge():
     off, as it takes vLLM's checkpoints off. Before, plan.json held the plan's own flags only and the
     judge kept the checkpoint model for a launch that cached every window block."""
     from validator.inputs import plan_input_from_profile
-    from validator.judge.layout import window_of
+    from validator.judge.checkpoints import window_of
     from validator.plan.limits import make_plan
     from validator.profile.load import load, override
     from validator.serve.argv import plan_record

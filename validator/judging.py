@@ -12,9 +12,9 @@ from pathlib import Path
 from validator import provenance
 from validator.errors import EXIT_FAIL, EXIT_INFRA, EXIT_OK
 from validator.judge.check import Check
+from validator.judge.checkpoints import SERVED_RETENTION
 from validator.judge.compare import judge
 from validator.judge.freezestate import LAUNCHED_ARGV
-from validator.judge.layout import SERVED_RETENTION
 from validator.judge.quality_run import judge_quality
 from validator.judge.startup import cross_check
 from validator.judge.sweep import sweep_summary

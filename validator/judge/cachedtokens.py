@@ -12,8 +12,8 @@ from loadgen.results.records import RequestRecord
 from validator.judge.arrivals import Prediction, SimRequest
 from validator.judge.blockpool import Overflow
 from validator.judge.check import Check
+from validator.judge.checkpoints import replayed_groups, state_need, window_of
 from validator.judge.figures import counter_delta
-from validator.judge.layout import replayed_groups, state_need, window_of
 from validator.judge.prefixsim import simulate
 from validator.judge.template import audit
 from validator.plan.record import PlanRecord

@@ -19,16 +19,10 @@ import math
 from validator.judge import evidence
 from validator.judge.cachedtokens import cached_tokens_check, predictions
 from validator.judge.check import Check
+from validator.judge.checkpoints import replayed_groups, state_need, window_of
 from validator.judge.figures import RunFigures, _pct, bucket_of, hist_delta, predict_prefix, run_figures
 from validator.judge.freezecheck import freeze_checks
-from validator.judge.layout import (
-    ONE_FULL_GROUP,
-    HeldGroup,
-    outside_the_block_model,
-    replayed_groups,
-    state_need,
-    window_of,
-)
+from validator.judge.layout import ONE_FULL_GROUP, HeldGroup, outside_the_block_model
 from validator.judge.predict import Lookup
 from validator.judge.servertiming import ShareBounds, per_request_latency_checks, server_timing_check, share_bounds
 from validator.judge.slo import slo_checks

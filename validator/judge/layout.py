@@ -26,7 +26,6 @@ from dataclasses import dataclass, replace
 from typing import Any
 
 from validator.judge.check import Check
-from validator.plan.record import PlanRecord
 
 # the kinds of group the block model counts (plan.json's kv_groups kind)
 ONE_GROUP_KINDS = ("FullAttentionSpec", "MLASpec")
@@ -212,91 +211,6 @@ def _state_group(g: dict[str, Any], block: int | None) -> HeldGroup | None:
     if mode not in ("align", "none") or spec != 0 or not (type(peak) is int and peak > 0):
         return None
     return HeldGroup(block=block, state=mode, peak=peak)
-
-
-# vLLM keeps a sliding-window group's blocks cached at checkpoints only from its sparse prefix-cache
-# retention on (default interval 0, "semantic checkpoints"); 0.32 is the release measured here
-CHECKPOINTS_FROM = (0, 32)
-DENSE_FLAGS = ("--prefix-cache-retention-interval", "--speculative-config")  # a set interval; EAGLE forces dense
-
-
-def checkpoint_window(
-    layout: BlockLayout, vllm_version: Any, vllm_args: Any, vllm_env: Any, served: Any = None
-) -> int | None:
-    """The layout's window where vLLM caches that group at its default checkpoints, else None. The
-    server's own word first (`served`: prefix_cache_retention_interval as vllm:cache_config_info
-    labels it, "0" for checkpoints); without it, an older or unknown vLLM, or a launch that set the
-    retention interval or speculative decoding, is not this model."""
-    if layout.window is None:
-        return None
-    return layout.window if at_checkpoints(vllm_version, vllm_args, vllm_env, served) else None
-
-
-def at_checkpoints(vllm_version: Any, vllm_args: Any, vllm_env: Any, served: Any = None) -> bool:
-    """Whether vLLM keeps a window's or a state group's blocks at its default checkpoints (checkpoint_window)."""
-    from validator.errors import InputError
-    from validator.flags import flag_key, names
-    from validator.plan.gpu_memory import parse_version
-
-    if isinstance(served, str):
-        return served == "0"
-    if not isinstance(vllm_version, str):
-        return False
-    try:
-        if parse_version(vllm_version) < CHECKPOINTS_FROM:
-            return False
-    except InputError:
-        return False
-    keys = [k for k in (flag_key(str(a)) for a in vllm_args or ()) if k]  # every spelling vLLM's parser takes
-    return not any(names(k, f) for k in keys for f in DENSE_FLAGS) and "VLLM_PREFIX_CACHE_RETENTION_INTERVAL" not in (
-        vllm_env or {}
-    )
-
-
-def state_need(plan: PlanRecord, layout: BlockLayout) -> int | None:
-    """1 where a hybrid's state groups keep the state at vLLM's checkpoints, as a window group of one
-    block would (predict.PrefixCacheModel's `need`): align-mode state beside full attention at one
-    block size, vLLM >= 0.32 at its default retention; else None (its hits are not modelled)."""
-    gs = layout.groups or ()
-    kinds = {
-        ("state" if g.state == "align" else "full" if g.window is None and g.chunk is None and g.state is None else "")
-        for g in gs
-    }
-    if kinds != {"state", "full"} or any(g.block is not None for g in gs):
-        return None
-    shown = plan.shown
-    kept = at_checkpoints(shown.get("vllm_version"), plan.vllm_args, plan.vllm_env, shown.get(SERVED_RETENTION))
-    return 1 if kept else None
-
-
-SERVED_RETENTION = "served_prefix_cache_retention_interval"  # what the judge adds to the plan's shown keys
-
-
-def window_of(plan: PlanRecord) -> tuple[BlockLayout, int | None]:
-    """The plan's layout, and its window where vLLM caches it at checkpoints (checkpoint_window)."""
-    layout = block_layout(plan.shown.get("kv_groups"))
-    shown = plan.shown
-    return layout, checkpoint_window(
-        layout, shown.get("vllm_version"), plan.vllm_args, plan.vllm_env, shown.get(SERVED_RETENTION)
-    )
-
-
-def replayed_groups(layout: BlockLayout, window: int | None, need: int | None = None) -> tuple[HeldGroup, ...] | None:
-    """The groups, in vLLM's order, where the block pool replay (prefixsim.py) covers the layout: one
-    full-attention group, or full-attention groups beside sliding-window groups of one window that
-    vLLM caches at checkpoints (`window`, from checkpoint_window), each kind at one block size
-    (gpt-oss; Gemma 4 at two), or beside chunked-local groups of one chunk size (Llama 4), or beside
-    state groups of two pages a request kept at those checkpoints (`need`, from state_need: LFM2)."""
-    if layout.gap is None:
-        return ONE_FULL_GROUP
-    gs = layout.groups or ()
-    if need is not None and gs and all(g.swept for g in gs if g.state):
-        return gs
-    if layout.dense and any(g.chunk is None for g in gs) and len({g for g in gs if g.chunk}) == 1:
-        return gs  # full groups beside chunked-local groups of one chunk (Llama 4)
-    if window is None or layout.window != window or not gs:
-        return None
-    return gs
 
 
 def outside_the_block_model(

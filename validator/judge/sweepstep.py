@@ -8,8 +8,9 @@ import functools
 from dataclasses import dataclass
 from typing import Any
 
+from validator.judge.checkpoints import plan_layout
 from validator.judge.freezecheck import settled_freezes
-from validator.judge.layout import BlockLayout, HeldGroup, block_layout
+from validator.judge.layout import BlockLayout, HeldGroup
 from validator.judge.wave import Wave, WaveState, run_wave
 from validator.plan.kv_spec import ChunkedLocalSpec, SlidingWindowSpec
 from validator.plan.record import PlanRecord
@@ -245,7 +246,7 @@ def step_of(run: RunData, plan: PlanRecord) -> Step | None:
     ((prompt, out),) = asked
     if prompt is None or out is None:
         return None
-    layout = block_layout(plan.shown.get("kv_groups"))
+    layout = plan_layout(plan)
     n, total = run.planned.concurrency, run.planned.requests
     lead, ahead = leader_tokens(run)
     return predicted_step(plan, layout, run.name, n, prompt, out, lead, total, ahead=ahead)

@@ -6,7 +6,8 @@ from __future__ import annotations
 
 from loadgen.schedule.workload import near_limit, new_salt
 from validator.errors import InputError
-from validator.judge.layout import ONE_FULL_GROUP, BlockLayout, block_layout
+from validator.judge.checkpoints import plan_layout
+from validator.judge.layout import ONE_FULL_GROUP, BlockLayout
 from validator.judge.sweepstep import predicted_step
 from validator.observe.schedule import RunSpec
 from validator.plan.record import PlanRecord
@@ -32,7 +33,7 @@ def _step(plan: PlanRecord, n: int, prompt: int, out: int) -> tuple[int, int]:
     """(held, admitted): the judge's prediction at the first tokens; each figure it has no value for
     (a layout with per-request state, or arrivals that disagree) is one full-attention group's, so the
     sweep has steps and the freeze a target (the judge then says what it can judge)."""
-    step = predicted_step(plan, block_layout(plan.shown.get("kv_groups")), "", n, prompt, out, 1, admission_only=True)
+    step = predicted_step(plan, plan_layout(plan), "", n, prompt, out, 1, admission_only=True)
     if step.held is not None and step.admitted is not None:
         return step.held, step.admitted
     one = predicted_step(plan, BlockLayout(ONE_FULL_GROUP, None), "", n, prompt, out, 1)
