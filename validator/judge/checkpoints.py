@@ -70,14 +70,16 @@ SERVED_RETENTION = "served_prefix_cache_retention_interval"  # what the judge ad
 
 
 def plan_layout(plan: PlanRecord) -> BlockLayout:
-    """plan.json's kv_groups as the judge counts them: a hybrid's state groups only by the rules of
-    vLLM 0.32 and after (the server's word on its retention, or the plan's version), as measured; for
-    an older or unknown release the layout is not covered, its block checks `not measured`."""
+    """plan.json's kv_groups as the judge counts them: a hybrid's state groups in align mode only by
+    the rules of vLLM 0.32 and after (the server's word on its retention, or the plan's version), as
+    measured; for an older or unknown release the layout is not covered, its block checks `not
+    measured`."""
     from validator.errors import InputError
     from validator.plan.gpu_memory import parse_version
 
     layout = block_layout(plan.shown.get("kv_groups"))
-    if not layout.stateful or isinstance(plan.shown.get(SERVED_RETENTION), str):
+    # a state alone, no prefix caching (Mamba): one page a request, whatever the release
+    if all(g.state != "align" for g in layout.groups or ()) or isinstance(plan.shown.get(SERVED_RETENTION), str):
         return layout
     version = plan.shown.get("vllm_version")
     try:
