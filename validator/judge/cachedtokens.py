@@ -18,6 +18,7 @@ from validator.judge.prefixsim import simulate
 from validator.judge.template import audit
 from validator.plan.record import PlanRecord
 from validator.rundir.rundata import RunData
+from validator.rundir.schedule import RunKind
 
 BARS = 40  # prompts drawn in the report's picture
 
@@ -41,24 +42,48 @@ def token_times(r: RequestRecord) -> tuple[float, ...]:
 
 def predictions(run: RunData, plan: PlanRecord) -> tuple[list[Prediction] | None, str | None]:
     """(each request's prediction, None) or (None, why the run cannot be replayed)."""
-    ids = run.served_ids
-    failed = [r for r in run.records if not r.ok]
-    if failed:
-        return None, f"{len(failed)} requests failed: the cache state after them is unknown"
-    missing = [r.id for r in run.records if r.id not in ids]
-    if missing:
-        return None, f"{len(missing)} prompts have no token ids in workload.jsonl (first {missing[0]})"
-    if run.isolation != "reset" and run.token_ids:  # text cannot carry a salt: earlier traffic may hit
+    return chain_predictions([run], plan)
+
+
+def chain_predictions(chain: list[RunData], plan: PlanRecord) -> tuple[list[Prediction] | None, str | None]:
+    """Runs that share one cache, the first made cold (a warm run after its prime): replayed as one
+    pool on the last run's clock, each run at its own start; the predictions of every request."""
+    first, last = chain[0], chain[-1]
+    reqs: list[SimRequest] = []
+    for run in chain:
+        ids = run.served_ids
+        failed = [r for r in run.records if not r.ok]
+        if failed:
+            return None, f"{len(failed)} requests failed: the cache state after them is unknown"
+        missing = [r.id for r in run.records if r.id not in ids]
+        if missing:
+            return None, f"{len(missing)} prompts have no token ids in workload.jsonl (first {missing[0]})"
+        pre = counter_delta(run, "num_preemptions")
+        if pre is None or pre > 0:
+            return None, (
+                f"{pre:g} preemptions: a preempted request frees and retakes blocks where the client cannot see it"
+                if pre
+                else "the preemption counter was not read"
+            )
+        at = run.started_at - last.started_at
+        reqs += [
+            SimRequest(
+                r.id,
+                ids[r.id],
+                r.output_tokens or 0,
+                at + (r.sent or 0.0),
+                tuple(at + t for t in token_times(r)),
+                r.cached_tokens,
+                None if r.server_ttft_ms is None else r.server_ttft_ms / 1000,
+            )
+            for r in run.records
+        ]
+    if len({q.id for q in reqs}) < len(reqs):
+        return None, "request ids repeat across the runs that share the cache"
+    if first.isolation != "reset" and first.token_ids:  # text cannot carry a salt: earlier traffic may hit
         return None, (
             "the prefix cache was not reset before the run (POST /reset_prefix_cache needs "
             "VLLM_SERVER_DEV_MODE=1) and text prompts carry no salt: what earlier traffic left cached is unknown"
-        )
-    pre = counter_delta(run, "num_preemptions")
-    if pre is None or pre > 0:
-        return None, (
-            f"{pre:g} preemptions: a preempted request frees and retakes blocks where the client cannot see it"
-            if pre
-            else "the preemption counter was not read"
         )
     layout, served = window_of(plan)
     groups = replayed_groups(layout, served, state_need(plan, layout))
@@ -67,18 +92,6 @@ def predictions(run: RunData, plan: PlanRecord) -> tuple[list[Prediction] | None
             "the replay follows full-attention groups, or those beside sliding windows cached at checkpoints: "
             f"{layout.gap}"
         )
-    reqs = [
-        SimRequest(
-            r.id,
-            ids[r.id],
-            r.output_tokens or 0,
-            r.sent or 0.0,
-            token_times(r),
-            r.cached_tokens,
-            None if r.server_ttft_ms is None else r.server_ttft_ms / 1000,
-        )
-        for r in run.records
-    ]
     try:
         return (
             simulate(
@@ -88,7 +101,7 @@ def predictions(run: RunData, plan: PlanRecord) -> tuple[list[Prediction] | None
                 plan.max_num_seqs,
                 plan.max_num_batched_tokens or None,
                 groups,
-                frozenset(str(q.get("id")) for f in run.freezes for q in f.requests),
+                frozenset(str(q.get("id")) for f in last.freezes for q in f.requests),
             ),
             None,
         )
@@ -96,6 +109,28 @@ def predictions(run: RunData, plan: PlanRecord) -> tuple[list[Prediction] | None
         return None, f"the replayed pool ran out of blocks ({e}): vLLM would have queued or preempted"
     except ValueError as e:  # a plan.json whose groups the replay does not hold (replayed_groups admits none)
         return None, f"not replayed: {e}"
+
+
+def replay_of(runs: list[RunData], run: RunData, plan: PlanRecord, checkpointed: bool) -> list[Prediction] | None:
+    """The replayed predictions of `run`'s requests where the judge takes its hits from them: a dataset
+    run, and on a layout caching at checkpoints (windows, state) a warm run replayed after the runs
+    since the last reset (its prime): their checkpoint pages wait in the free queue while the run
+    holds the rest, and a nearly full pool evicts them (a tiny Qwen3-Next at 49 blocks: the first
+    request of each wave of 4 missed, 2,880 hit tokens where the sequential model kept 3,680)."""
+    if run.kind is RunKind.DATASET:
+        return predictions(run, plan)[0]
+    if run.kind is not RunKind.WARM or not checkpointed or run.isolation is not None:
+        return None
+    chain = [run]
+    for before in reversed(runs[: runs.index(run)]):
+        if before.isolation == "salt":  # salted prompts replay as if unsalted: not followed
+            return None
+        chain.insert(0, before)
+        if before.isolation == "reset":
+            break
+    preds = chain_predictions(chain, plan)[0] if chain[0].isolation == "reset" else None
+    mine = {q.id for q in run.records}
+    return None if preds is None else [p for p in preds if p.id in mine]
 
 
 def cached_tokens_check(run: RunData, plan: PlanRecord) -> Check:

@@ -17,7 +17,7 @@ from __future__ import annotations
 import math
 
 from validator.judge import evidence
-from validator.judge.cachedtokens import cached_tokens_check, predictions
+from validator.judge.cachedtokens import cached_tokens_check, replay_of
 from validator.judge.check import Check
 from validator.judge.checkpoints import replayed_groups, state_need, window_of
 from validator.judge.figures import RunFigures, _pct, bucket_of, hist_delta, predict_prefix, run_figures
@@ -267,9 +267,9 @@ def judge(
     need = state_need(plan, layout)  # a hybrid's states kept at the checkpoints: its hits modelled
     prefix = predict_prefix(runs, dense, plan.usable_blocks, window, layout.cache_groups, window_block, chunked, need)
     upper: dict[str, int] = {}
-    for r in runs:
-        if r.kind is RunKind.DATASET:  # request by request, eviction included (prefixsim.py)
-            preds, _ = predictions(r, plan)
+    for r in runs:  # request by request, eviction included (prefixsim.py): datasets, warm runs beside checkpoints
+        preds = replay_of(runs, r, plan, checkpointed=window is not None or need is not None)
+        if r.kind is RunKind.DATASET or preds is not None:
             prefix[r.name]["hit_tokens"] = sum(p.hits for p in preds) if preds is not None else None
             if preds is not None:
                 upper[r.name] = sum(p.upper for p in preds)
