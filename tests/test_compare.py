@@ -281,6 +281,26 @@ def test_freeze_running_and_waiting_fail_when_the_server_disagrees():
     assert c["cold.freeze1.running"].status == "not_measured" and "disagree" in c["cold.freeze1.running"].explanation
 
 
+def test_a_freeze_after_an_unseen_preemption_is_not_measured_and_without_one_fails():
+    """vLLM running 3 of the 4 requests the client sees decoding: in a run that preempted, one of them
+    waits with its blocks freed (not measured, saying so); in a run that did not, a failure."""
+
+    def gauges(run):
+        for r in run.freezes[0].readings:
+            r["values"]["num_requests_running"], r["values"]["num_requests_waiting"] = 3.0, 1.0
+
+    def preempted(run):
+        gauges(run)
+        run.after.values["num_preemptions"] = run.before.values["num_preemptions"] + 2
+
+    c = broken(preempted)
+    for what in ("kv_blocks", "running", "waiting"):
+        assert c[f"cold.freeze1.{what}"].status == "not_measured", what
+    assert "preempted 2 times and vLLM ran 3 of the 4 requests" in c["cold.freeze1.running"].explanation
+    assert c["cold.freeze2.running"].status == "pass"  # vLLM ran all the client saw: judged
+    assert broken(gauges)["cold.freeze1.running"].status == "fail"
+
+
 def test_a_freeze_is_compared_only_when_the_server_counted_the_tokens_the_records_hold():
     def counted(g1):
         def doctor(run):

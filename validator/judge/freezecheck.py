@@ -205,6 +205,8 @@ def freeze_checks(
         if exp["kv_blocks"] is not None and (clash := contradicted(run, rec, lookups, groups)):
             exp |= {"kv_blocks": None, "why": clash}
         obs = observed_state(rec.reading, usable_blocks)
+        if exp["running"] is not None and (lost := preempted_unseen(run, exp["running"], obs["running"])):
+            exp |= {"kv_blocks": None, "running": None, "waiting": None, "why": lost}
         when = (
             f"{exp['running']} decoding ({', '.join(str(r['delivered']) for r in rec.requests if r['delivered'])}"
             f" tokens), {exp['waiting']} waiting, held {1e3 * ((rec.t_resumed or 0) - (rec.t_pause or 0)):.0f} ms"
@@ -222,6 +224,22 @@ def freeze_checks(
                 )
             )
     return out
+
+
+def preempted_unseen(run: RunData, decoding: int, running: float | None) -> str | None:
+    """A preempted request waits, its blocks freed, while the client still sees it decoding (its
+    delivered tokens stay). In a run that preempted, vLLM running fewer than the client's decoding
+    requests leaves the freeze not measured; the counter is not read at the freeze, where it can lag
+    the step that preempted (a tiny Qwen3-Next swept at 5: 4 running, 1 waiting, the freeze's reading
+    still at the run's start count, 15 preemptions by its end). One re-admitted by then is judged."""
+    p0 = run.before.values.get("num_preemptions") if run.before else None
+    p1 = run.after.values.get("num_preemptions") if run.after else None
+    if p0 is None or p1 is None or p1 <= p0 or running is None or running >= decoding:
+        return None
+    return (
+        f"not measured: this run preempted {p1 - p0:g} times and vLLM ran {running:g} of the {decoding} requests "
+        "the client saw decoding: which one waits, its blocks freed, is not known; "
+    )
 
 
 def reported_hits(run: RunData) -> dict[str, int | None]:
