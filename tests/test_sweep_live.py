@@ -232,3 +232,20 @@ def test_a_hybrids_sweep_first_preempts_where_its_state_pages_say(tiny_model, tm
         doctor.edit_json(d / "runs" / "sweep-c3" / "meta.json", f)
 
     doctor.failing(out, tmp_path, a_preemption_at_3, ("sweep-c3.preemptions", "sweep.first_preemption"))
+
+
+def test_a_gated_deltanet_sweep_first_preempts_where_the_ledger_says(tiny_model, tmp_path):
+    """The capacity profile on a tiny Qwen3-Next (3 Gated DeltaNet state groups beside a full one,
+    block 160) with 31 blocks: 160 + 352 tokens hold 4 attention blocks and reserve 2 pages a state
+    group, 10 a request: 3 hold, and vLLM first preempts at 4, where the ledger's run of the scheduler
+    says. No check fails: a freeze that caught a preempted request the client still saw decoding is
+    not measured, saying so (the verdict then inconclusive), any other is judged."""
+    r, out = kvbound_sweep(tmp_path, tiny_model("tiny-qwen3next-64"), "3,4,5", blocks=31)
+    rep = json.loads((out / "report.json").read_text())
+    c = checks(rep)
+    assert rep["counts"]["failed"] == 0 and r.returncode in (0, 1), r.stderr[-3000:]
+    assert (c["sweep.first_preemption"]["expected"], c["sweep.first_preemption"]["observed"]) == (4, 4)
+    assert c["sweep-c3.preemptions"]["observed"] == 0 and c["sweep-c4.preemptions"]["observed"] >= 1
+    assert rep["sweep"]["kv_holds"] == 3
+    unjudged = {n: x for n, x in c.items() if x["status"] == "not_measured"}
+    assert all("preempted" in x["explanation"] or "first token" in x["explanation"] for x in unjudged.values())
