@@ -338,3 +338,22 @@ def test_sharegpt_on_a_hybrid_freezes_exactly_per_group(lfm2_server, tmp_path):
     blocks with the copies the states' checkpoints imply, a page a state group), every request's
     cached tokens, and the run passes whole."""
     sharegpt_freezes_exactly(lfm2_server, tmp_path)
+
+
+@pytest.fixture(scope="module")
+def gdn_server(tiny_model, tmp_path_factory):
+    """A tiny Qwen3-Next (3 Gated DeltaNet state groups beside a full one, block 160) with 27 blocks: 2
+    requests of 1,024 tokens reserve 7 attention blocks and 2 pages a state group each, and the null block."""
+    yield from model_server(tiny_model, tmp_path_factory.mktemp("gdn-server"), "tiny-qwen3next-64", 27)
+
+
+def test_a_trace_on_a_gated_deltanet_hybrid_is_exact_request_by_request(gdn_server, tmp_path):
+    """The Mooncake trace on the tiny Qwen3-Next: 48 of 48 requests' cached tokens exact (1,760 hit
+    tokens; one full-attention group's replay says 3,040), the run passes whole."""
+    observed, dense = trace_replayed_exactly(gdn_server, tmp_path)
+    assert sum(p.hits for p in dense) > sum(observed.values())
+
+
+def test_sharegpt_on_a_gated_deltanet_hybrid_freezes_exactly_per_group(gdn_server, tmp_path):
+    """ShareGPT on the tiny Qwen3-Next: every freeze's blocks and every request's cached tokens exact."""
+    sharegpt_freezes_exactly(gdn_server, tmp_path)
