@@ -115,7 +115,7 @@ def replay_of(runs: list[RunData], run: RunData, plan: PlanRecord, checkpointed:
     """The replayed predictions of `run`'s requests where the judge takes its hits from them: a dataset
     run, and on a layout caching at checkpoints (windows, state) a warm run replayed after the runs
     since the last reset (its prime): their checkpoint pages wait in the free queue while the run
-    holds the rest, and a nearly full pool evicts them (a tiny Qwen3-Next at 49 blocks: the first
+    holds the rest, and a nearly full pool evicts them (a tiny Qwen3-Next at 41 blocks: the first
     request of each wave of 4 missed, 2,880 hit tokens where the sequential model kept 3,680)."""
     if run.kind is RunKind.DATASET:
         return predictions(run, plan)[0]
