@@ -420,6 +420,21 @@ def test_qwen3next_freezes_and_hits_follow_the_state_checkpoints_and_the_pool_ev
     assert checks["warm.prefix_hits"]["status"] == "pass" and checks["warm.prefix_hits"]["expected"] == 18 * 160
     assert all(checks[n]["expected"] > 4 * 4 for n in decoded(checks, passed, "cold."))  # one group: 16 at most
     assert checks["cold.kv_samples_bound"]["expected"] == 4 * (4 + 3 * 2)
+    run = tmp_path / "run"
+
+    def hits_as_the_sequential_model_said(d):  # 23 x 160: the old prediction, now a failure
+        def f(m):
+            m["after"]["values"]["prefix_cache_hits"] = m["before"]["values"]["prefix_cache_hits"] + 23 * 160
+
+        doctor.edit_json(d / "runs" / "warm" / "meta.json", f)
+
+    doctor.failing(run, tmp_path, hits_as_the_sequential_model_said, ("warm.prefix_hits",))
+    # the prime the warm run is replayed after, removed: never `pass`
+    copy = tmp_path / "no-prime"
+    shutil.copytree(run, copy)
+    (copy / "runs" / "warm-prime" / "records.jsonl").unlink()
+    code, rep = doctor.rejudge(copy)
+    assert code != 0 and rep["verdict"] != "pass"
 
 
 def test_gptoss_freezes_and_prefix_hits_follow_the_windows_checkpoints(tmp_path, tiny_model):
