@@ -437,6 +437,15 @@ def test_qwen3next_freezes_and_hits_follow_the_state_checkpoints_and_the_pool_ev
     assert code != 0 and rep["verdict"] != "pass"
 
 
+def test_qwen3next_warm_hits_follow_the_prefill_a_checkpoint_a_step(tmp_path, tiny_model):
+    """At 49 blocks (the replay taking each prompt whole at its first token said 23 x 160 here and
+    failed the run): vLLM prefills a checkpoint a step, each hit's state pages freed before the wave's
+    last chunks and first decode step take the pool's last pages, evicting them; the first request
+    of each wave misses, 18 x 160 (tests/test_replaychunks.py holds one such run)."""
+    checks, _ = several_groups_run(tmp_path, "tiny-qwen3next-64", 49)
+    assert checks["warm.prefix_hits"]["status"] == "pass" and checks["warm.prefix_hits"]["expected"] == 18 * 160
+
+
 def test_gptoss_freezes_and_prefix_hits_follow_the_windows_checkpoints(tmp_path, tiny_model):
     """The demo's job on a tiny gpt-oss (sliding-window layers of 128 beside full ones, 2 KV groups):
     every freeze's blocks and every run's prefix hits exact against real vLLM, counted per group

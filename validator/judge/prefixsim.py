@@ -25,6 +25,8 @@ What is followed (vllm/v1/core/block_pool.py, kv_cache_manager.py, single_type_k
 - sliding-window layers alone (Mistral-7B-v0.1: one group, UnitaryKVCacheCoordinator): the window's
   run is looked for over the whole prompt, right to left (a run anywhere in the prompt's chain is a
   hit, whatever before it was evicted), and only the tail before the last prompt token is cached.
+- beside state groups in align mode (Qwen3-Next, LFM2), a prompt is computed a checkpoint a step,
+  each step freeing the state pages behind it first (replaychunks.py);
 - beside chunked-local groups (Llama 4), which cache every block as a full group does: each decode
   step first frees a chunk group's blocks of the chunks behind the current one, and a lookup needs
   the chunk groups' blocks only from the start of the chunk the full groups' hit ends in (those
@@ -58,11 +60,12 @@ from validator.judge.arrivals import Prediction, SimRequest, arrival_order
 from validator.judge.blockpool import BlockPool, Overflow
 from validator.judge.layout import ONE_FULL_GROUP, HeldGroup
 from validator.judge.predict import block_keys, checkpoint_blocks
+from validator.judge.replaychunks import Prefills, from_send, spanning
 from validator.judge.replaylookup import Lookups
 from validator.units import cdiv
 
 
-class _Replay(Lookups):
+class _Replay(Lookups, Prefills):
     """The events of the run in the client's order, under the server's two constraints: no more than
     max_num_seqs requests run at once, and no block is taken that is not free (the runs judged here
     have no preemption). When the client's clock puts a request's start before an earlier one's
@@ -120,8 +123,11 @@ class _Replay(Lookups):
         for r in order:
             if not r.token_times:
                 raise Overflow(f"{r.id} has no token")
-            last = max(r.token_times[0] - eps, last)
-            mine = array("d", [last])  # scheduled, FCFS, just before its first token
+            # scheduled, FCFS, just before its first token; beside align-mode state, whose prompt is
+            # prefilled a checkpoint a step, at vLLM's clock's lead before it where vLLM said
+            lead = r.lead if self.states and r.lead is not None and r.lead > 0 else 0.0
+            last = max(r.token_times[0] - max(lead, eps), last)
+            mine = array("d", [last])
             t = last
             for k in range(1, r.output):  # the step for token k + 1, after token k (one chunk's tokens: in order)
                 t = max(r.token_times[min(k, len(r.token_times)) - 1] + eps, t + eps)
@@ -134,6 +140,9 @@ class _Replay(Lookups):
         self.cached_to: dict[int, int] = {}  # the full groups' blocks it has cached
         self.state_lo: dict[tuple[int, int], int] = {}  # (request, state group): the pages before it freed
         self.out: dict[str, Prediction] = {}
+        # beside align-mode state: each request's prefill chunks still to run, (time, start, end, its checkpoints)
+        self.prefills: dict[int, list[tuple[float, int, int, frozenset[int]]]] = {}
+        self.due: list[tuple[float, int]] = []  # (time, request) of those chunks, a heap
 
     def events(self, i: int) -> Iterator[tuple[float, int, int, int]]:
         """Request i's events as (time, class, i, n), in order: at one time a finish comes first,
@@ -149,6 +158,7 @@ class _Replay(Lookups):
     def run(self) -> dict[str, Prediction]:
         # each request's events are in time order: merged, never all held at once
         for t, _, i, n in heapq.merge(*(self.events(i) for i in range(len(self.own)))):
+            self.run_due(t)  # prefill chunks beside align-mode state run before what follows them
             if n == self.pos[i]:  # not done yet (a finish taken early also did the events before it)
                 self.step(i, t)
         return self.out
@@ -156,6 +166,8 @@ class _Replay(Lookups):
     def step(self, i: int, t: float) -> None:
         what = self.what(i, self.pos[i])
         self.pos[i] += 1
+        if what != -1:  # a request decodes once its prompt is computed
+            self.prefill_chunks(i, float("inf"))
         if what == -1:
             while self.max_running and len(self.blocks) >= self.max_running:
                 self.finish_one(t, i)
@@ -210,18 +222,20 @@ class _Replay(Lookups):
             mine.append(got)
         # the window groups cache their checkpoints only (reachable_block_mask, retention interval 0)
         tail = checkpoint_blocks(p, tokens, full, self.align, bw, self.need, len(ksw)) if self.wins else []
+        if self.states:  # in align mode a chunk ends at each checkpoint (_mamba_block_aligned_split)
+            self.blocks[i], self.keys[i], self.cached_to[i] = mine, ksf, tokens // bf
+            first = self.first_copies(i, r.id, tokens, tail, ksf, ksw)
+            ends = sorted({(j + 1) * bw for j in tail} | {p})
+            self.plan_prefill(i, t, r.token_times[0], tokens, ends, frozenset(tail))
+            self.out[r.id] = Prediction(r.id, tokens, upper, p, i, first)
+            return
         for g in range(len(self.groups)):
             n = cdiv(p, self.sizes[g])
             # a state group takes a page for its checkpoints and its last state; the rest are null blocks
             pages = set(tail) | {n - 1} if g in self.states else range(len(mine[g]), n)
             mine[g] += [self.take(t, i) if j in pages else None for j in range(len(mine[g]), n)]
         self.blocks[i], self.keys[i], self.cached_to[i] = mine, ksf, tokens // bf
-        first = None
-        if r.id in self.watch:  # the blocks it caches whose key no block held: the copy later hits share
-            new, dense = p // self.align * self.align // bf, self.fulls + self.chunks
-            kinds = (("full", dense, range(tokens // bf, new), ksf), ("window", self.wins, tail, ksw))
-            # only the kinds this layout has: a missing kind is not an empty copy
-            first = {k: frozenset(j for j in js if pool.cached((g[0], ks[j])) is None) for k, g, js, ks in kinds if g}
+        first = self.first_copies(i, r.id, tokens, tail, ksf, ksw)
         self.cache_full(i, p)
         for g in self.wins:
             for j in tail:
@@ -242,10 +256,17 @@ class _Replay(Lookups):
 
     def decode(self, i: int, k: int, t: float) -> None:
         n = len(self.order[i].prompt) + k  # positions with KV once the step for token k + 1 has run
+        self.advance(i, n - 1, n, t, k)
+
+    def advance(
+        self, i: int, start: int, n: int, t: float, k: int | None = None, tail: frozenset[int] = frozenset()
+    ) -> None:
+        """One step of request i computing positions start..n: a decode step (for token k + 1), or a
+        prefill chunk beside align-mode state (its page at the chunk's end, cached where `tail` holds it)."""
         mine = self.blocks[i]
         for g in self.frees:  # remove_skipped_blocks on the positions computed before this step
             held = mine[g]
-            gone = min(self.groups[g].first_held(n - 1, self.block_size), len(held))
+            gone = min(self.groups[g].first_held(start, self.block_size), len(held))
             if g in self.states:  # its pages but the last state, null blocks between them
                 lo = self.state_lo.get((i, g), 0)
                 self.pool.release([b for b in held[lo:gone][::-1] if b is not None])
@@ -260,9 +281,17 @@ class _Replay(Lookups):
                     held[j] = None
                 self.pool.release(freed)  # type: ignore[arg-type]
         for g, size in enumerate(self.sizes):
-            if (n + size - 1) // size > len(mine[g]):
+            want = cdiv(n, size)
+            if g in self.states:  # one page, at the step's end: null blocks before it
+                mine[g] += [None] * (want - 1 - len(mine[g]))
+            while want > len(mine[g]):
                 mine[g].append(self.take(t, i, k))
-        if n % self.align == 0:
+        if k is None:  # a prefill chunk: its full blocks, and its state at a checkpoint
+            self.cache_full(i, n)
+            if (j := n // self.bw - 1) in tail:  # state groups: one block size with the full ones (state_need)
+                for g in self.wins:
+                    self.pool.cache(mine[g][j], (g, self.keys[i][j]))  # type: ignore[arg-type]
+        elif n % self.align == 0:
             self.cache_full(i, n)
 
 
@@ -280,7 +309,12 @@ def simulate(
     `groups`: the KV cache groups in vLLM's order: identical full-attention groups, and beside them
     identical sliding-window groups caching at checkpoints, each kind at its own block where its
     HeldGroup says (Gemma 4), else at `block_size`, or identical chunked-local groups (Llama 4).
-    `watch`: the requests whose first copies their predictions carry (those a freeze caught)."""
-    replay = _Replay(arrival_order(reqs), block_size, groups, usable_blocks, max_running, max_num_batched_tokens, watch)
-    out = replay.run()
+    `watch`: the requests whose first copies their predictions carry (those a freeze caught).
+    Beside align-mode state, a request vLLM gave no per-request TTFT for (`lead`) is replayed both
+    ways, its prefill chunks just before its first token and spread from its send: each request's
+    prediction spans the two (the order of the steps the client cannot see decides the evictions)."""
+    args = (block_size, groups, usable_blocks, max_running, max_num_batched_tokens, watch)
+    out = _Replay(arrival_order(reqs), *args).run()
+    if (early := from_send(reqs, groups)) is not None:
+        out = spanning(out, _Replay(arrival_order(early), *args).run())
     return [out[r.id] for r in reqs if r.id in out]

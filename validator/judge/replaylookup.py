@@ -19,6 +19,7 @@ class Lookups:
 
     pool: BlockPool
     order: list[SimRequest]
+    watch: frozenset[str]
     one_chunk: bool
     fulls: list[int]
     wins: list[int]
@@ -70,3 +71,15 @@ class Lookups:
         run = window_hit(ksw, full // self.bw, self.need, lambda k: self.held(k[1], self.wins, r), step)  # type: ignore[index]
         # alone, no other group's longer hit leaves a junction for the window to pin (num_uncached 0)
         return run * self.bw, full if self.fulls else run * self.bw
+
+    def first_copies(
+        self, i: int, rid: str, tokens: int, tail: list[int], ksf: list[int], ksw: list[int]
+    ) -> dict[str, frozenset[int]] | None:
+        """For a request a freeze caught: the blocks it caches whose key no block held (the copy later hits share)."""
+        if rid not in self.watch:
+            return None
+        p = len(self.order[i].prompt)
+        new, dense = p // self.align * self.align // self.bf, self.fulls + self.chunks
+        kinds = (("full", dense, range(tokens // self.bf, new), ksf), ("window", self.wins, tail, ksw))
+        # only the kinds this layout has: a missing kind is not an empty copy
+        return {k: frozenset(j for j in js if self.pool.cached((g[0], ks[j])) is None) for k, g, js, ks in kinds if g}

