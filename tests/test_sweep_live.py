@@ -249,3 +249,26 @@ def test_a_gated_deltanet_sweep_first_preempts_where_the_ledger_says(tiny_model,
     assert rep["sweep"]["kv_holds"] == 3
     unjudged = {n: x for n, x in c.items() if x["status"] == "not_measured"}
     assert all("preempted" in x["explanation"] or "first token" in x["explanation"] for x in unjudged.values())
+
+
+def test_a_gated_deltanet_prompt_prefilled_a_checkpoint_a_step_first_preempts_where_the_ledger_says(
+    tiny_model, tmp_path
+):
+    """480 + 32 tokens on the tiny Qwen3-Next with 41 blocks: vLLM computes each prompt in two steps
+    (to the state's checkpoint at 320, then the rest), so 5 sent at once are all admitted and the
+    wave preempts at its second step; the ledger's run of the scheduler says so (taking the prompt in
+    one step, it said 4 run and 1 waits, and failed the step of 6). No check fails: a freeze that caught a
+    request at its first token (the state pages it held then follow its prefill's chunks) is not
+    measured, saying so (1 run in 7 here, at 6: the verdict then inconclusive), any other is judged."""
+    r, out = kvbound_sweep(
+        tmp_path, tiny_model("tiny-qwen3next-64"), "4,5,6", blocks=41, prompt_tokens=480, output_tokens=32
+    )
+    rep = json.loads((out / "report.json").read_text())
+    c = checks(rep)
+    assert rep["counts"]["failed"] == 0 and r.returncode in (0, 1), r.stderr[-3000:]
+    unjudged = [x for x in c.values() if x["status"] == "not_measured"]
+    assert all(x["name"].endswith(".kv_blocks") and "first token only" in x["explanation"] for x in unjudged)
+    assert (r.returncode == 0) == (not unjudged) and rep["verdict"] == ("pass" if not unjudged else "inconclusive")
+    assert (c["sweep.first_preemption"]["expected"], c["sweep.first_preemption"]["observed"]) == (5, 5)
+    assert c["sweep-c4.preemptions"]["observed"] == 0 and c["sweep-c5.preemptions"]["observed"] >= 1
+    assert (c["sweep-c4.admitted"]["status"], c["sweep-c4.admitted"]["observed"]) == ("pass", 4)

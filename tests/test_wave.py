@@ -140,6 +140,29 @@ def test_who_runs_who_waits_and_who_preempts_as_vllm_did(groups, usable, prompt,
     assert [(s.admitted, s.preempts) for s in wrong] != [(r, p > 0) for _, _, r, _, p in seen]
 
 
+# the tiny Qwen3-Next (3 Gated DeltaNet state groups beside a full one, block 160; 2026-12-06), 40
+# usable blocks, 480 + 32 tokens: vLLM prefills a prompt in two steps (0-320, the state at 320 kept,
+# then 320-480), a page a state group each, so a fifth request fits the first step's free blocks and
+# the wave preempts at the second: at 5 and 6 in flight vLLM preempted (2 and 3 in the step) before a
+# freeze could hold the wave; at 3 and 4 the freezes held (3, 2, 2) and (3, 2, 2, 2) tokens, none waiting
+GDN = [{**STATE, "block_size": 160, "page_size_bytes": 81920, "mamba_cache_mode": "align", "speculative_blocks": 0}] * 3
+GDN += [{**FULL, "block_size": 160, "page_size_bytes": 81920, "blocks_per_request": 4}]
+
+
+def test_a_prompt_prefilled_a_checkpoint_a_step_admits_and_preempts_as_vllm_did():
+    """The prompt taken in one step said 4 run and 1 waits at 5 (no preemption), and 5 and 1 at 6,
+    where vLLM admitted the fifth and preempted: the sweep failed its admission checks at 6 and left the
+    first preemption unjudged. Each prefill chunk ending at the state's checkpoint, the ledger's run
+    says what vLLM did."""
+    plan = replace(gptoss_plan(groups=GDN, usable=40), block_size=160)
+    for n, delivered in ((3, [3, 2, 2]), (4, [3, 2, 2, 2])):
+        s = step(plan, n, 480, 32, delivered)
+        assert (s.admitted, s.waiting, s.preempts, s.catchable) == (n, 0, False, True), (n, s)
+    for n in (5, 6):
+        s = step(plan, n, 480, 32, [3, 2, 2, 2, 2])
+        assert (s.preempts, s.catchable) == (True, False), (n, s)
+
+
 def test_the_arrival_the_freeze_shows_decides_where_the_two_differ():
     """Llama 4's 8 in flight: with the first request a step ahead (as the freeze shows: 3 tokens, the
     next 2) vLLM runs 6 and 2 wait when the first has 3 tokens; had all arrived together, 7 and 1.

@@ -16,6 +16,9 @@ kv_cache_manager.allocate_slots), step by step, on n requests of P + O tokens se
   (every group's blocks for its whole prompt, a window or chunk group's capped at what one request
   may hold there: vLLM's max_admission_blocks_per_request, plan.json's `blocks_per_request`) and
   its chunk's blocks do;
+- beside align-mode state a prefill chunk stops at the block boundary before the request's last
+  token, and one the budget cut at a block boundary (_mamba_block_aligned_split): a prompt past one
+  block takes two steps, the page for that checkpoint taken in the first;
 - a request whose prompt is computed yields a token a step; one with all its tokens frees its blocks.
 
 The wave is run until the first request finishes (the closed loop then sends the next one, at a
@@ -87,6 +90,21 @@ class _Pool:
                 if gone > r.freed[i]:
                     self.free += gone - r.freed[i]
                     r.freed[i] = gone
+
+    def split(self, r: _Req, new: int) -> int:
+        """_mamba_block_aligned_split beside align-mode state: a prefill chunk stops at the block boundary
+        before the request's last token (its state cached there), one the budget cut at a block boundary
+        (0: not scheduled this step)."""
+        # two pages a request: no prefill checkpoint page, so no internal checkpoint (Mamba-2's third)
+        sizes = [bs for g, bs in zip(self.groups, self.sizes(), strict=True) if g.state == "align" and g.peak == 2]
+        start, end, done = r.computed, r.computed + new, max(self.wave.prompt, r.tokens - 1)
+        if not sizes or start >= done:
+            return new
+        bs = sizes[0]
+        if end < done and (end // bs * bs > start or bs <= self.wave.budget):
+            end = end // bs * bs
+        stops = ((start // bs + 1) * bs if start % bs else 0, (r.tokens - 1) // bs * bs)
+        return min((s for s in stops if start < s < end), default=end) - start
 
     def grow(self, r: _Req, new: int) -> bool:
         listed = [max(cdiv(r.computed + new, bs), r.listed[i]) for i, bs in enumerate(self.sizes())]
@@ -168,7 +186,10 @@ def run_wave(
         i = 0
         while i < len(running) and budget > 0:
             r = running[i]
-            new = min(r.tokens - r.computed, budget)
+            new = pool.split(r, min(r.tokens - r.computed, budget))
+            if not new:  # too little budget for an aligned chunk: the next one is tried
+                i += 1
+                continue
             pool.drop_skipped(r)
             while not pool.grow(r, new):
                 victim = running.pop()  # the newest running one (FCFS), never one scheduled before it
@@ -187,8 +208,8 @@ def run_wave(
         admitted = 0
         while not preempted_now and waiting and len(running) < wave.max_num_seqs and budget > 0:
             r = waiting[0]
-            new = min(r.tokens - r.computed, budget)
-            if pool.reservation(r) > pool.free or not pool.grow(r, new):
+            new = pool.split(r, min(r.tokens - r.computed, budget))
+            if not new or pool.reservation(r) > pool.free or not pool.grow(r, new):
                 break
             running.append(waiting.pop(0))
             admitted += 1
