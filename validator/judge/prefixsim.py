@@ -222,24 +222,19 @@ class _Replay(Lookups, Prefills):
             mine.append(got)
         # the window groups cache their checkpoints only (reachable_block_mask, retention interval 0)
         tail = checkpoint_blocks(p, tokens, full, self.align, bw, self.need, len(ksw)) if self.wins else []
+        self.blocks[i], self.keys[i], self.cached_to[i] = mine, ksf, tokens // bf
         if self.states:  # in align mode a chunk ends at each checkpoint (_mamba_block_aligned_split)
-            self.blocks[i], self.keys[i], self.cached_to[i] = mine, ksf, tokens // bf
             first = self.first_copies(i, r.id, tokens, tail, ksf, ksw)
             ends = sorted({(j + 1) * bw for j in tail} | {p})
             self.plan_prefill(i, t, r.token_times[0], tokens, ends, frozenset(tail))
-            self.out[r.id] = Prediction(r.id, tokens, upper, p, i, first)
-            return
-        for g in range(len(self.groups)):
-            n = cdiv(p, self.sizes[g])
-            # a state group takes a page for its checkpoints and its last state; the rest are null blocks
-            pages = set(tail) | {n - 1} if g in self.states else range(len(mine[g]), n)
-            mine[g] += [self.take(t, i) if j in pages else None for j in range(len(mine[g]), n)]
-        self.blocks[i], self.keys[i], self.cached_to[i] = mine, ksf, tokens // bf
-        first = self.first_copies(i, r.id, tokens, tail, ksf, ksw)
-        self.cache_full(i, p)
-        for g in self.wins:
-            for j in tail:
-                pool.cache(mine[g][j], (g, ksw[j]))  # type: ignore[arg-type]
+        else:  # the whole prompt in one step: every group's blocks, then what it caches
+            for g in range(len(self.groups)):
+                mine[g] += [self.take(t, i) for _ in range(len(mine[g]), cdiv(p, self.sizes[g]))]
+            first = self.first_copies(i, r.id, tokens, tail, ksf, ksw)
+            self.cache_full(i, p)
+            for g in self.wins:
+                for j in tail:
+                    pool.cache(mine[g][j], (g, ksw[j]))  # type: ignore[arg-type]
         self.out[r.id] = Prediction(r.id, tokens, upper, p, i, first)
 
     def cache_full(self, i: int, computed: int) -> None:

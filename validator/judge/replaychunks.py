@@ -72,8 +72,8 @@ def from_send(reqs: list[SimRequest], groups: tuple[HeldGroup, ...]) -> list[Sim
 
 def spanning(late: dict[str, Prediction], early: dict[str, Prediction]) -> dict[str, Prediction]:
     """Each request's prediction over both replays: from the lower hit to the higher."""
-    return {
-        rid: replace(a, hits=min(a.hits, b.hits), upper=max(a.upper, b.upper))
-        for rid, a in late.items()
-        for b in (early.get(rid, a),)
-    }
+    out = {}
+    for rid, a in late.items():
+        b = early.get(rid, a)
+        out[rid] = replace(a, hits=min(a.hits, b.hits), upper=max(a.upper, b.upper))
+    return out

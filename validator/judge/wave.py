@@ -77,6 +77,9 @@ class _Req:
 class _Pool:
     def __init__(self, groups: tuple[HeldGroup, ...], wave: Wave):
         self.groups, self.wave, self.free = groups, wave, wave.usable
+        # align-mode state of two pages a request (no internal checkpoint, Mamba-2's third): its block
+        aligned = [g.size(wave.block_size) for g in groups if g.state == "align" and g.peak == 2]
+        self.aligned = aligned[0] if aligned else None
 
     def sizes(self) -> list[int]:
         return [g.size(self.wave.block_size) for g in self.groups]
@@ -95,12 +98,9 @@ class _Pool:
         """_mamba_block_aligned_split beside align-mode state: a prefill chunk stops at the block boundary
         before the request's last token (its state cached there), one the budget cut at a block boundary
         (0: not scheduled this step)."""
-        # two pages a request: no prefill checkpoint page, so no internal checkpoint (Mamba-2's third)
-        sizes = [bs for g, bs in zip(self.groups, self.sizes(), strict=True) if g.state == "align" and g.peak == 2]
-        start, end, done = r.computed, r.computed + new, max(self.wave.prompt, r.tokens - 1)
-        if not sizes or start >= done:
+        start, end, done, bs = r.computed, r.computed + new, max(self.wave.prompt, r.tokens - 1), self.aligned
+        if bs is None or start >= done:
             return new
-        bs = sizes[0]
         if end < done and (end // bs * bs > start or bs <= self.wave.budget):
             end = end // bs * bs
         stops = ((start // bs + 1) * bs if start % bs else 0, (r.tokens - 1) // bs * bs)
