@@ -218,9 +218,9 @@ def test_doctored_dataset_runs_fail(chat_server, tmp_path):
     assert "--enable-prompt-tokens-details" in c["explanation"]
 
 
-def model_server(tiny_model, d: Path, build: str, blocks: int):
+def model_server(tiny_model, d: Path, build: str, blocks: int, *extra: str):
     """The chat profile's server (max_model_len 1024, 2 sequences) on the tiny `build` with `blocks`
-    in the pool, launched as kvgate launches it: (server, profile file) while it runs."""
+    in the pool and `extra` vLLM flags, launched as kvgate launches it: (server, profile file) while it runs."""
     from validator.inputs import plan_input_from_profile
     from validator.plan.limits import make_plan
     from validator.profile import load
@@ -228,7 +228,12 @@ def model_server(tiny_model, d: Path, build: str, blocks: int):
     from validator.serve.launch import Server
 
     f = tiny_profile_file(
-        tiny_model, d, limits__max_model_len=1024, limits__max_num_seqs=2, slo__ttft_p99_ms=SLO_TTFT_MS
+        tiny_model,
+        d,
+        limits__max_model_len=1024,
+        limits__max_num_seqs=2,
+        slo__ttft_p99_ms=SLO_TTFT_MS,
+        vllm__extra_args=["--enforce-eager", *extra],
     )
     text = f.read_text().replace(str(tiny_model("tiny-gqa")), str(tiny_model(build)))
     f.write_text(text.replace("num_gpu_blocks_override: 65", f"num_gpu_blocks_override: {blocks}"))
@@ -357,3 +362,39 @@ def test_a_trace_on_a_gated_deltanet_hybrid_is_exact_request_by_request(gdn_serv
 def test_sharegpt_on_a_gated_deltanet_hybrid_freezes_exactly_per_group(gdn_server, tmp_path):
     """ShareGPT on the tiny Qwen3-Next: every freeze's blocks and every request's cached tokens exact."""
     sharegpt_freezes_exactly(gdn_server, tmp_path)
+
+
+@pytest.fixture(scope="module")
+def gdn_fine_server(tiny_model, tmp_path_factory):
+    """gdn_server's model and pool with prefix hits every 32 tokens (--prefix-match-unit 32)."""
+    d = tmp_path_factory.mktemp("gdn-fine-server")
+    yield from model_server(tiny_model, d, "tiny-qwen3next-64", 27, "--prefix-match-unit", "32")
+
+
+def test_hits_inside_a_state_block_are_not_judged_by_the_block_rule(gdn_fine_server, tmp_path):
+    """The Mooncake trace on the tiny Qwen3-Next with --prefix-match-unit 32: vLLM hits inside the
+    160-token block (a prefill also stops at the prompt's last 32-token boundary and caches the state
+    there), which the block pool replay does not model. The run's hit and block checks say so, none
+    fails; the block rule's replay gets requests wrong here."""
+    from dataclasses import replace
+
+    from validator.judge.cachedtokens import predictions
+    from validator.rundir.rundata import load_runs
+    from validator.rundir.saved import read_saved
+
+    code, rep, err = url_run(gdn_fine_server, tmp_path, *TRACE)
+    c = checks(rep)
+    assert not [n for n, x in c.items() if x["status"] == "fail"] and code == 1, err
+    saved = read_saved(tmp_path / "run")
+    assert saved.startup["facts"]["prefix_match_unit"] == "32"  # the server's own label
+    run = load_runs(tmp_path / "run", saved.schedule, True)[0]
+    observed = {x.id: x.cached_tokens for x in run.records}
+    assert any(v % 160 for v in observed.values() if v), observed  # hits vLLM landed inside a block
+    for name in ("dataset.cached_tokens", "dataset.prefix_hits"):
+        assert c[name]["status"] == "not_measured" and "--prefix-match-unit" in c[name]["explanation"], c[name]
+    frozen = [x for n, x in c.items() if n.startswith("dataset.freeze") and n.endswith(".kv_blocks")]
+    assert frozen and all(x["status"] == "not_measured" for x in frozen)
+    # what the block rule would have said: it misses vLLM's fine hits
+    blockwise = replace(saved.record, shown={**saved.record.shown, "served_prefix_match_unit": "None"})
+    preds, _ = predictions(run, blockwise)
+    assert preds is not None and sum(not p.admits(observed[p.id]) for p in preds) >= 1

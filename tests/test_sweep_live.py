@@ -258,8 +258,9 @@ def test_a_gated_deltanet_prompt_prefilled_a_checkpoint_a_step_first_preempts_wh
     (to the state's checkpoint at 320, then the rest), so 5 sent at once are all admitted and the
     wave preempts at its second step; the ledger's run of the scheduler says so (taking the prompt in
     one step, it said 4 run and 1 waits, and failed the step of 6). No check fails: a freeze that caught a
-    request at its first token (the state pages it held then follow its prefill's chunks) is not
-    measured, saying so (2 runs of 8 here, at 6: the verdict then inconclusive), any other is judged."""
+    request at its first token in a run that preempted (at 6 here: it may have been preempted after it and
+    be computing it again, which vLLM counts only with its next token) is not measured, saying so (2 runs
+    of 8, the verdict then inconclusive), any other is judged."""
     r, out = kvbound_sweep(
         tmp_path, tiny_model("tiny-qwen3next-64"), "4,5,6", blocks=41, prompt_tokens=480, output_tokens=32
     )

@@ -12,7 +12,7 @@ from pathlib import Path
 from validator import provenance
 from validator.errors import EXIT_FAIL, EXIT_INFRA, EXIT_OK
 from validator.judge.check import Check
-from validator.judge.checkpoints import SERVED_RETENTION
+from validator.judge.checkpoints import SERVED_MATCH_UNIT, SERVED_RETENTION
 from validator.judge.compare import judge
 from validator.judge.freezestate import LAUNCHED_ARGV
 from validator.judge.quality_run import judge_quality
@@ -73,7 +73,8 @@ def with_server_word(record: PlanRecord, startup: dict) -> PlanRecord:
         record,
         shown={
             **record.shown,
-            SERVED_RETENTION: said.get("prefix_cache_retention_interval"),  # judge/layout.py
+            SERVED_RETENTION: said.get("prefix_cache_retention_interval"),  # judge/checkpoints.py
+            SERVED_MATCH_UNIT: said.get("prefix_match_unit"),  # judge/checkpoints.py
             SERVED_CONCURRENCY: said.get("kv_cache_max_concurrency"),  # judge/utilization.py
             LAUNCHED_ARGV: startup.get("argv"),  # the step's budget: judge/freezestate.py
         },

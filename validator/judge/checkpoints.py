@@ -8,6 +8,7 @@ from __future__ import annotations
 from dataclasses import replace
 from typing import Any
 
+from validator.flags import value
 from validator.judge.layout import ONE_FULL_GROUP, BlockLayout, HeldGroup, block_layout
 from validator.plan.record import PlanRecord
 
@@ -67,6 +68,24 @@ def state_need(plan: PlanRecord, layout: BlockLayout) -> int | None:
 
 
 SERVED_RETENTION = "served_prefix_cache_retention_interval"  # what the judge adds to the plan's shown keys
+SERVED_MATCH_UNIT = "served_prefix_match_unit"  # the same, vllm:cache_config_info's prefix_match_unit
+FINE_HITS = (
+    "prefix hits land every {unit} tokens inside a state block (--prefix-match-unit): vLLM then hits and splits "
+    "prefills at that grain, which kvgate does not model"
+)
+
+
+def inside_block(plan: PlanRecord, layout: BlockLayout) -> int | None:
+    """The prefix-match unit where it is finer than a state group's block (vLLM 0.32's fine-grained
+    hits beside align-mode state: partial_hash_hits_enabled), from the server's word
+    (vllm:cache_config_info) or else the launch's --prefix-match-unit; None where hits land on blocks."""
+    served = plan.shown.get(SERVED_MATCH_UNIT)
+    unit = served if isinstance(served, str) else value([str(a) for a in plan.vllm_args or ()], "--prefix-match-unit")
+    if unit is None or not unit.strip().isdigit():
+        return None
+    blocks = {g.size(plan.block_size) for g in layout.groups or () if g.state == "align"}
+    n = int(unit)
+    return n if 0 < n < max(blocks, default=0) else None
 
 
 def plan_layout(plan: PlanRecord) -> BlockLayout:
@@ -79,7 +98,11 @@ def plan_layout(plan: PlanRecord) -> BlockLayout:
 
     layout = block_layout(plan.shown.get("kv_groups"))
     # a state alone, no prefix caching (Mamba): one page a request, whatever the release
-    if all(g.state != "align" for g in layout.groups or ()) or isinstance(plan.shown.get(SERVED_RETENTION), str):
+    if all(g.state != "align" for g in layout.groups or ()):
+        return layout
+    if (unit := inside_block(plan, layout)) is not None:
+        return replace(layout, groups=None, gap=f"{layout.gap} ({FINE_HITS.format(unit=unit)})")
+    if isinstance(plan.shown.get(SERVED_RETENTION), str):
         return layout
     version = plan.shown.get("vllm_version")
     try:

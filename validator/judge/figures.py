@@ -11,7 +11,13 @@ import numpy as np
 
 from loadgen.results.records import RequestRecord
 from validator.judge.freezecheck import freeze_intervals, observed_state, reported_hits, unsettled
-from validator.judge.freezestate import LAUNCHED_ARGV, expected_state, launched_budget, one_step_prefills
+from validator.judge.freezestate import (
+    LAUNCHED_ARGV,
+    align_block,
+    expected_state,
+    launched_budget,
+    one_step_prefills,
+)
 from validator.judge.layout import ONE_FULL_GROUP, HeldGroup
 from validator.judge.predict import (
     Held,
@@ -230,7 +236,8 @@ def run_figures(
     ttft, itl, held_t, held_i = latency_values(run)
     freezes = []
     # a first-token freeze is judged where its prefill surely took one step (freezestate.py)
-    one = one_step_prefills(run, launched_budget(plan.shown.get(LAUNCHED_ARGV)), at_once(run, plan, groups))
+    budget = launched_budget(plan.shown.get(LAUNCHED_ARGV))
+    one = one_step_prefills(run, budget, at_once(run, plan, groups), align_block(groups, plan.block_size))
     hits = reported_hits(run)
     for f in run.freezes:
         o = observed_state(f.reading, usable)

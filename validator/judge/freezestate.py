@@ -23,8 +23,9 @@ FRESH = (
 )
 FRESH_STATE = (
     "not measured: a request had its first token only, and how many state pages vLLM held for it then follows "
-    "its prefill's chunks and its cache hit (a hit's state page is kept until the step after), not known "
-    "from the client's view; "
+    "its prefill's last chunk: known beside align-mode state of two pages a request whose block fits the "
+    "--max-num-batched-tokens kvgate started vLLM with, where the request's cache hit falls short of the block "
+    "boundary before its last token, in a run that never preempted; "
 )
 NO_IDS = (
     "not measured: beside state groups which prompt blocks requests share follows their token ids, and a "
@@ -73,8 +74,8 @@ def expected_state(
     blocks = running = waiting = 0
     live = []
     ids: list[str] = []
-    first_token = False
     stateful = [g for g in groups if g.state is not None]
+    aligned = align_block(groups, block_size)
     # which copy a block is follows each request's lookup: beside a window, or a hybrid's checkpoints
     windowed = any(g.window is not None for g in groups) or bool(stateful and lookups is not None)
     for r in requests:
@@ -89,15 +90,13 @@ def expected_state(
                 for bs in {g.size(block_size) for g in groups}
             }
             look = (lookups or {}).get(r["id"])
-            # the tokens computed when it was last scheduled: n - 1 for a decode, the hit for its prefill
-            computed = p + d - 2 if d >= 2 else (look.hit_tokens if look and r["id"] in one_step else None)
+            computed = p + d - 2 if d >= 2 else first_step(r["id"], p, look, one_step, aligned, hits)
             live.append((p + d - 1, computed, keys, look))
             ids.append(r["id"])
-            first_token = first_token or d == 1
     state: dict[str, Any] = {"kv_blocks": None, "running": running, "waiting": waiting}
     if any(g.frees for g in groups) and any(c is None for _, c, _, _ in live):
         return state | {"why": FRESH}
-    if stateful and first_token:
+    if stateful and any(c is None for _, c, _, _ in live):
         return state | {"why": FRESH_STATE}
     if windowed and any(look is None for _, _, _, look in live):
         return state | {"why": NO_LOOKUP}
@@ -200,14 +199,52 @@ def launched_budget(argv: Any) -> int | None:
     return budget
 
 
-def one_step_prefills(run: RunData, budget: int | None, max_running: int) -> frozenset[str]:
-    """Requests a freeze caught at their first token whose prefill surely took one engine step: the
-    largest `max_running` prompts of the requests in flight between its sending and its first token
-    (itself included) fit the step's token budget (`budget`: launched_budget), so the scheduler never
-    cut its prefill into chunks. None where the budget is not known."""
+def first_step(
+    rid: str,
+    p: int,
+    look: Lookup | None,
+    one_step: frozenset[str],
+    aligned: int | None,
+    hits: dict[str, int | None] | None,
+) -> int | None:
+    """The tokens a request caught at its first token had computed when its last prefill step was
+    scheduled: its hit, where that prefill took one step; beside align-mode state (`aligned`), the block
+    boundary before its last token (its last chunk's start, _mamba_block_aligned_split), where its hit
+    (the lookup, else what vLLM reported) fell short of it: a hit reaching it holds the page at that
+    boundary shared with the requests that hit it too. None: not known."""
+    if rid not in one_step:
+        return None
+    if aligned is None:
+        return look.hit_tokens if look else None
+    last = (p - 1) // aligned * aligned
+    hit = look.hit_tokens if look else (hits or {}).get(rid)
+    return last if last == 0 or (hit is not None and hit < last) else None
+
+
+def align_block(groups: tuple[HeldGroup, ...], block_size: int) -> int | None:
+    """Beside align-mode state of two pages a request (no internal prefill checkpoint: Mamba-2's third),
+    the block its prefill chunks start on; else None."""
+    stateful = [g for g in groups if g.state is not None]
+    sizes = {g.size(block_size) for g in stateful}
+    ok = stateful and len(sizes) == 1 and all(g.state == "align" and g.peak == 2 for g in stateful)
+    return next(iter(sizes)) if ok else None
+
+
+def one_step_prefills(run: RunData, budget: int | None, max_running: int, aligned: int | None = None) -> frozenset[str]:
+    """Requests a freeze caught at their first token whose last prefill step is known: it took one
+    engine step, the largest `max_running` prompts of the requests in flight between its sending and
+    its first token (itself included) fitting the step's token budget (`budget`: launched_budget), so
+    the scheduler never cut its prefill into chunks; or, beside align-mode state (`aligned`:
+    align_block), every one where that block fits the budget: a chunk the budget cuts ends on a block,
+    so the last one starts at the block boundary before the last token whatever came before it, unless
+    the run preempted (or its preemptions are not known). None where the budget is not known."""
     if not budget or max_running <= 0:
         return frozenset()
     fresh = {q.get("id") for f in run.freezes for q in f.requests if q.get("delivered") == 1}
+    if aligned is not None:
+        # a block wider than the budget is computed in sub-block chunks; a request preempted after its
+        # first token computes it again, from another hit: neither is known
+        return frozenset(str(i) for i in fresh) if aligned <= budget and never_preempted(run) else frozenset()
     spans = []
     for r in run.records if fresh else ():
         if r.sent is None or r.prompt_tokens is None:
@@ -222,3 +259,13 @@ def one_step_prefills(run: RunData, budget: int | None, max_running: int) -> fro
         if sum(along[:max_running]) <= budget:
             out.add(rid)
     return frozenset(out)
+
+
+def never_preempted(run: RunData) -> bool:
+    """Whether the run's preemption counter stayed put from its start to its end. vLLM counts a
+    preemption only with the preempted request's next token (the event rides on its next output), so
+    the counter at a freeze misses a request preempted after its first token and computing it again:
+    only the run's end says no request was."""
+    a = run.before.values.get("num_preemptions") if run.before else None
+    b = run.after.values.get("num_preemptions") if run.after else None
+    return a is not None and b is not None and a == b

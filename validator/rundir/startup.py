@@ -20,6 +20,9 @@ class StartupFacts:
     # from vllm:cache_config_info as vLLM labels it ("0": window and Mamba groups cached at checkpoints
     # only, "None": densely; absent before vLLM had the setting)
     prefix_cache_retention_interval: str | None = None
+    # from vllm:cache_config_info as labelled: the token grain of prefix hits ("None": the block's;
+    # absent before vLLM had the setting)
+    prefix_match_unit: str | None = None
     engines: int | None = None  # engine labels on vllm:cache_config_info (data parallelism: more than one)
     max_model_len: int | None = None  # from /v1/models
     served_model: str | None = None  # from /v1/models: the model the runs use

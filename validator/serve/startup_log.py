@@ -276,5 +276,6 @@ def parse_cache_config_info(metrics_text: str, facts: StartupFacts | None = None
             if "enable_prefix_caching" in lb:
                 f.enable_prefix_caching = lb["enable_prefix_caching"] == "True"
             f.prefix_cache_retention_interval = lb.get("prefix_cache_retention_interval")
+            f.prefix_match_unit = lb.get("prefix_match_unit")
             break
     return f
