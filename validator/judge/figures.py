@@ -11,14 +11,8 @@ import numpy as np
 
 from loadgen.results.records import RequestRecord
 from validator.judge.freezecheck import freeze_intervals, observed_state, reported_hits, unsettled
-from validator.judge.freezestate import (
-    LAUNCHED_ARGV,
-    align_block,
-    expected_state,
-    launched_budget,
-    one_step_prefills,
-)
-from validator.judge.layout import ONE_FULL_GROUP, HeldGroup
+from validator.judge.freezestate import LAUNCHED_ARGV, expected_state, launched_budget, one_step_prefills
+from validator.judge.layout import ONE_FULL_GROUP, HeldGroup, align_block
 from validator.judge.predict import (
     Held,
     Lookup,

@@ -8,7 +8,7 @@ from collections import Counter
 from typing import Any
 
 from validator.flags import flag_key, names
-from validator.judge.layout import ONE_FULL_GROUP, HeldGroup
+from validator.judge.layout import ONE_FULL_GROUP, HeldGroup, align_block
 from validator.judge.predict import Lookup, block_keys
 from validator.rundir.rundata import RunData
 from validator.units import cdiv
@@ -219,15 +219,6 @@ def first_step(
     last = (p - 1) // aligned * aligned
     hit = look.hit_tokens if look else (hits or {}).get(rid)
     return last if last == 0 or (hit is not None and hit < last) else None
-
-
-def align_block(groups: tuple[HeldGroup, ...], block_size: int) -> int | None:
-    """Beside align-mode state of two pages a request (no internal prefill checkpoint: Mamba-2's third),
-    the block its prefill chunks start on; else None."""
-    stateful = [g for g in groups if g.state is not None]
-    sizes = {g.size(block_size) for g in stateful}
-    ok = stateful and len(sizes) == 1 and all(g.state == "align" and g.peak == 2 for g in stateful)
-    return next(iter(sizes)) if ok else None
 
 
 def one_step_prefills(run: RunData, budget: int | None, max_running: int, aligned: int | None = None) -> frozenset[str]:

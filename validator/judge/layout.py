@@ -167,6 +167,16 @@ class BlockLayout:
         return dense, next((g.size(block_size) for g in gs if g.window is not None), dense)
 
 
+def align_block(groups: tuple[HeldGroup, ...], block_size: int) -> int | None:
+    """Beside align-mode state of two pages a request (no internal prefill checkpoint: Mamba-2's third),
+    the block its prefill chunks stop on (_mamba_block_aligned_split); else None. The judge's freezes
+    (freezestate.py) and the ledger's run of the scheduler (wave.py) both split by it."""
+    stateful = [g for g in groups if g.state is not None]
+    sizes = {g.size(block_size) for g in stateful}
+    ok = stateful and len(sizes) == 1 and all(g.state == "align" and g.peak == 2 for g in stateful)
+    return next(iter(sizes)) if ok else None
+
+
 def block_layout(kv_groups: Any) -> BlockLayout:
     """A plan.json from before kv_groups was written had one full group."""
     if not isinstance(kv_groups, list) or not kv_groups:

@@ -32,7 +32,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from validator.judge.layout import HeldGroup
+from validator.judge.layout import HeldGroup, align_block
 from validator.units import cdiv
 
 MAX_STEPS = 1_000_000  # a step's run is bounded: its prefill chunks plus its outputs, far below this
@@ -77,9 +77,7 @@ class _Req:
 class _Pool:
     def __init__(self, groups: tuple[HeldGroup, ...], wave: Wave):
         self.groups, self.wave, self.free = groups, wave, wave.usable
-        # align-mode state of two pages a request (no internal checkpoint, Mamba-2's third): its block
-        aligned = [g.size(wave.block_size) for g in groups if g.state == "align" and g.peak == 2]
-        self.aligned = aligned[0] if aligned else None
+        self.aligned = align_block(groups, wave.block_size)
 
     def sizes(self) -> list[int]:
         return [g.size(self.wave.block_size) for g in self.groups]
