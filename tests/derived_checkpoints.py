@@ -4,7 +4,9 @@
 layer of the decoder in GPTQ's packing as AutoRound writes it, symmetric (qweight: int32 of 8
 weights along the input, qzeros: int32 of 8 zero points along the output, scales: float16, one row
 per group), or in AWQ's with zero points (qweight packed along the output); the embeddings, norms
-and tied LM head as they were. The values are random: vLLM only loads them."""
+and tied LM head as they were; `keep`: the linear layers left so too (substrings of their names),
+which `extra_config` then names at 16 bits, as AutoRound writes a checkpoint's exceptions. The values
+are random: vLLM only loads them."""
 
 from __future__ import annotations
 
@@ -13,9 +15,19 @@ import shutil
 from pathlib import Path
 
 LINEAR = ("q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj")
+GDN_LINEAR = ("in_proj_qkvz", "in_proj_qkv", "in_proj_z", "in_proj_ba", "in_proj_b", "in_proj_a", "out_proj")
 
 
-def write_autoround(src: Path, dst: Path, group_size: int = 32, bits: int = 4, awq: bool = False) -> Path:
+def write_autoround(
+    src: Path,
+    dst: Path,
+    group_size: int = 32,
+    bits: int = 4,
+    awq: bool = False,
+    linear: tuple[str, ...] = LINEAR,
+    keep: tuple[str, ...] = (),
+    extra_config: dict | None = None,
+) -> Path:
     import torch
     from safetensors.torch import load_file, save_file
 
@@ -26,7 +38,7 @@ def write_autoround(src: Path, dst: Path, group_size: int = 32, bits: int = 4, a
     per_int = 32 // bits
     for name, t in tensors.items():
         stem = name.removesuffix(".weight")
-        if not (name.endswith(".weight") and stem.rsplit(".", 1)[-1] in LINEAR):
+        if not (name.endswith(".weight") and stem.rsplit(".", 1)[-1] in linear) or any(k in name for k in keep):
             out[name] = t
             continue
         n_out, n_in = t.shape  # a Linear stores out x in
@@ -44,7 +56,7 @@ def write_autoround(src: Path, dst: Path, group_size: int = 32, bits: int = 4, a
         "sym": not awq,
         "data_type": "int",
         "packing_format": "auto_round:auto_awq" if awq else "auto_round:auto_gptq",
-    }
+    } | ({"extra_config": extra_config} if extra_config else {})
     (dst / "config.json").write_text(json.dumps(cfg, indent=2, sort_keys=True))
     (dst / "kvgate-tiny.json").unlink(missing_ok=True)
     return dst

@@ -8,7 +8,10 @@ split by tensor parallelism or held whole by every rank. What a checkpoint's hea
 a state layer's A (A_log) is float32 whatever the model's dtype (vLLM's MambaMixer, MambaMixer2
 and Qwen's Gated DeltaNet), Jamba, Nemotron-H and Qwen3-Next keep an LM head of their own even
 where config.json ties it, and a Mamba-2 mixer whose groups TP does not divide holds the group on
-every rank (extra_groups_for_head_shards). Quantized hybrids are not counted (None): their
+every rank (extra_groups_for_head_shards). Quantized checkpoints are counted for the Gated DeltaNet
+families (Qwen3-Next, Qwen3.5): each linear weight vLLM builds with the quantization in its format's
+bytes where the format's skip list does not leave its role unquantized (routers, the shared expert's
+gate, convolutions, norms never are); other quantized hybrids are not counted (None): their
 checkpoint's headers, or model.weights_bytes, give the bytes.
 """
 
@@ -18,8 +21,10 @@ import math
 from typing import Any
 
 from validator.errors import InputError
-from validator.plan.layer_tensors import Layers, Tensor, attention_heads, linear, mlp, moe, whole
+from validator.plan import layer_tensors as lt
+from validator.plan.layer_tensors import Layers, Tensor, attention_heads, linear, mlp, moe, weight, whole
 from validator.plan.model_shape import DTYPE_BYTES, ModelShape
+from validator.plan.quant import Mxfp4, QuantFormat, Role
 from validator.plan.ssm_state import (
     ATTENTION,
     GatedDeltaNetState,
@@ -49,10 +54,16 @@ def mamba2(h: int, s: Mamba2State, conv_bias: bool, bias: bool, tp: int) -> list
     return out  # conv, in_proj, A, D, dt_bias, out_proj, the gated norm
 
 
-def gated_delta_net(h: int, s: GatedDeltaNetState) -> list[Tensor]:
+def gated_delta_net(h: int, s: GatedDeltaNetState, fused: bool = True) -> list[Tensor]:
+    """conv1d, in_proj_qkvz, in_proj_ba, dt_bias, A_log, the gated norm, out_proj. `fused`: Qwen3-Next
+    stores qkvz and ba as one interleaved matrix each; Qwen3.5 as q, k, v, z and b, a (its
+    MergedColumnParallelLinear's shards, what a format's per-matrix scales count)."""
     kd, vd, nv = s.num_k_heads * s.head_k_dim, s.num_v_heads * s.head_v_dim, s.num_v_heads
-    out = [Tensor((2 * kd + vd) * s.conv_kernel), Tensor((2 * kd + 2 * vd) * h), Tensor(2 * nv * h)]
-    return out + [Tensor(nv), Tensor(nv, fp32=True), Tensor(s.head_v_dim, split=False), Tensor(h * vd)]
+    m, g = Role.MIXER, Role.MIXER_GATES
+    qkvz = weight(m, (2 * kd + 2 * vd, h, 1)) if fused else weight(m, (kd, h, 2), (vd, h, 2))
+    ba = weight(g, (2 * nv, h, 1)) if fused else weight(g, (nv, h, 2))
+    out = [Tensor((2 * kd + vd) * s.conv_kernel), qkvz, ba]
+    return out + [Tensor(nv), Tensor(nv, fp32=True), Tensor(s.head_v_dim, split=False), weight(m, (h, vd, 1))]
 
 
 def attention(shape: ModelShape, tp: int, bias: bool, gate: bool, qk_norm: bool) -> list[Tensor]:
@@ -188,10 +199,10 @@ def _qwen3_next(cfg: dict[str, Any], shape: ModelShape, tp: int, fp32_router: bo
         if role == ATTENTION:
             layer += attention(shape, tp, bias, gate, True)
         else:
-            layer += gated_delta_net(h, st)
+            layer += gated_delta_net(h, st, fused=shape.model_type == "qwen3_next")
         if e and step and i not in (dense or []) and (i + 1) % step == 0:
-            layer += moe(h, e, shape.moe_intermediate_size or 0)
-            layer += mlp(h, shared, True) + [Tensor(h, split=False)] if shared else []
+            layer += moe(h, e, shape.moe_intermediate_size or 0)  # the shared expert's gate: never quantized
+            layer += mlp(h, shared, True, role=Role.SHARED_EXPERT) + [Tensor(h, split=False)] if shared else []
         else:
             layer += mlp(h, shape.intermediate_size or 0, True)
         out.append(layer + [Tensor(h, split=False)] * (2 if cfg.get("layer_scale") else 0))
@@ -254,6 +265,16 @@ ROTARY = ("granitemoehybrid", "qwen3_next", "qwen3_5_text", "qwen3_5_moe_text", 
 NESTED = ("qwen3_5", "qwen3_5_moe")  # Qwen3_5(Moe)ForConditionalGeneration: the text model in text_config
 
 
+# the families whose every linear layer the count tags with its role (gated_delta_net, attention, mlp, moe)
+QUANTIZED = ("qwen3_next", "qwen3_5_text", "qwen3_5_moe_text")
+
+
+def quantized_family(model_type: str, fmt: QuantFormat | None) -> bool:
+    """Whether a quantized checkpoint of this family is counted: a format kvgate reads (MXFP4 is
+    gpt-oss's experts only) on a family whose linear layers carry their roles."""
+    return model_type in QUANTIZED and fmt is not None and not isinstance(fmt, Mxfp4)
+
+
 def count_hybrid(
     cfg: dict[str, Any], shape: ModelShape, dtype: str | None = None, tp: int = 1, fp32_router: bool = False
 ) -> WeightCount | None:
@@ -266,7 +287,8 @@ def count_hybrid(
         cfg = {k: val for k, val in cfg.items() if k != "text_config"} | text
     if family is None or cfg.get("model_type") != shape.model_type or shape.state is None:
         return None
-    if h is None or v is None or shape.quant or shape.quant_method:
+    fmt = shape.quant
+    if h is None or v is None or (shape.quant_method or fmt) and not quantized_family(shape.model_type, fmt):
         return None
     layers = family(cfg, shape, tp, fp32_router)
     if layers is None:
@@ -274,7 +296,7 @@ def count_hybrid(
     dt = DTYPE_BYTES[dtype or shape.dtype]
 
     def size(ts: list[Tensor], split: bool) -> int:
-        return sum(t.elements * (4 if t.fp32 else dt) for t in ts if t.split is split)
+        return sum(lt.held_bytes(t, fmt, dt) for t in ts if t.split is split)
 
     tied = shape.tie_word_embeddings and shape.model_type in TIES
     rope = sum(n * d for n, d in shape.rope_tables) if shape.model_type in ROTARY else 0
@@ -284,10 +306,10 @@ def count_hybrid(
         per_layer=tuple(size(ts, True) for ts in layers),
         per_layer_replicated=tuple(size(ts, False) for ts in layers),
         final_norm=h * dt,
-        format_label=f"{dt * 8}-bit",
+        format_label=fmt.label if fmt is not None else f"{dt * 8}-bit",
         rope_cache=(rope + (shape.vision.rotary_table if shape.vision else 0)) * dt,
         vision=shape.vision.params * dt if shape.vision else 0,
-        layer_tensors=tuple(tuple((t.elements * (4 if t.fp32 else dt), not t.split) for t in ts) for ts in layers),
+        layer_tensors=tuple(lt.segments(ts, fmt, dt) for ts in layers),
         edge_tensors=(cdiv(v, 64) * 64 * h * dt, 0 if tied else cdiv(v, 64) * 64 * h * dt),
         as_allocated=True,
     )

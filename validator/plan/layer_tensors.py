@@ -8,21 +8,35 @@ from dataclasses import dataclass
 from typing import Any
 
 from validator.errors import InputError
+from validator.plan.quant import Fp8, Int8Channel, QuantFormat, Role
+
+Shards = tuple[tuple[int, int, int], ...]  # a fused weight's matrices: (out, in, count)
 
 
 @dataclass(frozen=True)
 class Tensor:
     """One parameter as vLLM allocates it, whole model: its elements, whether TP splits it (False:
-    every rank holds it whole) and whether it is float32 whatever the model's dtype."""
+    every rank holds it whole) and whether it is float32 whatever the model's dtype. A linear
+    layer's weight that vLLM builds with the model's quantization also says where it sits (`role`,
+    which a format's skip list may leave unquantized) and the matrices it fuses (`shards`: a format's
+    scales are per matrix); None: vLLM never quantizes it (norms, convolutions, routers, gates)."""
 
     elements: int
     split: bool = True
     fp32: bool = False
+    role: Role | None = None
+    shards: Shards = ()
 
 
-def linear(out: int, inp: int, bias: bool, row: bool = False) -> list[Tensor]:
+def weight(role: Role, *shards: tuple[int, int, int]) -> Tensor:
+    """A quantizable linear weight fusing `shards` (out, in, count), split by TP."""
+    return Tensor(sum(o * i * c for o, i, c in shards), role=role, shards=shards)
+
+
+def linear(out: int, inp: int, bias: bool, row: bool = False, role: Role | None = None) -> list[Tensor]:
     """A column- (or row-) parallel linear layer: a row-parallel one's bias is on every rank."""
-    return [Tensor(out * inp)] + ([Tensor(out, split=not row)] if bias else [])
+    w = weight(role, (out, inp, 1)) if role else Tensor(out * inp)
+    return [w] + ([Tensor(out, split=not row)] if bias else [])
 
 
 def attention_heads(
@@ -32,17 +46,44 @@ def attention_heads(
     """q (doubled for an output gate), k and v fused (none for a layer that reads another's cache:
     kv_proj False, and then no k norm), and o. With fewer KV heads than ranks each rank holds one
     (QKVParallelLinear replicates them): max(kv, tp) heads' worth over the ranks."""
-    kv_out = 2 * max(kv, tp) * hd if kv_proj else 0
-    out = linear(heads * (2 if gate else 1) * hd + kv_out, h, bias) + linear(h, heads * hd, o_bias, row=True)
+    a, q, kv_out = Role.ATTENTION, heads * (2 if gate else 1) * hd, 2 * max(kv, tp) * hd if kv_proj else 0
+    out = [weight(a, (q, h, 1), *([(kv_out // 2, h, 2)] if kv_proj else []))]
+    out += [Tensor(q + kv_out)] if bias else []
+    out += linear(h, heads * hd, o_bias, row=True, role=a)
     return out + ([Tensor((2 if kv_proj else 1) * hd, split=False)] if qk_norm else [])
 
 
-def mlp(h: int, inter: int, gated: bool, bias: bool = False) -> list[Tensor]:
-    return linear((2 if gated else 1) * inter, h, bias) + linear(h, inter, bias, row=True)
+def mlp(h: int, inter: int, gated: bool, bias: bool = False, role: Role = Role.MLP) -> list[Tensor]:
+    up = (2 if gated else 1) * inter
+    out = [weight(role, (inter, h, 2 if gated else 1))] + ([Tensor(up)] if bias else [])
+    return out + linear(h, inter, bias, row=True, role=role)
 
 
 def moe(h: int, experts: int, inter: int) -> list[Tensor]:
-    return [Tensor(experts * h, split=False), Tensor(experts * 2 * inter * h), Tensor(experts * h * inter)]
+    """The router (built without the quantization: vLLM's GateLinear), the gate/up and down stacks."""
+    e = Role.EXPERT
+    return [Tensor(experts * h, split=False), weight(e, (inter, h, 2 * experts)), weight(e, (h, inter, experts))]
+
+
+def held_bytes(t: Tensor, fmt: QuantFormat | None, dt: int) -> int:
+    """A tensor's bytes: a quantizable weight in the format's bytes (each of its matrices) where the
+    format's skip list does not leave its role so, else its elements in the dtype (or float32)."""
+    if fmt is None or t.role is None or not fmt.applies(t.role):
+        return t.elements * (4 if t.fp32 else dt)
+    return sum(c * fmt.matrix_bytes(o, i) for o, i, c in t.shards)
+
+
+def segments(ts: list[Tensor], fmt: QuantFormat | None, dt: int) -> tuple[tuple[int, bool], ...]:
+    """The tensors of a layer the CUDA allocator rounds (plan/allocator.py), each with whether every
+    rank holds it whole: a quantized weight only where the format stores it in one byte a weight
+    (FP8, int8; a packed format's tensors are not listed, as in plan/weights.py)."""
+    one_byte = isinstance(fmt, (Fp8, Int8Channel))
+    out = []
+    for t in ts:
+        quantized = fmt is not None and t.role is not None and fmt.applies(t.role)
+        if one_byte or not quantized:
+            out.append((t.elements if quantized else held_bytes(t, fmt, dt), not t.split))
+    return tuple(out)
 
 
 def whole(cfg: dict[str, Any], key: str, default: int = 0) -> int:

@@ -30,6 +30,8 @@ class Role(Enum):
     EXPERT = "expert"  # routed experts
     SHARED_EXPERT = "shared_expert"
     ROUTER = "router"
+    MIXER = "mixer"  # a linear-attention layer's projections in and out (Gated DeltaNet's qkvz, out_proj)
+    MIXER_GATES = "mixer_gates"  # Gated DeltaNet's b and a projections (in_proj_ba): often left unquantized
 
 
 @dataclass(frozen=True)

@@ -11,25 +11,34 @@ from typing import Any
 from validator.errors import InputError
 from validator.plan.quant import Bnb4, Fp8, Int8Channel, IntGroups, Mxfp4, QuantFormat, Role
 
-_SKIP_WORDS = {
-    "attn": Role.ATTENTION,
-    "self_attn": Role.ATTENTION,
-    "attention": Role.ATTENTION,
-    "shared_expert": Role.SHARED_EXPERT,
-    "mlp.gate": Role.ROUTER,
-    "router": Role.ROUTER,
-}
+# a module name's role by the first of these words it holds: the narrower first ("linear_attn" is a
+# Gated DeltaNet, not attention; "shared_expert_gate" a one-row gate vLLM never quantizes, not the
+# shared expert; "mlp.gate" the router, not "mlp.gate_proj")
+_SKIP_WORDS = (
+    ("shared_expert_gate", Role.ROUTER),
+    ("in_proj_ba", Role.MIXER_GATES),
+    ("in_proj_a", Role.MIXER_GATES),
+    ("in_proj_b", Role.MIXER_GATES),
+    ("linear_attn", Role.MIXER),
+    ("shared_expert", Role.SHARED_EXPERT),
+    ("experts", Role.EXPERT),
+    ("mlp.gate_proj", Role.MLP),
+    ("mlp.gate", Role.ROUTER),
+    ("router", Role.ROUTER),
+    ("attn", Role.ATTENTION),
+    ("attention", Role.ATTENTION),
+)
 
 
 def _skip_roles(items: Any, base: frozenset[Role]) -> frozenset[Role]:
+    """The roles a skip list (module names or patterns) leaves unquantized: any module of a role
+    listed leaves the whole role so (a checkpoint skips a kind of layer, not one layer of it)."""
     roles = set(base)
-    if isinstance(items, list):
-        for s in items:
-            if not isinstance(s, str):
-                continue
-            for word, role in _SKIP_WORDS.items():
-                if word in s and not (word == "mlp.gate" and "gate_proj" in s):
-                    roles.add(role)
+    names = items.keys() if isinstance(items, dict) else items if isinstance(items, list) else ()
+    for s in names:
+        role = next((r for word, r in _SKIP_WORDS if isinstance(s, str) and word in s), None)
+        if role is not None:
+            roles.add(role)
     return frozenset(roles)
 
 
