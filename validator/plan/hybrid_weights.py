@@ -8,11 +8,11 @@ split by tensor parallelism or held whole by every rank. What a checkpoint's hea
 a state layer's A (A_log) is float32 whatever the model's dtype (vLLM's MambaMixer, MambaMixer2
 and Qwen's Gated DeltaNet), Jamba, Nemotron-H and Qwen3-Next keep an LM head of their own even
 where config.json ties it, and a Mamba-2 mixer whose groups TP does not divide holds the group on
-every rank (extra_groups_for_head_shards). Quantized checkpoints are counted for the Gated DeltaNet
-families (Qwen3-Next, Qwen3.5): each linear weight vLLM builds with the quantization in its format's
-bytes where the format's skip list does not leave its role unquantized (routers, the shared expert's
-gate, convolutions, norms never are); other quantized hybrids are not counted (None): their
-checkpoint's headers, or model.weights_bytes, give the bytes.
+every rank (extra_groups_for_head_shards). Quantized checkpoints are counted (tests/test_quantized_hybrids.py):
+each linear weight vLLM builds with the quantization in its format's bytes where the format's skip
+list does not leave its role unquantized (routers, the shared expert's gate, convolutions, norms never
+are); quantized Mamba-1 mixers (Jamba, Mamba) and Nemotron-H's latent expert projections are not
+counted (None): their checkpoint's headers, or model.weights_bytes, give the bytes.
 """
 
 from __future__ import annotations
@@ -23,6 +23,7 @@ from typing import Any
 from validator.errors import InputError
 from validator.plan import layer_tensors as lt
 from validator.plan.layer_tensors import Layers, Tensor, attention_heads, linear, mlp, moe, weight, whole
+from validator.plan.mixer_tensors import gated_delta_net, mamba1, mamba2
 from validator.plan.model_shape import DTYPE_BYTES, ModelShape
 from validator.plan.quant import Mxfp4, QuantFormat, Role
 from validator.plan.ssm_state import (
@@ -35,35 +36,6 @@ from validator.plan.ssm_state import (
 )
 from validator.plan.weights import WeightCount
 from validator.units import cdiv
-
-
-def mamba1(h: int, s: Mamba1State, dt_rank: int, conv_bias: bool, bias: bool, norms: bool) -> list[Tensor]:
-    di, ds = s.intermediate_size, s.state_size
-    out = linear(di, s.conv_kernel, conv_bias) + linear(2 * di, h, bias)
-    out += [Tensor((dt_rank + 2 * ds) * di), *linear(di, dt_rank, True), Tensor(di * ds, fp32=True), Tensor(di)]
-    out += linear(h, di, bias, row=True)
-    return out + ([Tensor(dt_rank + 2 * ds, split=False)] if norms else [])  # Jamba's dt, B and C norms
-
-
-def mamba2(h: int, s: Mamba2State, conv_bias: bool, bias: bool, tp: int) -> list[Tensor]:
-    groups = s.n_groups if s.n_groups % tp == 0 else tp  # vLLM supports only 1 group there
-    di, nh = s.intermediate_size, s.num_heads
-    conv = di + 2 * groups * s.state_size
-    out = linear(conv, s.conv_kernel, conv_bias) + linear(di + conv + nh, h, bias)
-    out += [Tensor(nh, fp32=True), Tensor(nh), Tensor(nh), *linear(h, di, bias, row=True), Tensor(di)]
-    return out  # conv, in_proj, A, D, dt_bias, out_proj, the gated norm
-
-
-def gated_delta_net(h: int, s: GatedDeltaNetState, fused: bool = True) -> list[Tensor]:
-    """conv1d, in_proj_qkvz, in_proj_ba, dt_bias, A_log, the gated norm, out_proj. `fused`: Qwen3-Next
-    stores qkvz and ba as one interleaved matrix each; Qwen3.5 as q, k, v, z and b, a (its
-    MergedColumnParallelLinear's shards, what a format's per-matrix scales count)."""
-    kd, vd, nv = s.num_k_heads * s.head_k_dim, s.num_v_heads * s.head_v_dim, s.num_v_heads
-    m, g = Role.MIXER, Role.MIXER_GATES
-    qkvz = weight(m, (2 * kd + 2 * vd, h, 1)) if fused else weight(m, (kd, h, 2), (vd, h, 2))
-    ba = weight(g, (2 * nv, h, 1)) if fused else weight(g, (nv, h, 2))
-    out = [Tensor((2 * kd + vd) * s.conv_kernel), qkvz, ba]
-    return out + [Tensor(nv), Tensor(nv, fp32=True), Tensor(s.head_v_dim, split=False), weight(m, (h, vd, 1))]
 
 
 def attention(shape: ModelShape, tp: int, bias: bool, gate: bool, qk_norm: bool) -> list[Tensor]:
@@ -125,11 +97,12 @@ def nemotron_moe(cfg: dict[str, Any], h: int, fp32_router: bool) -> list[Tensor]
         return None
     m, bias = latent or h, bool(cfg.get("mlp_bias"))
     out = [Tensor(e * h, split=False, fp32=fp32_router), Tensor(e, split=False, fp32=True)]
-    out += [Tensor(e * inter * m), Tensor(e * m * inter)]
+    out += [weight(Role.EXPERT, (inter, m, e)), weight(Role.EXPERT, (m, inter, e))]
     if latent:
         out += [Tensor(latent * h, split=False), Tensor(h * latent, split=False)]
         out += [Tensor(latent, split=False), Tensor(h, split=False)] if bias else []
-    return out + (mlp(h, shared * whole(cfg, "n_shared_experts", 1), False, bias) if shared else [])
+    width = shared * whole(cfg, "n_shared_experts", 1)
+    return out + (mlp(h, width, False, bias, role=Role.SHARED_EXPERT) if shared else [])
 
 
 def _nemotron_h(cfg: dict[str, Any], shape: ModelShape, tp: int, fp32_router: bool = False) -> Layers | None:
@@ -238,7 +211,8 @@ def _lfm2(cfg: dict[str, Any], shape: ModelShape, tp: int, fp32_router: bool = F
         if role == ATTENTION:
             layer += attention(shape, tp, False, False, True)
         else:
-            layer += linear(h, st.conv_kernel, bias) + linear(3 * h, h, bias) + linear(h, h, bias, row=True)
+            w = [weight(Role.MIXER, (h, h, 3))] + ([Tensor(3 * h)] if bias else [])  # in_proj: B, C, x
+            layer += linear(h, st.conv_kernel, bias) + w + linear(h, h, bias, row=True, role=Role.MIXER)
         moe_layer = shape.model_type == "lfm2_moe" and len(out) >= dense
         out.append(layer + (experts if moe_layer else mlp(h, ff, True)))
     return out
@@ -266,7 +240,16 @@ NESTED = ("qwen3_5", "qwen3_5_moe")  # Qwen3_5(Moe)ForConditionalGeneration: the
 
 
 # the families whose every linear layer the count tags with its role (gated_delta_net, attention, mlp, moe)
-QUANTIZED = ("qwen3_next", "qwen3_5_text", "qwen3_5_moe_text")
+QUANTIZED = (
+    "qwen3_next",
+    "qwen3_5_text",
+    "qwen3_5_moe_text",
+    "mamba2",
+    "nemotron_h",
+    "granitemoehybrid",
+    "lfm2",
+    "lfm2_moe",
+)
 
 
 def quantized_family(model_type: str, fmt: QuantFormat | None) -> bool:
@@ -289,6 +272,8 @@ def count_hybrid(
         return None
     fmt = shape.quant
     if h is None or v is None or (shape.quant_method or fmt) and not quantized_family(shape.model_type, fmt):
+        return None
+    if fmt is not None and cfg.get("moe_latent_size"):  # Nemotron-H's latent projections: roles not read
         return None
     layers = family(cfg, shape, tp, fp32_router)
     if layers is None:
