@@ -22,6 +22,7 @@ import json
 import pytest
 
 from tests.derived_checkpoints import GDN_LINEAR, LINEAR, write_autoround
+from tests.test_weights_allocated import _count
 from tests.vllm_tool import run_tool
 from validator import inputs
 from validator.inputs import load_config, plan_input_from_profile
@@ -71,11 +72,6 @@ def int4_hybrid(tiny_model, tmp_path):
         return write_autoround(tiny_model(name), tmp_path / name, linear=LINEAR + names, keep=keep, extra_config=extra)
 
     return make
-
-
-def _count(path, tp: int = 1):
-    cfg = load_config(path)
-    return count_hybrid(cfg, shape_from_config(cfg), None, tp)
 
 
 @pytest.mark.parametrize("name,tp", list(VLLM_ALLOCATED), ids=[f"{n}-tp{t}" for n, t in VLLM_ALLOCATED])
