@@ -117,6 +117,16 @@ def test_each_kind_of_layer_is_held_where_vllm_holds_it(int4_hybrid):
         (["model.layers.3.self_attn.o_proj"], {Role.ATTENTION}),
         (["model.layers.0.mlp.shared_expert.down_proj"], {Role.SHARED_EXPERT}),
         (["model.layers.0.mlp.gate_proj"], {Role.MLP}),
+        (["re:.*linear_attn.*"], {Role.MIXER, Role.MIXER_GATES}),  # the whole Gated DeltaNet
+        (["model.layers.0.mamba.in_proj"], {Role.MIXER}),  # Granite-4
+        (["model.layers.0.conv.in_proj"], {Role.MIXER}),  # LFM2
+        (["model.layers.2.self_attn.out_proj"], {Role.ATTENTION}),  # LFM2's attention
+        (["model.layers.0.feed_forward.w1"], {Role.MLP}),
+        (["backbone.layers.0.mixer.out_proj"], {Role.MIXER}),  # Nemotron-H names every block "mixer"
+        (["backbone.layers.3.mixer.q_proj"], {Role.ATTENTION}),
+        (["backbone.layers.1.mixer.up_proj"], {Role.MLP}),
+        # a vision tower's or a drafter's attention is not the decoder's (Qwen3.5's FP8 lists both)
+        (["model.visual.blocks.0.attn.qkv", "mtp.layers.0.self_attn.q_proj"], set()),
     ],
 )
 def test_a_skip_list_leaves_the_roles_it_names(listed, skipped):

@@ -11,22 +11,48 @@ from typing import Any
 from validator.errors import InputError
 from validator.plan.quant import Bnb4, Fp8, Int8Channel, IntGroups, Mxfp4, QuantFormat, Role
 
-# a module name's role by the first of these words it holds: the narrower first ("linear_attn" is a
+# a module name's roles by the first of these words it holds: the narrower first ("linear_attn" is a
 # Gated DeltaNet, not attention; "shared_expert_gate" a one-row gate vLLM never quantizes, not the
-# shared expert; "mlp.gate" the router, not "mlp.gate_proj")
-_SKIP_WORDS = (
-    ("shared_expert_gate", Role.ROUTER),
-    ("in_proj_ba", Role.MIXER_GATES),
-    ("in_proj_a", Role.MIXER_GATES),
-    ("in_proj_b", Role.MIXER_GATES),
-    ("linear_attn", Role.MIXER),
-    ("shared_expert", Role.SHARED_EXPERT),
-    ("experts", Role.EXPERT),
-    ("mlp.gate_proj", Role.MLP),
-    ("mlp.gate", Role.ROUTER),
-    ("router", Role.ROUTER),
-    ("attn", Role.ATTENTION),
-    ("attention", Role.ATTENTION),
+# shared expert; "mlp.gate" the router, not "mlp.gate_proj"); then the names of the hybrids' layers
+# (Granite-4's "mamba", LFM2's "conv" and "feed_forward", Nemotron-H's "mixer" for every kind); a
+# vision tower's or an MTP drafter's module names no decoder role
+_M, _G = Role.MIXER, Role.MIXER_GATES
+_SKIP_WORDS: tuple[tuple[str, frozenset[Role]], ...] = tuple(
+    (word, frozenset(roles) if isinstance(roles, tuple) else frozenset({roles}))
+    for word, roles in (
+        ("visual", ()),  # a vision tower's layers (its attention is not the decoder's), counted apart
+        ("vision", ()),
+        ("mtp.", ()),  # a drafter's layers, not counted in the decoder
+        ("shared_expert_gate", Role.ROUTER),
+        ("in_proj_ba", _G),
+        ("in_proj_a", _G),
+        ("in_proj_b", _G),
+        ("in_proj_qkv", _M),  # and qkvz
+        ("in_proj_z", _M),
+        ("linear_attn.out_proj", _M),
+        ("linear_attn", (_M, _G)),  # the whole Gated DeltaNet
+        ("shared_expert", Role.SHARED_EXPERT),
+        ("experts", Role.EXPERT),
+        ("mlp.gate_proj", Role.MLP),
+        ("mlp.gate", Role.ROUTER),
+        ("router", Role.ROUTER),
+        ("attn", Role.ATTENTION),
+        ("attention", Role.ATTENTION),
+        ("mamba", _M),
+        ("conv.in_proj", _M),
+        ("conv.out_proj", _M),
+        ("mixer.in_proj", _M),
+        ("mixer.out_proj", _M),
+        ("q_proj", Role.ATTENTION),
+        ("k_proj", Role.ATTENTION),
+        ("v_proj", Role.ATTENTION),
+        ("o_proj", Role.ATTENTION),
+        ("feed_forward", Role.MLP),
+        ("shared_mlp", Role.MLP),
+        ("up_proj", Role.MLP),
+        ("down_proj", Role.MLP),
+        ("gate_proj", Role.MLP),
+    )
 )
 
 
@@ -36,9 +62,8 @@ def _skip_roles(items: Any, base: frozenset[Role]) -> frozenset[Role]:
     roles = set(base)
     names = items.keys() if isinstance(items, dict) else items if isinstance(items, list) else ()
     for s in names:
-        role = next((r for word, r in _SKIP_WORDS if isinstance(s, str) and word in s), None)
-        if role is not None:
-            roles.add(role)
+        hit = next((r for word, r in _SKIP_WORDS if isinstance(s, str) and word in s), frozenset())
+        roles |= hit
     return frozenset(roles)
 
 
