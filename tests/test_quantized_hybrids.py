@@ -117,6 +117,7 @@ def test_each_kind_of_layer_is_held_where_vllm_holds_it(int4_hybrid):
         (["model.layers.3.self_attn.o_proj"], {Role.ATTENTION}),
         (["model.layers.0.mlp.shared_expert.down_proj"], {Role.SHARED_EXPERT}),
         (["model.layers.0.mlp.gate_proj"], {Role.MLP}),
+        (["model.layers.0.mlp.gate_up_proj"], {Role.MLP}),  # vLLM's fused name: not the router (before: it was)
         (["re:.*linear_attn.*"], {Role.MIXER, Role.MIXER_GATES}),  # the whole Gated DeltaNet
         (["model.layers.0.mamba.in_proj"], {Role.MIXER}),  # Granite-4
         (["model.layers.0.conv.in_proj"], {Role.MIXER}),  # LFM2

@@ -13,9 +13,9 @@ from validator.plan.quant import Bnb4, Fp8, Int8Channel, IntGroups, Mxfp4, Quant
 
 # a module name's roles by the first of these words it holds: the narrower first ("linear_attn" is a
 # Gated DeltaNet, not attention; "shared_expert_gate" a one-row gate vLLM never quantizes, not the
-# shared expert; "mlp.gate" the router, not "mlp.gate_proj"); then the names of the hybrids' layers
-# (Granite-4's "mamba", LFM2's "conv" and "feed_forward", Nemotron-H's "mixer" for every kind); a
-# vision tower's or an MTP drafter's module names no decoder role
+# shared expert; "mlp.gate" the router, not "mlp.gate_proj" nor "mlp.gate_up_proj"); then the names
+# of the hybrids' layers (Granite-4's "mamba", LFM2's "conv" and "feed_forward", Nemotron-H's "mixer"
+# for every kind); a vision tower's or an MTP drafter's module names no decoder role
 _M, _G = Role.MIXER, Role.MIXER_GATES
 _SKIP_WORDS: tuple[tuple[str, frozenset[Role]], ...] = tuple(
     (word, frozenset(roles) if isinstance(roles, tuple) else frozenset({roles}))
@@ -33,7 +33,7 @@ _SKIP_WORDS: tuple[tuple[str, frozenset[Role]], ...] = tuple(
         ("linear_attn", (_M, _G)),  # the whole Gated DeltaNet
         ("shared_expert", Role.SHARED_EXPERT),
         ("experts", Role.EXPERT),
-        ("mlp.gate_proj", Role.MLP),
+        ("mlp.gate_", Role.MLP),  # gate_proj, gate_up_proj
         ("mlp.gate", Role.ROUTER),
         ("router", Role.ROUTER),
         ("attn", Role.ATTENTION),
