@@ -71,3 +71,41 @@ def test_without_vllms_per_request_ttft_the_step_order_is_unknown_and_the_predic
     # a request whose hit is certain stays exact: doctored, it fails
     w1 = next(p for p in preds if p.id == "w1")
     assert w1.exact and not w1.admits(0)
+
+
+# The Mooncake trace on tiny-qwen3next-64 at 27 blocks, 2 sequences (tests/test_datasets_live.py's
+# gdn_server), the run that failed one CI: vLLM 0.32 (CPU) gave t24 its 160-token hit. t21's hit
+# state pages went back to the free queue in the step where t20 decoded its first token, after
+# t20's checkpoint pages (the scheduler takes its running requests first, in the order it
+# scheduled them); t22's decode then evicted t20's pages, not t21's hit. Spread evenly, t21's chunk
+# fell 0.8 ms before t20's decode step and the replay freed the hit first and evicted it: t24
+# predicted 0.
+TRACE_RUN = Path(__file__).parent / "data" / "runs" / "qwen3next-trace-step-order"
+
+
+def test_a_chunk_in_a_running_requests_step_frees_after_it():
+    saved = read_saved(TRACE_RUN)
+    (run,) = load_runs(TRACE_RUN, saved.schedule, True)
+    from validator.judge.cachedtokens import predictions
+
+    preds, why = predictions(run, saved.record)
+    assert why is None and preds is not None
+    observed = {r.id: r.cached_tokens for r in run.records}
+    assert all(p.exact and p.hits == observed[p.id] for p in preds)
+    assert {p.id: p.hits for p in preds if p.id in ("t21", "t24")} == {"t21": 160, "t24": 160}
+    assert sum(observed.values()) == 11 * 160
+
+
+def test_the_trace_run_passes_whole_and_a_request_doctored_to_a_miss_fails(tmp_path):
+    code, rep = doctor.rejudge(TRACE_RUN)
+    assert code == 0 and rep["verdict"] == "pass"
+
+    def t24_missed(d):
+        def f(rows):
+            for r in rows:
+                if r["id"] == "t24":
+                    r["cached_tokens"] = 0
+
+        doctor.edit_jl(d / "runs" / "dataset" / "records.jsonl", f)
+
+    doctor.failing(TRACE_RUN, tmp_path, t24_missed, ("dataset.cached_tokens",))

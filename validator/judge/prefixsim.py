@@ -158,7 +158,7 @@ class _Replay(Lookups, Prefills):
     def run(self) -> dict[str, Prediction]:
         # each request's events are in time order: merged, never all held at once
         for t, _, i, n in heapq.merge(*(self.events(i) for i in range(len(self.own)))):
-            self.run_due(t)  # prefill chunks beside align-mode state run before what follows them
+            self.run_due(t, i)  # prefill chunks beside align-mode state run before what follows them
             if n == self.pos[i]:  # not done yet (a finish taken early also did the events before it)
                 self.step(i, t)
         return self.out
