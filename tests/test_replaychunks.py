@@ -10,6 +10,8 @@ from __future__ import annotations
 import shutil
 from pathlib import Path
 
+import pytest
+
 from tests import doctor
 from validator.judge.cachedtokens import replay_of
 from validator.rundir.rundata import load_runs
@@ -73,39 +75,50 @@ def test_without_vllms_per_request_ttft_the_step_order_is_unknown_and_the_predic
     assert w1.exact and not w1.admits(0)
 
 
-# The Mooncake trace on tiny-qwen3next-64 at 27 blocks, 2 sequences (tests/test_datasets_live.py's
-# gdn_server), the run that failed one CI: vLLM 0.32 (CPU) gave t24 its 160-token hit. t21's hit
-# state pages went back to the free queue in the step where t20 decoded its first token, after
-# t20's checkpoint pages (the scheduler takes its running requests first, in the order it
-# scheduled them); t22's decode then evicted t20's pages, not t21's hit. Spread evenly, t21's chunk
-# fell 0.8 ms before t20's decode step and the replay freed the hit first and evicted it: t24
-# predicted 0.
-TRACE_RUN = Path(__file__).parent / "data" / "runs" / "qwen3next-trace-step-order"
+# Two Mooncake trace runs (tests/test_datasets_live.py's servers, 2 sequences) whose prefill chunks
+# the even spread put a fraction of a millisecond before a step boundary they followed in truth:
+# - tiny-qwen3next-64 at 27 blocks, the run that failed one CI: vLLM 0.32 (CPU) gave t24 its 160-token
+#   hit. t21's hit state pages went back to the free queue in the step where t20 decoded its first
+#   token, after t20's checkpoint pages (the scheduler takes its running requests first); t22's decode
+#   then evicted t20's pages. Spread evenly, t21's chunk fell 0.8 ms before t20's decode step: the
+#   replay freed the hit first, evicted it, and predicted t24 0.
+# - tiny-lfm2 at 77 blocks (1 soak run of 6): t33 hit 128. t26's last chunk freed the hit state pages
+#   after t24 finished (its blocks are freed before the next step), behind t24's 13 cached blocks.
+#   Spread evenly, the chunk fell 0.1 ms before t24's finish: t32's prefill evicted the hit, t33
+#   predicted 0.
+RUNS = Path(__file__).parent / "data" / "runs"
+STEP_ORDER = {"qwen3next-trace-step-order": ("t24", 160, 11 * 160), "lfm2-trace-finish-order": ("t33", 128, 134 * 32)}
 
 
-def test_a_chunk_in_a_running_requests_step_frees_after_it():
-    saved = read_saved(TRACE_RUN)
-    (run,) = load_runs(TRACE_RUN, saved.schedule, True)
+@pytest.mark.parametrize("name", sorted(STEP_ORDER))
+def test_a_chunk_at_a_step_boundary_follows_the_running_requests_decode_step_or_finish(name):
     from validator.judge.cachedtokens import predictions
 
+    src = RUNS / name
+    saved = read_saved(src)
+    (run,) = load_runs(src, saved.schedule, True)
     preds, why = predictions(run, saved.record)
-    assert why is None and preds is not None
+    assert why is None and preds is not None and len(preds) == 48
     observed = {r.id: r.cached_tokens for r in run.records}
     assert all(p.exact and p.hits == observed[p.id] for p in preds)
-    assert {p.id: p.hits for p in preds if p.id in ("t21", "t24")} == {"t21": 160, "t24": 160}
-    assert sum(observed.values()) == 11 * 160
+    rid, hit, total = STEP_ORDER[name]
+    assert {p.id: p.hits for p in preds}[rid] == hit and sum(observed.values()) == total
 
 
-def test_the_trace_run_passes_whole_and_a_request_doctored_to_a_miss_fails(tmp_path):
-    code, rep = doctor.rejudge(TRACE_RUN)
+@pytest.mark.parametrize("name", sorted(STEP_ORDER))
+def test_the_trace_run_passes_whole_and_a_request_doctored_to_a_miss_fails(name, tmp_path):
+    src = tmp_path / name  # judging writes its report into the directory
+    shutil.copytree(RUNS / name, src)
+    code, rep = doctor.rejudge(src)
     assert code == 0 and rep["verdict"] == "pass"
+    rid = STEP_ORDER[name][0]
 
-    def t24_missed(d):
+    def missed(d):
         def f(rows):
             for r in rows:
-                if r["id"] == "t24":
+                if r["id"] == rid:
                     r["cached_tokens"] = 0
 
         doctor.edit_jl(d / "runs" / "dataset" / "records.jsonl", f)
 
-    doctor.failing(TRACE_RUN, tmp_path, t24_missed, ("dataset.cached_tokens",))
+    doctor.failing(src, tmp_path, missed, ("dataset.cached_tokens",))

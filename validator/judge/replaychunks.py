@@ -14,12 +14,15 @@ token) to its first token. Where vLLM did not say (a server without --enable-per
 the run is replayed with them all just before the first token and spread from the send, and each
 request's prediction spans the two.
 
-A chunk shares its engine step with the decode steps of the requests already running, which the
-scheduler takes first (its running list, in the order they were scheduled): a chunk whose spread
-time falls within half a step of such a decode step is put in that step, after it. Spread evenly,
-a chunk can land a millisecond before a decode step it ran after: a tiny Qwen3-Next's request then
-freed its hit's state pages ahead of another's checkpoint pages, which the pool evicted in truth,
-and the replay evicted the hit instead (1 request of 48 wrong in 1 run of 3)."""
+A chunk starts at a step boundary: the end of the step before it, where each running request got
+a token and then decoded again or finished. The scheduler takes its running requests first, in the
+order it scheduled them, and a finished request's blocks are freed before the next step: a chunk
+whose spread time falls within half a step of such a decode step or finish is put there, after it.
+Spread evenly, a chunk can land a fraction of a millisecond before a finish or a decode step it
+followed in truth, and the pool's free queue then holds its freed state pages in the wrong order: a
+tiny Qwen3-Next's request freed its hit's state pages ahead of another's checkpoint pages (1 request
+of 48 wrong in 1 CI run of the trace), a tiny LFM2's freed its hit's ahead of a finishing request's
+13 cached blocks (1 of 48, in 1 run of 6), and later prefills evicted the hit instead."""
 
 from __future__ import annotations
 
@@ -61,15 +64,16 @@ class Prefills:
         self.prefill_chunks(i, t)
 
     def step_of(self, i: int, when: float, within: float) -> float:
-        """The time of the decode step nearest `when` (within `within`) of a request running before
-        request i, which the chunk then follows; else `when`."""
+        """The time of the step boundary nearest `when` (within `within`) among the requests running
+        before request i (the decode step or the finish after one of their tokens), which the chunk
+        then follows; else `when`."""
         best: float | None = None
         for j in self.blocks:
             if j >= i:
                 continue
             steps = self.own[j]
             k = bisect_left(steps, when)
-            for e in steps[max(k - 1, 1) : min(k + 1, len(steps) - 1)]:  # its decode steps only
+            for e in steps[max(k - 1, 1) : k + 1]:  # its decode steps and its finish, not its schedule
                 if abs(e - when) <= within and (best is None or abs(e - when) < abs(best - when)):
                     best = e
         return when if best is None else best
