@@ -64,18 +64,19 @@ class Prefills:
         self.prefill_chunks(i, t)
 
     def step_of(self, i: int, when: float, within: float) -> float:
-        """The time of the step boundary nearest `when` (within `within`) among the requests running
-        before request i (the decode step or the finish after one of their tokens), which the chunk
-        then follows; else `when`."""
+        """The step boundary within `within` of `when` among the requests running before request i:
+        the latest of their events there (each one's decode step or finish after a token of that
+        step), which the chunk then follows; else `when`."""
         best: float | None = None
         for j in self.blocks:
             if j >= i:
                 continue
             steps = self.own[j]
             k = bisect_left(steps, when)
-            for e in steps[max(k - 1, 1) : k + 1]:  # its decode steps and its finish, not its schedule
-                if abs(e - when) <= within and (best is None or abs(e - when) < abs(best - when)):
-                    best = e
+            near = [e for e in steps[max(k - 1, 1) : k + 1] if abs(e - when) <= within]  # not its schedule
+            if near:
+                mine = min(near, key=lambda e: abs(e - when))
+                best = mine if best is None else max(best, mine)
         return when if best is None else best
 
     def run_due(self, before: float, request: int) -> None:
