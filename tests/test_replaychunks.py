@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 
 from tests import doctor
-from validator.judge.cachedtokens import replay_of
+from validator.judge.cachedtokens import predictions, replay_of
 from validator.rundir.rundata import load_runs
 from validator.rundir.saved import read_saved
 
@@ -92,8 +92,6 @@ STEP_ORDER = {"qwen3next-trace-step-order": ("t24", 160, 11 * 160), "lfm2-trace-
 
 @pytest.mark.parametrize("name", sorted(STEP_ORDER))
 def test_a_chunk_at_a_step_boundary_follows_the_running_requests_decode_step_or_finish(name):
-    from validator.judge.cachedtokens import predictions
-
     src = RUNS / name
     saved = read_saved(src)
     (run,) = load_runs(src, saved.schedule, True)
