@@ -218,9 +218,10 @@ def test_doctored_dataset_runs_fail(chat_server, tmp_path):
     assert "--enable-prompt-tokens-details" in c["explanation"]
 
 
-def model_server(tiny_model, d: Path, build: str, blocks: int, *extra: str):
+def model_server(tiny_model, d: Path, build: str, blocks: int, *extra: str, budget: int | None = None):
     """The chat profile's server (max_model_len 1024, 2 sequences) on the tiny `build` with `blocks`
-    in the pool and `extra` vLLM flags, launched as kvgate launches it: (server, profile file) while it runs."""
+    in the pool, `extra` vLLM flags and, given, `budget` tokens a step (max_num_batched_tokens),
+    launched as kvgate launches it: (server, profile file) while it runs."""
     from validator.inputs import plan_input_from_profile
     from validator.plan.limits import make_plan
     from validator.profile import load
@@ -234,6 +235,7 @@ def model_server(tiny_model, d: Path, build: str, blocks: int, *extra: str):
         limits__max_num_seqs=2,
         slo__ttft_p99_ms=SLO_TTFT_MS,
         vllm__extra_args=["--enforce-eager", *extra],
+        **({} if budget is None else {"limits__max_num_batched_tokens": budget}),
     )
     text = f.read_text().replace(str(tiny_model("tiny-gqa")), str(tiny_model(build)))
     f.write_text(text.replace("num_gpu_blocks_override: 65", f"num_gpu_blocks_override: {blocks}"))
@@ -343,6 +345,33 @@ def test_sharegpt_on_a_hybrid_freezes_exactly_per_group(lfm2_server, tmp_path):
     blocks with the copies the states' checkpoints imply, a page a state group), every request's
     cached tokens, and the run passes whole."""
     sharegpt_freezes_exactly(lfm2_server, tmp_path)
+
+
+@pytest.fixture(scope="module")
+def lfm2_budget_server(tiny_model, tmp_path_factory):
+    """lfm2_server's model and pool with 48 tokens a step (max_num_batched_tokens): a prompt longer
+    than that is computed a block of 32 a step (Scheduler._mamba_block_aligned_split), each step
+    taking a state page and freeing the last one, where 2,048 tokens take it at its checkpoints."""
+    d = tmp_path_factory.mktemp("lfm2-budget-server")
+    yield from model_server(tiny_model, d, "tiny-lfm2", 77, budget=48)
+
+
+def test_a_trace_on_a_hybrid_prefilled_a_block_a_step_is_exact_request_by_request(lfm2_budget_server, tmp_path):
+    """The Mooncake trace on the tiny LFM2 at 48 tokens a step, where all but 1 of its 48 prompts
+    (22-429 tokens) take 2 to 14 steps: still 48 of 48 requests exact and the run passes whole (the
+    replay takes a prompt a checkpoint a step; the steps between checkpoints take a state page and
+    give it back to the head of the free queue, where the next step takes it again)."""
+    from validator.rundir.saved import read_saved
+
+    trace_replayed_exactly(lfm2_budget_server, tmp_path)
+    plan = read_saved(tmp_path / "run").record
+    assert plan.max_num_batched_tokens == 48 and plan.block_size == 32
+
+
+def test_sharegpt_on_a_hybrid_prefilled_a_block_a_step_freezes_exactly(lfm2_budget_server, tmp_path):
+    """ShareGPT on the tiny LFM2 at 48 tokens a step: every freeze's blocks and every request's
+    cached tokens exact, the run passes whole."""
+    sharegpt_freezes_exactly(lfm2_budget_server, tmp_path)
 
 
 @pytest.fixture(scope="module")

@@ -10,9 +10,11 @@ their last chunk's pages and their first decode step's: a nearly full pool evict
 Qwen3-Next at 45-53 blocks: the first request of every wave of 4 missed the primed prefix, which
 the prompt taken whole at its first token kept). The client sees none of these steps: they are
 spread evenly from vLLM's scheduling of the request (its per-request TTFT back from the first
-token) to its first token. Where vLLM did not say (a server without --enable-per-request-metrics),
-the run is replayed with them all just before the first token and spread from the send, and each
-request's prediction spans the two.
+token) to its first token. A step budget below the prompt splits it further, a block a step; those
+steps are not replayed: each takes a state page that the next frees to the head of the free queue
+and takes again (measured exact at 48 tokens a step, block 32: docs/kv-accounting.md). Where vLLM
+did not say (a server without --enable-per-request-metrics), the run is replayed with them all just
+before the first token and spread from the send, and each request's prediction spans the two.
 
 A chunk starts at a step boundary: the end of the step before it, where each running request got
 a token and then decoded again or finished. The scheduler takes its running requests first, in the
