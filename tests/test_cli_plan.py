@@ -256,6 +256,8 @@ def test_caps_at_max_position_embeddings():
             "multiple of 32",
         ),
         (["--plan-only", "--model", GQA], "kv_cache_bytes"),
+        (["--plan-only", "--model", GQA, "--kv-cache-bytes", "1GiB", "--sweep", "1,abc"], "sweep.steps"),
+        (["--plan-only", "--model", GQA, "--kv-cache-bytes", "1MiB", "--sweep", "0"], "sweep.steps"),  # no fit
     ],
 )
 def test_bad_input_is_one_line_exit_2(args, needle):

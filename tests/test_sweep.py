@@ -33,6 +33,72 @@ def test_a_kv_binding_profile_is_planned_for_a_sweep_and_refused_without_one():
     assert plan.fits
 
 
+def test_plan_only_previews_the_steps_the_sweep_starts_with():
+    """`--plan-only` with a sweep lists its steps and what the ledger says of each, the figures the
+    sweep's runs then freeze for: the KV-binding profile holds 4 to their last token (vLLM preempted
+    from 5 in its live sweeps, tests/test_sweep_live.py), 8 run at once at most."""
+    import json
+    import subprocess
+    import sys
+
+    from validator.serve.argv import plan_record
+
+    kvbound = str(ROOT / "profiles" / "tiny-cpu-kvbound.yaml")
+    r = subprocess.run(
+        [sys.executable, "-m", "validator", "--profile", kvbound, "--plan-only", "--json"],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        cwd=ROOT,
+    )
+    assert r.returncode == 0, r.stderr
+    rows = json.loads(r.stdout)["sweep"]
+    assert [(x["run"], x["running"], x["waiting"], x["past_kv_limit"]) for x in rows] == [
+        ("sweep-c1", 1, 0, False),
+        ("sweep-c2", 2, 0, False),
+        ("sweep-c4", 4, 0, False),
+        ("sweep-c5", 5, 0, True),
+        ("sweep-c6", 6, 0, True),
+        ("sweep-c8", 8, 0, True),
+        ("sweep-c9", 8, 1, True),
+    ]
+    assert {(x["prompt_tokens"], x["output_tokens"], x["held_to_last_token"]) for x in rows} == {(128, 384, 4)}
+    plan, prof = plan_of()
+    runs = sweep_runs(plan_record(plan, prof), prof.sweep, prof.workload.seed)
+    assert [(s.name, s.freezes[0].running, s.freezes[0].waiting) for s in runs] == [
+        (x["run"], x["running"], x["waiting"]) for x in rows
+    ]
+    text = subprocess.run(
+        [sys.executable, "-m", "validator", "--profile", kvbound, "--plan-only"],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        cwd=ROOT,
+    ).stdout
+    assert (
+        "  sweep-c5     5 in flight, 10 requests: 5 run at the first tokens: past the KV limit, vLLM must preempt"
+        in text
+    )
+    assert "  sweep-c4     4 in flight, 8 requests: 4 run at the first tokens\n" in text
+    # no sweep asked: no preview
+    r = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "validator",
+            "--profile",
+            str(ROOT / "profiles" / "tiny-cpu.yaml"),
+            "--plan-only",
+            "--json",
+        ],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        cwd=ROOT,
+    )
+    assert r.returncode == 0 and "sweep" not in json.loads(r.stdout)
+
+
 def test_the_steps_go_from_one_past_the_kv_limit():
     assert steps_of("auto", held=4, max_num_seqs=8) == [1, 2, 4, 5, 6, 8, 9]
     assert steps_of("auto", held=1, max_num_seqs=1) == [1, 2, 3]

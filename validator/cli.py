@@ -205,7 +205,14 @@ def run(argv: list[str] | None = None) -> int:
     prof = resolve_profile(args)
     plan = make_plan(plan_input_from_profile(prof))
     if args.plan_only:
-        record = plan_record(plan, prof).to_json()
+        rec = plan_record(plan, prof)
+        steps = []
+        if prof.sweep.steps:  # checked where the plan does not fit too; where it fits, each step previewed
+            from validator.observe.sweep import preview, steps_of
+
+            steps_of(prof.sweep.steps, 1, 1)
+            steps = preview(rec, prof.sweep) if plan.fits else []
+        record = {**rec.to_json(), **({"sweep": steps} if steps else {})}
         print(json.dumps(record, indent=2) if args.json else plan_text(record))
         return EXIT_OK if plan.fits else EXIT_FAIL
     from validator.session import RunOptions, run_session  # launch / load / judge

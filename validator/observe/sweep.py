@@ -4,6 +4,8 @@ prediction of who runs and who waits is read exactly, and its preemptions counte
 
 from __future__ import annotations
 
+from typing import Any
+
 from loadgen.schedule.workload import near_limit, new_salt
 from validator.errors import InputError
 from validator.judge.checkpoints import plan_layout
@@ -79,6 +81,32 @@ def sweep_runs(plan: PlanRecord, sweep: SweepSection, seed: int) -> list[RunSpec
     prompt, out = shape(plan, sweep)
     held = held_at_full_length(plan, prompt, out)
     return [step_spec(plan, sweep, seed, n) for n in steps_of(sweep.steps, held, plan.max_num_seqs)]
+
+
+def preview(plan: PlanRecord, sweep: SweepSection) -> list[dict[str, Any]]:
+    """The steps the sweep starts with and what the ledger says of each, before anything runs
+    (`--plan-only --sweep`): who runs and waits at the first tokens, how many of the shape the KV cache
+    holds to their last token, and whether the step goes past that (where vLLM must preempt). A
+    bisection for the SLO capacity adds steps only a run can choose."""
+    prompt, out = shape(plan, sweep)
+    held = held_at_full_length(plan, prompt, out)
+    rows = []
+    for n in steps_of(sweep.steps or "", held, plan.max_num_seqs):
+        run = admitted(plan, n, prompt, out)
+        rows.append(
+            {
+                "run": f"sweep-c{n}",
+                "concurrency": n,
+                "requests": sweep.waves * n,
+                "prompt_tokens": prompt,
+                "output_tokens": out,
+                "running": run,
+                "waiting": n - run,
+                "held_to_last_token": held,
+                "past_kv_limit": min(n, plan.max_num_seqs) > held,
+            }
+        )
+    return rows
 
 
 def step_spec(plan: PlanRecord, sweep: SweepSection, seed: int, n: int, found_by: str = "") -> RunSpec:

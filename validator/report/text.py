@@ -120,6 +120,21 @@ def plan_text(plan_json: dict) -> str:
             )
     for n in p.get("notes", []):
         out.append(f"note: {n}")
+    if p.get("sweep"):
+        s0 = p["sweep"][0]
+        out.append("")
+        out.append(
+            f"Sweep (--sweep): {len(p['sweep'])} steps of {s0['prompt_tokens']:,} + {s0['output_tokens']:,} tokens "
+            f"a request; the KV cache holds {s0['held_to_last_token']} to their last token (a bisection for the "
+            "SLO capacity adds steps during the run)"
+        )
+        for st in p["sweep"]:
+            wait = f", {st['waiting']} wait{'s' if st['waiting'] == 1 else ''}" if st["waiting"] else ""
+            past = ": past the KV limit, vLLM must preempt" if st["past_kv_limit"] else ""
+            out.append(
+                f"  {st['run']:<12} {st['concurrency']} in flight, {st['requests']} requests: "
+                f"{st['running']} run at the first tokens{wait}{past}"
+            )
     out.append("")
     if p["fits"]:
         out.append(f"FITS: {p['max_num_seqs']} sequences x {p['max_model_len']:,} tokens")
