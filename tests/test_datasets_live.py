@@ -80,6 +80,23 @@ def test_a_trace_through_a_cache_that_evicts_is_exact_request_by_request(chat_se
     assert sum(r.cached_tokens for r in run.records) < endless
 
 
+def test_a_server_at_url_running_other_limits_fails_the_start_up_check(chat_server, tmp_path):
+    """The chat server runs 2 sequences a step of 2,048 tokens (/server_info, dev mode); a profile
+    planning 1 fails `startup.max_num_seqs` before any load (exit 1), its budget check passing."""
+    server, f = chat_server
+    other = tmp_path / "other.yaml"
+    text = f.read_text()
+    assert "max_num_seqs: 2\n" in text
+    other.write_text(text.replace("max_num_seqs: 2\n", "max_num_seqs: 1\n"))
+    r = run_validate("--profile", str(other), "--url", server.url, "--launch-only", "--out", str(tmp_path / "run"))
+    saved = json.loads((tmp_path / "run" / "startup.json").read_text())
+    got = {c["name"]: c for c in saved["checks"]}
+    assert r.returncode == 1, r.stderr
+    assert (got["startup.max_num_seqs"]["status"], got["startup.max_num_seqs"]["observed"]) == ("fail", 2)
+    assert got["startup.max_num_batched_tokens"]["status"] == "pass"
+    assert saved["facts"]["max_num_batched_tokens"] == 2048 and "system_env" not in json.dumps(saved)
+
+
 def test_sharegpt_freezes_exactly_on_mixed_lengths(chat_server, tmp_path):
     code, rep, err = url_run(
         chat_server, tmp_path, "--dataset-name", "sharegpt", "--dataset-path", str(DATA / "sharegpt-tiny.json")

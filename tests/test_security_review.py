@@ -243,7 +243,7 @@ def test_a_name_that_resolves_elsewhere_the_second_time_is_not_followed(monkeypa
         p = net.pin(url)
         assert p.addresses == ("127.0.0.1",)
         facts = server_facts(url, None, pin=p)
-        assert facts.num_gpu_blocks == 65 and rebound == [] and len(direct) == 2
+        assert facts.num_gpu_blocks == 65 and rebound == [] and len(direct) == 3  # /metrics, /v1/models, /server_info
         assert len(calls) == 1  # resolved once, when checked
     finally:
         good.shutdown()

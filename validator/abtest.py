@@ -159,7 +159,7 @@ def _launch(spec, plan, log_dir, startup_path, profile, say, label, qdir, budget
         )
         startup["facts"] = facts.to_json()
         startup["vllm_version"] = server_version(server.url, pin)
-        startup["checks"] = [c.to_json() for c in cross_check(record, facts, started_here=True)]
+        startup["checks"] = [c.to_json() for c in cross_check(record, facts, True, config_required=True)]
         write_json(startup_path, {**startup, "error": None})
         model = model_name(profile, facts, server.url)
         run_loop(_generate(server.url, pin, model, profile, qdir, label, budget, prompts_given, say))

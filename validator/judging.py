@@ -32,6 +32,7 @@ from validator.rundir.quality import read_quality
 from validator.rundir.rundata import load_runs
 from validator.rundir.saved import Saved, read_saved
 from validator.rundir.startup import StartupFacts
+from validator.serve.argv import dev_mode_wanted
 
 
 def show(text: str) -> None:
@@ -49,15 +50,20 @@ def meta_of(argv, saved_profile: dict, startup: dict, record: PlanRecord) -> dic
     )
 
 
-def startup_checks(saved: Saved) -> list[Check]:
+def startup_checks(saved: Saved, dev: bool) -> list[Check]:
     """The start-up cross-check from startup.json's facts; without them (the file or its facts
-    missing), every check is there, `not measured`, saying so."""
+    missing), every check is there, `not measured`, saying so. `dev`: the saved profile asked for
+    dev mode (a server kvgate started then had to tell its scheduler's limits)."""
     facts = saved.startup.get("facts")
     started_here = saved.schedule.server_started if saved.schedule else "argv" in saved.startup
+    told = StartupFacts.from_json(facts) if isinstance(facts, dict) else StartupFacts()
+    # facts a kvgate wrote before it read /server_info have none of its keys (a newer one writes them
+    # all): the limits are not judged there, not made a missing reading of an old run
+    older = isinstance(facts, dict) and not {"max_num_seqs", "server_config_json", "server_config_error"} & set(facts)
+    if older:
+        told.server_config_error = "startup.json was written by a kvgate that did not read /server_info"
     checks = cross_check(
-        saved.record,
-        StartupFacts.from_json(facts) if isinstance(facts, dict) else StartupFacts(),
-        started_here=started_here,
+        saved.record, told, started_here=started_here, config_required=started_here and dev and not older
     )
     why = saved.startup_missing or (None if isinstance(facts, dict) else "startup.json holds no start-up facts")
     return [replace(c, explanation=f"{why}: {c.explanation}") if why and c.passed is None else c for c in checks]
@@ -100,7 +106,7 @@ def judge_run_dir(run_dir: Path, meta: dict | None = None, rejudged: dict | None
     )
     quality = read_quality(run_dir)  # a quality A/B (validate --quality): its own checks
     q_checks, q_figures = judge_quality(quality, profile.quality) if quality is not None else ([], None)
-    all_checks = startup_checks(saved) + checks + q_checks
+    all_checks = startup_checks(saved, dev_mode_wanted(profile)) + checks + q_checks
     error = saved.startup_error
     if not error and not runs and quality is None:
         error = "no run was recorded"

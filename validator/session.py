@@ -34,7 +34,7 @@ from validator.report.console import checks_lines
 from validator.report.text import plan_text
 from validator.rundir.files import redacted, run_dir_for, write_json, write_plan
 from validator.rundir.startup import StartupFacts
-from validator.serve.argv import api_key_of, launch_spec, plan_record
+from validator.serve.argv import api_key_of, dev_mode_wanted, launch_spec, plan_record
 from validator.serve.facts import model_name, server_facts, server_version
 from validator.serve.launch import Server, ServerFailed, install_signal_handlers, run_loop
 from validator.sweeping import sweep_bisection
@@ -193,7 +193,9 @@ def _with_server(
         )
     model = model_name(profile, facts, url)  # before any load: a name the server does not serve is bad input
     outcome.startup["vllm_version"] = server_version(url, pin)
-    checks = cross_check(record, facts, started_here=server is not None)
+    checks = cross_check(
+        record, facts, started_here=server is not None, config_required=server is not None and dev_mode_wanted(profile)
+    )
     outcome.startup_checks = [c.to_json() for c in checks]
     if opts.launch_only:
         verdict = verdict_of(checks, None)

@@ -21,6 +21,7 @@ def judge_quality(saved: QualitySaved, qs: Any) -> tuple[list[Check], dict[str, 
             saved.candidate_record,
             StartupFacts.from_json(facts) if isinstance(facts, dict) else StartupFacts(),
             started_here=True,
+            config_required=True,  # the A/B's launches run in dev mode (the cache reset between them)
         )
         why = None if isinstance(facts, dict) else "the candidate launch recorded no start-up facts"
         checks += [

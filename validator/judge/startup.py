@@ -11,9 +11,14 @@ from validator.rundir.startup import StartupFacts
 from validator.units import GiB
 
 
-def cross_check(plan: PlanRecord, facts: StartupFacts, started_here: bool = True) -> list[Check]:
-    """Predicted vs reported, exact: blocks, block size, KV tokens, max concurrency, max_model_len.
-    The log line is judged only for a server kvgate started (it has no log of any other)."""
+def cross_check(
+    plan: PlanRecord, facts: StartupFacts, started_here: bool = True, config_required: bool = False
+) -> list[Check]:
+    """Predicted vs reported, exact: blocks, block size, KV tokens, max concurrency, max_model_len,
+    and the scheduler's limits. The log line is judged only for a server kvgate started (it has no
+    log of any other); the limits, which only a dev-mode server tells, are required of a server
+    kvgate started in dev mode (`config_required`) unless its vLLM gives no JSON config; of any other
+    server they are judged where it told them."""
 
     def check(name: str, expected: Any, observed: Any, why: str, tol: str = "exact", judged: bool = True) -> Check:
         if observed is None:
@@ -31,6 +36,10 @@ def cross_check(plan: PlanRecord, facts: StartupFacts, started_here: bool = True
 
     tokens = facts.kv_cache_size_tokens if facts.kv_cache_size_tokens is not None else facts.kv_cache_tokens
     models = "from /v1/models" + (f" ({facts.models_error})" if facts.models_error else "")
+    config = "the scheduler's, from /server_info (dev mode)" + (
+        f" ({facts.server_config_error})" if facts.server_config_error else ""
+    )
+    limits_required = config_required and facts.server_config_json is not False
     return gpu_memory_checks(plan, facts, started_here) + [
         check(
             "startup.num_gpu_blocks",
@@ -60,6 +69,13 @@ def cross_check(plan: PlanRecord, facts: StartupFacts, started_here: bool = True
             judged=started_here,
         ),
         check("startup.max_model_len", plan.max_model_len, facts.max_model_len, models),
+        *[
+            check(f"startup.{name}", planned, served, config, judged=limits_required)
+            for name, planned, served in (
+                ("max_num_seqs", plan.max_num_seqs, facts.max_num_seqs),
+                ("max_num_batched_tokens", plan.max_num_batched_tokens, facts.max_num_batched_tokens),
+            )
+        ],
     ]
 
 

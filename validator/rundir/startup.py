@@ -25,6 +25,11 @@ class StartupFacts:
     prefix_match_unit: str | None = None
     engines: int | None = None  # engine labels on vllm:cache_config_info (data parallelism: more than one)
     max_model_len: int | None = None  # from /v1/models
+    # the scheduler's limits as the server runs them, from /server_info's JSON config (dev mode)
+    max_num_seqs: int | None = None
+    max_num_batched_tokens: int | None = None
+    server_config_json: bool | None = None  # False: /server_info answered without a JSON config (older vLLM)
+    server_config_error: str | None = None  # why the two limits could not be read
     served_model: str | None = None  # from /v1/models: the model the runs use
     served_models: list[str] | None = None  # from /v1/models: every name the server answers to
     models_error: str | None = None  # why /v1/models could not be read

@@ -89,7 +89,34 @@ def server_facts(
         f.models_error = f"GET /v1/models: HTTP {e.code}"
     except (OSError, ValueError, AttributeError, RecursionError) as e:
         f.models_error = net.redact_url(f"GET /v1/models: {type(e).__name__}: {e}")[:200]
+    scheduler_limits(base_url, api_key, f, pin)
     return f
+
+
+def scheduler_limits(base_url: str, api_key: str | None, f: StartupFacts, pin: Pin | None = None) -> None:
+    """max_num_seqs and max_num_batched_tokens as the server runs them, from /server_info's JSON config
+    (a dev-mode route: VLLM_SERVER_DEV_MODE=1). Only these two numbers are kept: the answer also
+    carries the server's environment, which no run file holds."""
+    try:  # the server collects its environment on the first call (subprocesses): more time than /metrics
+        info = json.loads(http_get(base_url + "/server_info?config_format=json", 20.0, api_key, pin))
+    except HttpStatus as e:
+        dev = " (no dev mode: VLLM_SERVER_DEV_MODE unset)" if e.code == 404 else ""
+        f.server_config_error = f"GET /server_info: HTTP {e.code}{dev}"
+        return
+    except (OSError, ValueError, RecursionError) as e:
+        f.server_config_error = net.redact_url(f"GET /server_info: {type(e).__name__}: {e}")[:200]
+        return
+    config = info.get("vllm_config") if isinstance(info, dict) else None
+    sched = config.get("scheduler_config") if isinstance(config, dict) else None
+    limits = [sched.get(k) if isinstance(sched, dict) else None for k in ("max_num_seqs", "max_num_batched_tokens")]
+    if not all(type(v) is int and v > 0 for v in limits):
+        f.server_config_json = False  # a vLLM whose /server_info gives its config as text only
+        f.server_config_error = (
+            "GET /server_info: no JSON scheduler_config with max_num_seqs and max_num_batched_tokens"
+        )
+        return
+    f.server_config_json = True
+    f.max_num_seqs, f.max_num_batched_tokens = limits
 
 
 def server_version(url: str, pin: Pin | None = None) -> str | None:
