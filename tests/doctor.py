@@ -267,5 +267,28 @@ def replayed(src, **changes):
     return preds, {x.id: x.cached_tokens for x in run.records}
 
 
+def evicted(src) -> int:
+    """Hashes whose last cached block the replayed pool of the run at `src` took for new content: the
+    pool evicted (whether a later request wanted one of them again is the run's timing)."""
+    from validator.judge.blockpool import BlockPool
+
+    count = 0
+    take = BlockPool.take
+
+    def counted(pool, now, decode=None):
+        nonlocal count
+        before = len(pool.evicted_by)
+        b = take(pool, now, decode)
+        count += len(pool.evicted_by) - before
+        return b
+
+    BlockPool.take = counted  # type: ignore[method-assign]
+    try:
+        replayed(src)
+    finally:
+        BlockPool.take = take  # type: ignore[method-assign]
+    return count
+
+
 def wrong(preds, observed) -> int:
     return sum(not p.admits(observed[p.id]) for p in preds)

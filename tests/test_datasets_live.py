@@ -65,19 +65,9 @@ def test_a_trace_through_a_cache_that_evicts_is_exact_request_by_request(chat_se
     assert "48 of 48 requests got exactly the predicted prefix hit" in c["dataset.cached_tokens"]["explanation"]
     assert "within a range" not in c["dataset.cached_tokens"]["explanation"]
     assert c["dataset.prefix_hits"]["status"] == "pass" and c["dataset.tokens_exact"]["status"] == "pass"
-    # the 64-block cache did evict: an endless one would have given more hits
-    from validator.judge.arrivals import SimRequest
-    from validator.judge.cachedtokens import token_times
-    from validator.judge.prefixsim import simulate
-    from validator.rundir.rundata import load_runs
-    from validator.rundir.saved import read_saved
-
-    saved = read_saved(tmp_path / "run")
-    (run,) = load_runs(tmp_path / "run", saved.schedule, True)
-    ids = run.served_ids
-    reqs = [SimRequest(r.id, ids[r.id], r.output_tokens, r.sent, token_times(r), r.cached_tokens) for r in run.records]
-    endless = sum(p.hits for p in simulate(reqs, 32, 1 << 20))
-    assert sum(r.cached_tokens for r in run.records) < endless
+    # the 64-block cache evicted (whether a later request wanted a block again is the run's timing: a
+    # never-evicting pool got 1 of 48 wrong in a CI run of 2026-12-06, and none in one of the sliding trace)
+    assert doctor.evicted(tmp_path / "run") > 0
 
 
 def test_a_server_at_url_running_other_limits_fails_the_start_up_check(chat_server, tmp_path):

@@ -10,7 +10,7 @@ import json
 
 import pytest
 
-from tests.doctor import replayed, wrong
+from tests.doctor import evicted, replayed, wrong
 from tests.test_datasets_live import DATA, TRACE, checks, model_server, one_block_more_fails, url_run
 
 pytestmark = pytest.mark.vllm
@@ -22,9 +22,11 @@ def llama4_server(tiny_model, tmp_path_factory):
 
 
 def test_a_trace_and_sharegpt_on_llama4_are_exact_request_by_request(llama4_server, tmp_path):
-    """The Mooncake trace: 48 of 48 requests exact (measured 5,952 hit tokens; a pool that never
-    evicts, or the full group alone, predicts 6,144 and gets one wrong), the run passes whole (was
-    inconclusive: not modelled); a request doctored to one block more fails. ShareGPT: 40 of 40."""
+    """The Mooncake trace: 48 of 48 requests exact (measured 5,952 hit tokens; the full group alone
+    predicts 6,144 and gets one wrong, as did a never-evicting pool when measured: whether a later
+    request wants an evicted block is the run's timing, so only that the pool evicts is asserted), the
+    run passes whole (was inconclusive: not modelled); a request doctored to one block more fails.
+    ShareGPT: 40 of 40."""
     code, rep, err = url_run(llama4_server, tmp_path / "t", *TRACE)
     c = checks(rep)
     assert code == 0 and rep["verdict"] == "pass", err
@@ -34,7 +36,7 @@ def test_a_trace_and_sharegpt_on_llama4_are_exact_request_by_request(llama4_serv
     groups = json.loads((src / "plan.json").read_text())["kv_groups"]
     assert [g["kind"] for g in groups] == ["ChunkedLocalSpec"] * 3 + ["FullAttentionSpec"]
     assert wrong(*replayed(src)) == 0
-    assert wrong(*replayed(src, usable_blocks=1 << 20)) >= 1  # the pool did evict
+    assert evicted(src) > 0  # the pool evicted; whether a later request wanted a block again is the run's timing
     assert wrong(*replayed(src, kv_groups=groups[3:])) >= 1  # four groups take four blocks a block
     one_block_more_fails(src, tmp_path / "a", replayed(src)[0], 32)
 

@@ -10,7 +10,7 @@ import json
 
 import pytest
 
-from tests.doctor import replayed, wrong
+from tests.doctor import evicted, replayed, wrong
 from tests.test_datasets_live import TRACE, checks, model_server, one_block_more_fails, url_run
 
 pytestmark = pytest.mark.vllm
@@ -23,9 +23,11 @@ def mixed_server(tiny_model, tmp_path_factory):
 
 def test_a_trace_on_three_window_groups_is_exact_request_by_request(mixed_server, tmp_path):
     """The Mooncake trace: 48 of 48 requests exact (measured 5,376 hit tokens) and the run passes
-    whole (was inconclusive: the replay held one window group); a pool that never evicts, one window
-    group for three, or the full group alone get requests wrong (1, 1 and 4 of 48 when measured); a
-    request doctored to one block more fails."""
+    whole (was inconclusive: the replay held one window group); one window group for three, or the
+    full group alone get requests wrong (1 and 4 of 48 when measured); the pool evicts (a
+    never-evicting one got 1 of 48 wrong when measured: the run's timing decides whether a later
+    request wants an evicted block, so that is not asserted); a request doctored to one block more
+    fails."""
     code, rep, err = url_run(mixed_server, tmp_path, *TRACE)
     c = checks(rep)
     assert code == 0 and rep["verdict"] == "pass", err
@@ -35,7 +37,7 @@ def test_a_trace_on_three_window_groups_is_exact_request_by_request(mixed_server
     assert [g["kind"] for g in groups] == ["SlidingWindowSpec"] * 3 + ["FullAttentionSpec"]
     preds, observed = replayed(src)
     assert wrong(preds, observed) == 0
-    assert wrong(*replayed(src, usable_blocks=1 << 20)) >= 1  # the pool did evict
+    assert evicted(src) > 0  # the pool evicted; whether a later request wanted a block again is the run's timing
     assert wrong(*replayed(src, kv_groups=groups[2:])) >= 1
     assert wrong(*replayed(src, kv_groups=groups[3:])) >= 1
     one_block_more_fails(src, tmp_path / "a", preds, 32)

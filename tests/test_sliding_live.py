@@ -15,7 +15,7 @@ import yaml
 
 from tests import doctor
 from tests.conftest import ROOT, TEST_CPU, run_validate
-from tests.doctor import replayed, wrong
+from tests.doctor import evicted, replayed, wrong
 from tests.test_datasets_live import TRACE, checks, model_server, one_block_more_fails, url_run
 from tests.test_sweep_live import kvbound_sweep
 
@@ -29,7 +29,7 @@ def sliding_server(tiny_model, tmp_path_factory):
     yield from model_server(tiny_model, tmp_path_factory.mktemp("sliding-server"), "tiny-sliding", 67)
 
 
-def test_a_trace_on_sliding_layers_only_is_exact_request_by_request(sliding_server, tmp_path, monkeypatch):
+def test_a_trace_on_sliding_layers_only_is_exact_request_by_request(sliding_server, tmp_path):
     """The Mooncake trace: 48 of 48 requests exact (measured 1,984 hit tokens) and the run passes
     whole, its 4 freezes counting the copies the replayed pool held (the prefix model, which has no
     pool, gave t45 a 192-token hit vLLM did not: the freezes were not measured). The replayed pool
@@ -50,20 +50,7 @@ def test_a_trace_on_sliding_layers_only_is_exact_request_by_request(sliding_serv
     assert [(g["kind"], g["sliding_window"]) for g in groups] == [("SlidingWindowSpec", 128)]
     preds, observed = replayed(src)
     assert wrong(preds, observed) == 0
-    from validator.judge.blockpool import BlockPool
-
-    evictions = []
-    take = BlockPool.take
-
-    def counted(pool, now, decode=None):
-        cached = len(pool.evicted_by)
-        b = take(pool, now, decode)
-        evictions.extend([b] * (len(pool.evicted_by) - cached))
-        return b
-
-    monkeypatch.setattr(BlockPool, "take", counted)
-    assert wrong(*replayed(src)) == 0 and evictions  # the exact replay evicted cached blocks
-    monkeypatch.undo()
+    assert evicted(src) > 0  # the pool evicted; whether a later request wanted a block again is the run's timing
     full = {"kind": "FullAttentionSpec", "layers": 2, "page_size_bytes": 16384, "block_size": 32}
     assert wrong(*replayed(src, kv_groups=[full])) >= 1
     assert wrong(*replayed(src, kv_groups=[full, *groups])) >= 1
