@@ -207,11 +207,13 @@ def run(argv: list[str] | None = None) -> int:
     if args.plan_only:
         rec = plan_record(plan, prof)
         steps = []
-        if prof.sweep.steps:  # checked where the plan does not fit too; where it fits, each step previewed
+        if prof.sweep.steps:  # where the plan fits, each step previewed; where not, its steps still checked
             from validator.observe.sweep import preview, steps_of
 
-            steps_of(prof.sweep.steps, 1, 1)
-            steps = preview(rec, prof.sweep) if plan.fits else []
+            if plan.fits:
+                steps = preview(rec, prof.sweep)
+            else:
+                steps_of(prof.sweep.steps, 1, 1)
         record = {**rec.to_json(), **({"sweep": steps} if steps else {})}
         print(json.dumps(record, indent=2) if args.json else plan_text(record))
         return EXIT_OK if plan.fits else EXIT_FAIL
