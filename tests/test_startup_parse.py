@@ -107,6 +107,7 @@ def test_every_startup_check_fails_on_a_doctored_fact():
         max_model_len=1000,
         max_num_seqs=4,
         max_num_batched_tokens=2048,
+        enable_prefix_caching=True,
     )
     doctored = dict(
         num_gpu_blocks=5460,
@@ -117,6 +118,7 @@ def test_every_startup_check_fails_on_a_doctored_fact():
         max_model_len=999,
         max_num_seqs=5,
         max_num_batched_tokens=2047,
+        enable_prefix_caching=False,
     )
     names = {
         "num_gpu_blocks": "startup.num_gpu_blocks",
@@ -127,6 +129,7 @@ def test_every_startup_check_fails_on_a_doctored_fact():
         "max_model_len": "startup.max_model_len",
         "max_num_seqs": "startup.max_num_seqs",
         "max_num_batched_tokens": "startup.max_num_batched_tokens",
+        "enable_prefix_caching": "startup.enable_prefix_caching",
     }
     assert all(c.status == "pass" for c in cross_check(plan, StartupFacts(**good)))
     for field, bad in doctored.items():

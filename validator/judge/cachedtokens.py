@@ -49,6 +49,9 @@ def chain_predictions(chain: list[RunData], plan: PlanRecord) -> tuple[list[Pred
     """Runs that share one cache, the first made cold (a warm run after its prime): replayed as one
     pool on the last run's clock, each run at its own start; the predictions of every request."""
     first, last = chain[0], chain[-1]
+    if not plan.enable_prefix_caching:  # nothing is cached: every request computes its whole prompt
+        recs = [r for run in chain for r in run.records]
+        return [Prediction(r.id, 0, 0, r.prompt_tokens or 0, i) for i, r in enumerate(recs)], None
     reqs: list[SimRequest] = []
     for run in chain:
         ids = run.served_ids

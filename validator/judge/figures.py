@@ -32,13 +32,15 @@ def _ordered(run: RunData) -> list[RequestRecord]:
     return sorted((r for r in run.records if r.sent is not None), key=lambda r: r.sent or 0.0)
 
 
-def held_requests(run: RunData, block_size: int) -> list[Held]:
+def held_requests(run: RunData, block_size: int, shared: bool = True) -> list[Held]:
+    """The requests the client saw, with their prompt blocks' keys where vLLM shares equal blocks
+    (`shared`: its prefix cache on)."""
     out = []
     for r in _ordered(run):
         if not r.chunk_times or r.prompt_tokens is None:
             continue
         prompt = run.prompts.get(r.id)
-        keys = tuple(block_keys(prompt, block_size)) if isinstance(prompt, list) else ()
+        keys = tuple(block_keys(prompt, block_size)) if shared and isinstance(prompt, list) else ()
         sent = r.sent or 0.0
         out.append(Held(sent, [sent + c for c in r.chunk_times], r.prompt_tokens, keys))
     return out
@@ -208,7 +210,7 @@ def run_figures(
     block count the server reported (when known), not the planned one."""
     bs = plan.block_size
     usable = (server_blocks - 1) if server_blocks else plan.usable_blocks
-    held = held_requests(run, bs)
+    held = held_requests(run, bs, plan.enable_prefix_caching)
     t0 = run.started_at
     timeline = []
     for s in run.samples:
@@ -246,7 +248,9 @@ def run_figures(
                 "measured": unsettled(run, f) is None,
                 "observed": o["kv_blocks"],
                 "error": f.error,
-                "expected": expected_state(f.requests, run.served_ids, bs, groups, lookups, one, hits)["kv_blocks"],
+                "expected": expected_state(
+                    f.requests, run.served_ids, bs, groups, lookups, one, hits, plan.enable_prefix_caching
+                )["kv_blocks"],
             }
         )
     return RunFigures(

@@ -136,10 +136,12 @@ def freeze_checks(
     groups: tuple[HeldGroup, ...] = ONE_FULL_GROUP,
     lookups: dict[str, Lookup] | None = None,
     one_step: frozenset[str] = frozenset(),
+    shared: bool = True,
 ) -> list[Check]:
     """Per planned freeze of `run` (a RunData): the records tied to it, and three exact checks. A
     freeze not taken, not settled, or whose reading is no measurement is `not measured`; so is a
-    run whose server could not be paused; freezes turned off in the profile are not judged."""
+    run whose server could not be paused; freezes turned off in the profile are not judged.
+    `shared`: equal prompt blocks are one (vLLM's prefix cache on)."""
     out: list[Check] = []
     if run.freeze_status in ("off", "unavailable") and run.freeze_points:
         off = run.freeze_status == "off"
@@ -201,7 +203,9 @@ def freeze_checks(
                 + (": " + "; ".join(bad[:3]) if bad else ""),
             )
         )
-        exp = expected_state(rec.requests, run.served_ids, block_size, groups, lookups, one_step, reported_hits(run))
+        exp = expected_state(
+            rec.requests, run.served_ids, block_size, groups, lookups, one_step, reported_hits(run), shared
+        )
         if exp["kv_blocks"] is not None and (clash := contradicted(run, rec, lookups, groups)):
             exp |= {"kv_blocks": None, "why": clash}
         obs = observed_state(rec.reading, usable_blocks)

@@ -49,10 +49,11 @@ def expected_state(
     lookups: dict[str, Lookup] | None = None,
     one_step: frozenset[str] = frozenset(),
     hits: dict[str, int | None] | None = None,
+    shared: bool = True,
 ) -> dict[str, Any]:
     """Blocks in use, running and waiting that the client's view implies: in each KV group, the
     blocks each decoding request holds there (all of them, or from its current chunk or window on),
-    shared prompt blocks once.
+    shared prompt blocks once (`shared`: vLLM runs with its prefix cache, without which nothing is).
 
     vLLM frees a chunk's or a window's blocks when it schedules a step (remove_skipped_blocks, on the
     tokens computed before that step): a request with d >= 2 tokens was last scheduled for a decode
@@ -86,7 +87,9 @@ def expected_state(
             running += 1
             prompt = prompts.get(r["id"])
             keys = {
-                bs: block_keys(prompt, bs, None if windowed else (p - 1) // bs) if isinstance(prompt, list) else []
+                bs: block_keys(prompt, bs, None if windowed else (p - 1) // bs)
+                if shared and isinstance(prompt, list)
+                else []
                 for bs in {g.size(block_size) for g in groups}
             }
             look = (lookups or {}).get(r["id"])
@@ -105,13 +108,13 @@ def expected_state(
             return state | {"why": NO_IDS}
         blocks = sum(g.state_held(computed or 0, block_size) for g in stateful for _, computed, _, _ in live)
         if not windowed:  # no lookups: the hits vLLM reported say which blocks are shared
-            shared = hybrid_shared(live, ids, hits or {}, {g.size(block_size) for g in groups if g.state is None})
-            if isinstance(shared, str):
-                return state | {"why": shared}
+            common = hybrid_shared(live, ids, hits or {}, {g.size(block_size) for g in groups if g.state is None})
+            if isinstance(common, str):
+                return state | {"why": common}
             for g in groups:
                 if g.state is None:
                     bs = g.size(block_size)
-                    blocks += sum(cdiv(n, bs) for n, _, _, _ in live) - shared[bs]
+                    blocks += sum(cdiv(n, bs) for n, _, _, _ in live) - common[bs]
             return state | {"kv_blocks": blocks}
         groups = tuple(g for g in groups if g.state is None)  # the attention groups, by the lookups below
     for g in groups:

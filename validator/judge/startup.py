@@ -69,6 +69,12 @@ def cross_check(
             judged=started_here,
         ),
         check("startup.max_model_len", plan.max_model_len, facts.max_model_len, models),
+        check(
+            "startup.enable_prefix_caching",
+            plan.enable_prefix_caching,
+            facts.enable_prefix_caching,
+            "the cache's setting, from vllm:cache_config_info: the runs' hits and shared blocks are judged by it",
+        ),
         *[
             check(f"startup.{name}", planned, served, config, judged=limits_required)
             for name, planned, served in (

@@ -102,7 +102,8 @@ def plan_runs(plan: PlanRecord, workload: WorkloadSection) -> list[RunSpec]:
             warm,
             n,
             freezes=freeze_points(n, out, waves, 2),
-            purpose=f"{n * waves} requests over the primed prefix(es): hits expected",
+            purpose=f"{n * waves} requests over the primed prefix(es): "
+            + ("hits expected" if plan.enable_prefix_caching else "no hit and no shared block (no prefix cache)"),
         ),
         RunSpec(
             "probe",

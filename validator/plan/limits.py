@@ -9,7 +9,7 @@ from typing import Any, NamedTuple
 from validator.errors import InputError
 from validator.plan import bandwidth, parallel_fit, speculative
 from validator.plan.capacity import PER_REQUEST_TOKENS_FROM, KVLayout, StateSetup, auto_kv_dtype, layer_specs
-from validator.plan.cpu_serving import cpu_cannot_serve
+from validator.plan.cpu_serving import cpu_cannot_serve, reference_mla, reference_mla_budget
 from validator.plan.gpu_memory import parse_version
 from validator.plan.ledger import (
     DEFAULT_BLOCK_SIZE,
@@ -153,9 +153,15 @@ def make_plan(inp: PlanInput, explore: bool = True) -> Plan:
     kv_dtype, note = auto_kv_dtype(inp.kv_cache_dtype, inp.checkpoint_kv_cache_dtype, version)  # a ModelOpt one's
     notes += [note] if note else []
     inp = replace(inp, kv_cache_dtype=kv_dtype)
-    if inp.shape.mla is not None and platform == "cpu" and block != 16:
-        notes.append(f"vLLM's CPU MLA backend forces block_size 16 (asked {block})")
-        block = 16
+    if reference_mla(inp):
+        if block != 16:
+            notes.append(f"vLLM's CPU MLA backend forces block_size 16 (asked {block})")
+            block = 16
+        notes.append(
+            "vLLM's CPU MLA backend turns chunked prefill and prefix caching off and raises max_num_batched_tokens "
+            "to max(max_model_len, 2048) (vllm/platforms/cpu.py; a CPU with AMX tiles keeps both: not modelled)"
+        )
+        inp = replace(inp, enable_prefix_caching=False)
     if platform == "cpu" and inp.shape.mla is None and block % 32:
         raise InputError(f"cache.block_size: the CPU attention backend needs a multiple of 32, got {block}")
     if inp.shape.dtype == "float32" and inp.dtype == "auto":
@@ -228,6 +234,9 @@ def make_plan(inp: PlanInput, explore: bool = True) -> Plan:
         seen.append((mns, mnbt))
         assume = (mns, mnbt)
     notes += derive_notes
+    if reference_mla(inp):
+        mnbt = reference_mla_budget(mml)
+        source["max_num_batched_tokens"] = "vLLM's CPU MLA backend: max(max_model_len, 2048)"
     need = mns * bpr
     if bpr > usable and not one_too_long:
         est = layout.largest_model_len(usable, mml, mnbt)

