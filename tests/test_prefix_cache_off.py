@@ -133,6 +133,8 @@ def test_vllm_cpu_runs_an_mla_model_without_the_cache_and_with_its_own_budget(ti
     tiny_model("tiny-deepseekv2")
     plan = make_plan(plan_input_from_profile(from_dict(_mla_profile(**limits))))
     assert (plan.max_num_batched_tokens, plan.inp.enable_prefix_caching) == (budget, False)
+    asked = limits.get("max_num_batched_tokens")
+    assert ("(asked 4096)" in plan.limits_source["max_num_batched_tokens"]) == (asked not in (None, budget))
     args = plan.to_json()
     assert args["enable_prefix_caching"] is False
     assert any("turns chunked prefill and prefix caching off" in n for n in plan.notes)

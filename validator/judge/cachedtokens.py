@@ -211,6 +211,8 @@ def dataset_audit(run: RunData, plan: PlanRecord) -> dict[str, Any] | None:
         line += ": the part prompts share already comes first"
     else:
         line += ": the prompts share no block"
+    if not plan.enable_prefix_caching:
+        line += " (the server runs without its prefix cache: possible only with it on)"
     text = run.audit_text.get(main["first"]) if main is not None else None
     return {
         "line": line,

@@ -235,8 +235,10 @@ def make_plan(inp: PlanInput, explore: bool = True) -> Plan:
         assume = (mns, mnbt)
     notes += derive_notes
     if reference_mla(inp):
-        mnbt = reference_mla_budget(mml)
-        source["max_num_batched_tokens"] = "vLLM's CPU MLA backend: max(max_model_len, 2048)"
+        mnbt, asked = reference_mla_budget(mml), inp.max_num_batched_tokens
+        source["max_num_batched_tokens"] = "vLLM's CPU MLA backend: max(max_model_len, 2048)" + (
+            f" (asked {asked})" if asked not in (None, mnbt) else ""
+        )
     need = mns * bpr
     if bpr > usable and not one_too_long:
         est = layout.largest_model_len(usable, mml, mnbt)

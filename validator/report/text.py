@@ -60,7 +60,7 @@ def plan_text(plan_json: dict) -> str:
     src = p.get("limits_source", {})
     out.append(f"  max_model_len        {p['max_model_len']:>14,}  {src.get('max_model_len') or ''}")
     out.append(f"  max_num_seqs         {p['max_num_seqs']:>14,}  {src.get('max_num_seqs') or ''}")
-    out.append(f"  max_num_batched_tok  {p['max_num_batched_tokens']:>14,}")
+    out.append(f"  max_num_batched_tok  {p['max_num_batched_tokens']:>14,}  {src.get('max_num_batched_tokens') or ''}")
     out.append(f"  blocks per sequence  {p['blocks_per_seq']:>14,}")
     out.append("")
     out.append(f"Memory ledger ({L['mode']})")
