@@ -176,3 +176,38 @@ def test_an_amx_host_is_refused_an_mla_launch_unless_it_asks_for_the_reference_k
         )
     )
     check_amx_mla(gqa, [], {"amx_tile"})  # not MLA: nothing to refuse
+
+
+def test_a_plan_json_from_before_the_setting_was_recorded_rejudges_as_it_did(tmp_path):
+    """tests/data/runs/qwen3next-49-blocks was written before plan.json said whether the cache was on
+    (a full run was refused without it): the setting's check is not judged, saying why, and its runs are
+    judged with the cache on, as then."""
+    src = DATA / "qwen3next-49-blocks"
+    assert "enable_prefix_caching" not in json.loads((src / "plan.json").read_text())
+    copy = tmp_path / "run"
+    shutil.copytree(src, copy)
+    code, rep = doctor.rejudge(copy)
+    c = {x["name"]: x for x in rep["checks"]}
+    assert c["startup.enable_prefix_caching"]["status"] == "not_judged"
+    assert "did not record the setting" in c["startup.enable_prefix_caching"]["explanation"]
+    assert c["warm.prefix_hits"]["status"] == "pass" and c["warm.prefix_hits"]["expected"] == 18 * 160
+
+
+def test_a_model_without_attention_is_planned_and_launched_without_the_cache(tiny_model):
+    """vLLM's default for an attention-free model (ModelConfig.is_prefix_caching_supported): tiny
+    Mamba-2 at its default reported enable_prefix_caching False (a CI run of 2026-12-06, whose plan
+    said true and failed startup.enable_prefix_caching); the plan says so and launches it so."""
+    from validator.serve.argv import vllm_flags
+
+    prof = {
+        "model": {"path": str(tiny_model("tiny-mamba2"))},
+        "hardware": {"platform": "cpu"},
+        "cache": {"kv_cache_bytes": "1GiB"},
+        "limits": {"max_model_len": 512, "max_num_seqs": 4},
+    }
+    plan = make_plan(plan_input_from_profile(from_dict(prof)))
+    assert plan.to_json()["enable_prefix_caching"] is False
+    assert "--no-enable-prefix-caching" in vllm_flags(plan)[0]
+    gqa = make_plan(plan_input_from_profile(from_dict(prof | {"model": {"path": str(tiny_model("tiny-gqa"))}})))
+    assert gqa.to_json()["enable_prefix_caching"] is True
+    assert "--no-enable-prefix-caching" not in vllm_flags(gqa)[0]

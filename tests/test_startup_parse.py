@@ -66,6 +66,7 @@ def record(platform="cpu", ledger=None, **fields):
         kv_bytes_per_token=3072,
         bytes_per_block=196608,
         fits=True,
+        enable_prefix_caching=True,
     )
     led = ledger or {"mode": LedgerMode.GIVEN, "kv_cache_bytes": 1 << 30}
     return PlanRecord(platform=Platform(platform), ledger=Ledger(**led), **{**base, **fields})

@@ -49,7 +49,7 @@ def chain_predictions(chain: list[RunData], plan: PlanRecord) -> tuple[list[Pred
     """Runs that share one cache, the first made cold (a warm run after its prime): replayed as one
     pool on the last run's clock, each run at its own start; the predictions of every request."""
     first, last = chain[0], chain[-1]
-    if not plan.enable_prefix_caching:  # nothing is cached: every request computes its whole prompt
+    if not plan.prefix_cached:  # nothing is cached: every request computes its whole prompt
         recs = [r for run in chain for r in run.records]
         return [Prediction(r.id, 0, 0, r.prompt_tokens or 0, i) for i, r in enumerate(recs)], None
     reqs: list[SimRequest] = []
@@ -211,7 +211,7 @@ def dataset_audit(run: RunData, plan: PlanRecord) -> dict[str, Any] | None:
         line += ": the part prompts share already comes first"
     else:
         line += ": the prompts share no block"
-    if not plan.enable_prefix_caching:
+    if not plan.prefix_cached:
         line += " (the server runs without its prefix cache: possible only with it on)"
     text = run.audit_text.get(main["first"]) if main is not None else None
     return {

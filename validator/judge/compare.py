@@ -40,9 +40,7 @@ KVModel = tuple[tuple[HeldGroup, ...], dict[str, Lookup] | None]
 def _kv_checks(run: RunData, f: RunFigures, plan: PlanRecord, tol: TolerancesSection, kv: KVModel) -> list[Check]:
     """Freezes (exact), the sampled upper bound, and the cold run's utilization."""
     groups, lookups = kv
-    checks = freeze_checks(
-        run, f.usable_blocks, plan.block_size, groups, lookups, f.one_step, plan.enable_prefix_caching
-    )
+    checks = freeze_checks(run, f.usable_blocks, plan.block_size, groups, lookups, f.one_step, plan.prefix_cached)
     bound, peak = f.kv_upper_bound, f.kv_observed_peak
     checks.append(
         Check(
@@ -177,7 +175,7 @@ def _run_checks(
     # prefix cache: queries are every prompt token; hits follow the block model. A layout of state
     # alone (no attention: Mamba) runs without prefix caching, vLLM's default for it: no queries
     state_only = bool(kv[0]) and all(g.state == "none" for g in kv[0])
-    uncached = state_only or not plan.enable_prefix_caching
+    uncached = state_only or not plan.prefix_cached
     q_obs, q_exp = f.prefix_queries_observed, 0 if uncached else f.prompt_tokens_sent
     checks.append(
         Check(
@@ -282,7 +280,7 @@ def judge(
                     prefix[r.name]["lookups"] = {
                         p.id: Lookup(p.hits // dense, p.first_copy, dense) for p in preds if p.first_copy is not None
                     }
-    if layout.state_only or not plan.enable_prefix_caching:  # no prefix caching: no hit, whatever is shared
+    if layout.state_only or not plan.prefix_cached:  # no prefix caching: no hit, whatever is shared
         prefix = {name: {"hit_tokens": 0, "lookups": None} for name in prefix}
         upper = {}
     groups = layout.freeze_groups
@@ -305,7 +303,7 @@ def judge(
         # a dataset run's hits and cached tokens come from the block pool replay (prefixsim.py)
         replayed = replayed_groups(layout, window, need) is not None
         modelled = window is not None or layout.dense or need is not None
-        uncached = layout.state_only or not plan.enable_prefix_caching  # no hit to model: every one is 0
+        uncached = layout.state_only or not plan.prefix_cached  # no hit to model: every one is 0
         judged = {r.name for r in runs if uncached or (replayed if r.kind is RunKind.DATASET else modelled)}
         hits = tuple(f"{name}.prefix_hits" for name in judged)
         audits = tuple(f"{r.name}.cached_tokens" for r in runs if (replayed or uncached) and r.kind is RunKind.DATASET)

