@@ -57,8 +57,10 @@ def test_the_recorded_runs_without_the_cache_rejudge_pass_with_every_hit_judged(
     assert missing and all(n.startswith(("cold.", "probe.", "slo.")) for n in missing), sorted(missing)
 
 
-def test_the_mla_runs_warm_freezes_held_every_prompt_block_its_own():
-    code, rep = doctor.rejudge(MLA)
+def test_the_mla_runs_warm_freezes_held_every_prompt_block_its_own(tmp_path):
+    copy = tmp_path / "run"
+    shutil.copytree(MLA, copy)  # re-judging writes its report into the directory
+    code, rep = doctor.rejudge(copy)
     s = _statuses(rep)
     # 4 requests of 480 + 32 tokens: 31 blocks of 16 each at a decode step, the prefix not shared
     assert s["warm.freeze1.kv_blocks"] == ("pass", 124, 124)
