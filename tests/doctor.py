@@ -267,9 +267,10 @@ def replayed(src, **changes):
     return preds, {x.id: x.cached_tokens for x in run.records}
 
 
-def evicted(src) -> int:
-    """Hashes whose last cached block the replayed pool of the run at `src` took for new content: the
-    pool evicted (whether a later request wanted one of them again is the run's timing)."""
+def evicted(src, **changes) -> int:
+    """Hashes whose last cached block the replayed pool of the run at `src` (the plan's figures
+    `changes`d, as replayed() takes them) took for new content: the pool evicted (whether a later
+    request wanted one of them again is the run's timing)."""
     from validator.judge.blockpool import BlockPool
 
     count = 0
@@ -284,7 +285,7 @@ def evicted(src) -> int:
 
     BlockPool.take = counted  # type: ignore[method-assign]
     try:
-        replayed(src)
+        replayed(src, **changes)
     finally:
         BlockPool.take = take  # type: ignore[method-assign]
     return count

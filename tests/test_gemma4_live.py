@@ -29,8 +29,9 @@ def one_size(src) -> list[dict]:
 
 def test_a_trace_on_gemma4_is_exact_request_by_request_through_a_cache_that_evicts(gemma4_server, tmp_path):
     """The Mooncake trace: 48 of 48 requests exact (measured 5,376 hit tokens) and the run passes
-    whole. Each part of the replay is needed: one window group for four, one block size for both
-    kinds, or the full group alone each get requests wrong (1, 3 and 4 of 48 when measured). The pool
+    whole. Each part of the replay is needed: one block size for both kinds, or the full group alone
+    get requests wrong (3 and 4 of 48 when measured); one window group for four replays a pool that
+    evicts less (33 hashes for 235; 1 of 48 wrong when measured, a margin the run's timing decides). The pool
     evicts (a never-evicting one got 1 of 48 wrong when measured; whether a later request wants an
     evicted block is the run's timing, so that is not asserted). A request doctored to one 64-token
     block more fails."""
@@ -45,7 +46,10 @@ def test_a_trace_on_gemma4_is_exact_request_by_request_through_a_cache_that_evic
     assert [g["block_size"] for g in groups] == [64, 64, 64, 64, 32]
     assert wrong(preds, observed) == 0
     assert evicted(src) > 0  # the pool evicted; whether a later request wanted a block again is the run's timing
-    assert wrong(*replayed(src, kv_groups=groups[3:])) >= 1  # four window groups hold four copies
+    # four window groups hold four copies: one for four is another pool, which evicts less (33 hashes
+    # where the run's evicted 235, a CI run of 2026-12-06); whether that changes a hit is the run's
+    # timing (it got 1 of 48 wrong in that run), so the pool is asserted, not the hit
+    assert evicted(src, kv_groups=groups[3:]) < evicted(src)
     assert wrong(*replayed(src, kv_groups=one_size(src))) >= 1
     assert wrong(*replayed(src, kv_groups=groups[4:])) >= 1
     one_block_more_fails(src, tmp_path / "a", preds, 64)

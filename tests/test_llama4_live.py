@@ -37,7 +37,10 @@ def test_a_trace_and_sharegpt_on_llama4_are_exact_request_by_request(llama4_serv
     assert [g["kind"] for g in groups] == ["ChunkedLocalSpec"] * 3 + ["FullAttentionSpec"]
     assert wrong(*replayed(src)) == 0
     assert evicted(src) > 0  # the pool evicted; whether a later request wanted a block again is the run's timing
-    assert wrong(*replayed(src, kv_groups=groups[3:])) >= 1  # four groups take four blocks a block
+    # four groups take four blocks a block: the full group alone replays a pool that never evicts (0
+    # hashes where the run's evicted 516, a CI run of 2026-12-06; it got 1 of 48 wrong in that run,
+    # a margin the run's timing decides), so the pool is asserted, not the hit
+    assert evicted(src, kv_groups=groups[3:]) < evicted(src)
     one_block_more_fails(src, tmp_path / "a", replayed(src)[0], 32)
 
     code, rep, err = url_run(

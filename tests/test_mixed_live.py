@@ -23,8 +23,8 @@ def mixed_server(tiny_model, tmp_path_factory):
 
 def test_a_trace_on_three_window_groups_is_exact_request_by_request(mixed_server, tmp_path):
     """The Mooncake trace: 48 of 48 requests exact (measured 5,376 hit tokens) and the run passes
-    whole (was inconclusive: the replay held one window group); one window group for three, or the
-    full group alone get requests wrong (1 and 4 of 48 when measured); the pool evicts (a
+    whole (was inconclusive: the replay held one window group); the full group alone gets requests
+    wrong (4 of 48 when measured), one window group for three replays a pool that evicts less; the pool evicts (a
     never-evicting one got 1 of 48 wrong when measured: the run's timing decides whether a later
     request wants an evicted block, so that is not asserted); a request doctored to one block more
     fails."""
@@ -38,6 +38,9 @@ def test_a_trace_on_three_window_groups_is_exact_request_by_request(mixed_server
     preds, observed = replayed(src)
     assert wrong(preds, observed) == 0
     assert evicted(src) > 0  # the pool evicted; whether a later request wanted a block again is the run's timing
-    assert wrong(*replayed(src, kv_groups=groups[2:])) >= 1
+    # one window group for three replays a pool that evicts less (61 hashes where the run's evicted 351,
+    # a CI run of 2026-12-06; 1 of 48 wrong in that run, a margin the run's timing decides): the pool is
+    # asserted; the full group alone got 4 of 48 wrong there
+    assert evicted(src, kv_groups=groups[2:]) < evicted(src)
     assert wrong(*replayed(src, kv_groups=groups[3:])) >= 1
     one_block_more_fails(src, tmp_path / "a", preds, 32)
