@@ -21,6 +21,7 @@ from pathlib import Path
 import pytest
 
 from tests import doctor
+from tests.test_cpu_serving import _plan as cpu_plan
 from validator.inputs import plan_input_from_profile
 from validator.judge.cachedtokens import cached_tokens_check
 from validator.judge.startup import cross_check
@@ -165,18 +166,7 @@ def test_an_amx_host_is_refused_an_mla_launch_unless_it_asks_for_the_reference_k
     for asked in (["--attention-backend", "CPU_MLA"], ["--attention_backend=CPU_MLA"]):
         check_amx_mla(plan, asked, {"amx_tile"})
     check_amx_mla(plan, [], {"avx512f", "avx512_bf16"})  # this host: the reference kernel, as planned
-    gqa = make_plan(
-        plan_input_from_profile(
-            from_dict(
-                {
-                    **_mla_profile(),
-                    "model": {"path": str(tiny_model("tiny-gqa"))},
-                    "cache": {"kv_cache_bytes": "1GiB"},
-                    "limits": {"max_model_len": 512, "max_num_seqs": 4},
-                }
-            )
-        )
-    )
+    gqa = cpu_plan(tiny_model("tiny-gqa"))
     check_amx_mla(gqa, [], {"amx_tile"})  # not MLA: nothing to refuse
 
 
@@ -201,15 +191,22 @@ def test_a_model_without_attention_is_planned_and_launched_without_the_cache(tin
     said true and failed startup.enable_prefix_caching); the plan says so and launches it so."""
     from validator.serve.argv import vllm_flags
 
-    prof = {
-        "model": {"path": str(tiny_model("tiny-mamba2"))},
-        "hardware": {"platform": "cpu"},
-        "cache": {"kv_cache_bytes": "1GiB"},
-        "limits": {"max_model_len": 512, "max_num_seqs": 4},
-    }
-    plan = make_plan(plan_input_from_profile(from_dict(prof)))
+    plan = cpu_plan(tiny_model("tiny-mamba2"))
     assert plan.to_json()["enable_prefix_caching"] is False
     assert "--no-enable-prefix-caching" in vllm_flags(plan)[0]
-    gqa = make_plan(plan_input_from_profile(from_dict(prof | {"model": {"path": str(tiny_model("tiny-gqa"))}})))
+    gqa = cpu_plan(tiny_model("tiny-gqa"))
     assert gqa.to_json()["enable_prefix_caching"] is True
     assert "--no-enable-prefix-caching" not in vllm_flags(gqa)[0]
+
+
+def test_a_freeze_one_block_short_of_every_request_holding_its_own_fails(tmp_path):
+    """The warm freeze vLLM read at 124 blocks (4 x 31), doctored to 123 in every reading: FAIL."""
+
+    def one_block_short(d: Path) -> None:
+        def f(rows):
+            for reading in rows[0]["readings"]:
+                reading["values"]["kv_cache_usage_perc"] = 123 / 128
+
+        doctor.edit_jl(d / "runs" / "warm" / "freezes.jsonl", f)
+
+    doctor.failing(MLA, tmp_path, one_block_short, ("warm.freeze1.kv_blocks",))
