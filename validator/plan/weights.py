@@ -242,7 +242,9 @@ def count_weights(
         tensors.append(fused)
         slots.append(stacks)
         split, rep = (n * dt for n in _other_params(shape, tp))
-        rep += mla_norms
+        rep += mla_norms + (
+            shape.num_experts * 4 if shape.router_bias and any(m.role is Role.ROUTER for m in mats) else 0
+        )
         experts.append(0)
         for m in mats:
             if fmt is None or not fmt.applies(m.role):
@@ -276,7 +278,8 @@ def count_weights(
         layer_tensors=tuple(tensors),
         per_layer_replicated=tuple(whole),
         edge_tensors=(cdiv(v, 64) * 64 * h * dt, 0 if tied else cdiv(v, 64) * 64 * h * dt),
-        as_allocated=fmt is not None and fmt.drops_stored,
+        # MLA: vLLM holds more than the checkpoint stores (W_UK_T / W_UV, an LM head of its own, a float32 bias)
+        as_allocated=(fmt is not None and fmt.drops_stored) or shape.mla is not None,
         num_experts=shape.num_experts or 0,
         expert_bytes=tuple(experts),
         expert_width=(shape.mlp_width or 0) if shape.num_experts else 0,
