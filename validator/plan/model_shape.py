@@ -16,6 +16,7 @@ from validator.plan.quant import QuantFormat
 from validator.plan.quant_config import format_from_config
 from validator.plan.refusals import refuse_unmodelled
 from validator.plan.rope import context_limits, model_rope_tables
+from validator.plan.router_norms import FP32_ROUTER, QkNorm, qk_norm, router_bias
 from validator.plan.ssm_state import (
     ATTENTION,
     HYBRID_MODEL_TYPES,
@@ -95,8 +96,8 @@ class ModelShape:
     ssm_dtype: str | None = None  # the recurrent state's dtype when the model fixes it
     mtp_layers: int = 0  # full-attention draft layers MTP speculative decoding adds (0: not modelled)
     router_bias: bool = False  # a float32 score-correction bias beside each router (DeepSeek-V3's noaux_tc)
-    router_fp32: bool = False  # the router's weight held in float32 whatever the dtype (GLM-4.5's GateLinear)
-    qk_norm: bool = False  # per-head q/k norms where the family makes them optional (GLM-4.5's use_qk_norm)
+    router_fp32: bool = False  # the router's weight held in float32 whatever the dtype (GLM's, MiniMax-M2's)
+    qk_norm: QkNorm | None = None  # q/k norms of the families that make them optional (plan/router_norms.py)
     rope_tables: tuple[tuple[int, int], ...] = ()  # (positions, rotary dims) of each cos/sin table vLLM builds
     context_limits: tuple[int | None, int | None] = (None, None)  # vLLM's longest max_model_len: < 0.30, >= 0.30
     multimodal: bool = False  # config.json has a vision_config
@@ -146,10 +147,6 @@ def _required_int(cfg: Config, field: str, *names: str, maximum: int = MAX_DIM) 
 def brief_value(v: object) -> str:
     text = repr(v) if not isinstance(v, (list, dict)) else f"a {type(v).__name__}"
     return text[:60]
-
-
-# vLLM's glm4_moe.py (GLM-4.5 to 4.7) and glm4_moe_lite.py (GLM-4.7-Flash, MLA): a float32 router
-GLM_MOE = ("glm4_moe", "glm4_moe_lite")  # (GateLinear, never quantized) and float32 bias in each MoE layer
 
 
 def shape_from_config(cfg: Config) -> ModelShape:
@@ -246,7 +243,6 @@ def shape_from_config(cfg: Config) -> ModelShape:
     if not shared_inter and isinstance(n_shared, int) and n_shared > 0 and moe_inter:
         shared_inter = n_shared * moe_inter
     dense_first = cfg.get("first_k_dense_replace") or 0
-    noaux = cfg.get("topk_method") == "noaux_tc"
     moe_layers, dense_inter = None, None
     if model_type in LLAMA4_TYPES and experts:
         # vLLM's llama4.py: an MoE block (routed experts and one shared expert, both of
@@ -305,9 +301,9 @@ def shape_from_config(cfg: Config) -> ModelShape:
         state=state,
         ssm_dtype=_ssm_dtype(cfg),
         mtp_layers=mtp_layers_from_config(cfg),
-        router_bias=model_type in GLM_MOE or model_type in ("deepseek_v2", "deepseek_v3") and noaux,
-        router_fp32=model_type in GLM_MOE,
-        qk_norm=model_type == "glm4_moe" and cfg.get("use_qk_norm") is True,
+        router_bias=router_bias(cfg, model_type),
+        router_fp32=model_type in FP32_ROUTER,
+        qk_norm=qk_norm(cfg, model_type),
         rope_tables=model_rope_tables(cfg, model_type, own_heads, mla.qk_rope_head_dim if mla else head_dim, max_pos),
         context_limits=context_limits(cfg, model_type, max_pos),
         multimodal=isinstance(top.get("vision_config"), dict),

@@ -27,9 +27,10 @@ from validator.plan.layer_kinds import LINEAR
 from validator.plan.model_shape import DTYPE_BYTES, ModelShape
 from validator.plan.quant import Fp8, Int8Channel, Matrix, Mxfp4, QuantFormat, Role
 from validator.plan.quant_config import online_format
+from validator.plan.router_norms import FP32_ROUTER, QkNorm
 from validator.units import cdiv
 
-OWN_LM_HEAD = ("gpt_oss", "deepseek_v2", "deepseek_v3", "glm4_moe", "glm4_moe_lite")  # vLLM's classes tie none
+OWN_LM_HEAD = ("gpt_oss", "deepseek_v2", "deepseek_v3", *FP32_ROUTER)  # vLLM's classes tie none
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -207,9 +208,9 @@ def _other_params(shape: ModelShape, tp: int = 1) -> tuple[int, int]:
     whole = 2 * h
     if shape.model_type.startswith(("gemma2", "gemma3")):
         whole += 2 * h  # pre- and post-feedforward norms
-    if shape.model_type.startswith(("qwen3", "gemma3")) or shape.qk_norm:
+    if shape.model_type.startswith(("qwen3", "gemma3")) or shape.qk_norm is QkNorm.HEAD:
         whole += 2 * shape.head_dim  # q/k norms
-    split = q + 2 * kv if shape.attention_bias else 0
+    split = (q + 2 * kv if shape.attention_bias else 0) + (q + kv if shape.qk_norm is QkNorm.LAYER else 0)
     if shape.model_type == "gpt_oss":
         inter, e = shape.intermediate_size or 0, shape.num_experts
         split += shape.num_attention_heads + e * 2 * inter  # sinks, expert gate/up biases

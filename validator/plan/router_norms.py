@@ -1,0 +1,38 @@
+"""What some routed-expert families hold beside their matrices, as vLLM 0.32's model classes build
+it (read from their source, measured on tiny models: tests/test_routed_moe_weights.py): a router held in
+float32 whatever the checkpoint's dtype, a float32 score-correction bias beside it, and q/k norms
+that config.json switches on, per head or across the heads."""
+
+from __future__ import annotations
+
+from enum import Enum
+from typing import Any
+
+# GateLinear built with params_dtype float32 and no quantization: glm4_moe.py (GLM-4.5 to 4.7),
+# glm4_moe_lite.py (GLM-4.7-Flash, MLA), minimax_m2.py (MiniMax-M2, M2.5)
+FP32_ROUTER = ("glm4_moe", "glm4_moe_lite", "minimax_m2")
+DEEPSEEK = ("deepseek_v2", "deepseek_v3")
+
+
+class QkNorm(Enum):
+    HEAD = "one RMSNorm of head_dim for q and one for k, whole on every rank (GLM-4.5's use_qk_norm)"
+    LAYER = "RMSNorms across all q heads and all KV heads, split by TP as the heads (MiniMax-M2's)"
+
+
+def router_bias(cfg: dict[str, Any], model_type: str) -> bool:
+    """A float32 correction bias beside each router: GLM always; DeepSeek with noaux_tc; MiniMax-M2
+    with use_routing_bias."""
+    if model_type in DEEPSEEK:
+        return cfg.get("topk_method") == "noaux_tc"
+    if model_type == "minimax_m2":
+        return cfg.get("use_routing_bias") is True
+    return model_type in FP32_ROUTER
+
+
+def qk_norm(cfg: dict[str, Any], model_type: str) -> QkNorm | None:
+    """The optional q/k norms (Qwen3's and Gemma 3's, always there, are counted by family)."""
+    if model_type == "glm4_moe" and cfg.get("use_qk_norm") is True:
+        return QkNorm.HEAD
+    if model_type == "minimax_m2":  # built whatever config.json's use_qk_norm says
+        return QkNorm.LAYER
+    return None
