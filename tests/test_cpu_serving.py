@@ -71,6 +71,7 @@ def test_what_the_cpu_build_stops_on_is_refused_by_name(tiny_model, model, said)
         "tiny-deepseekv3",  # MLA with a query LoRA, grouped routing, YaRN (served on both kernels: pass)
         "tiny-glm45",  # GLM-4.5: a float32 router and bias, q/k/v biases, half the head rotated (served: pass)
         "tiny-glm47flash",  # GLM-4.7-Flash: MLA under GLM's router (served on both kernels: pass)
+        "tiny-ernie45moe",  # ERNIE 4.5: experts on every other layer, a float32 router (served: pass)
     ],
 )
 def test_what_the_cpu_build_serves_is_not_refused(tiny_model, model):

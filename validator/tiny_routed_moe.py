@@ -1,6 +1,7 @@
 """The tiny models of the routed-expert families whose router vLLM holds its own way (validator/
 tiny_architectures.py lists them with the others): DeepSeek's MLA with grouped top-k, GLM-4.5's float32
-router and correction bias, GLM-4.7-Flash's MLA with GLM's router, MiniMax-M2's router and q/k norms."""
+router and correction bias, GLM-4.7-Flash's MLA under GLM's router, MiniMax-M2's router and q/k norms,
+ERNIE 4.5's MoE layers placed by index."""
 
 from __future__ import annotations
 
@@ -36,3 +37,9 @@ ROUTED_MOE["tiny-minimaxm2"] = ("MiniMaxM2Config", dict(hidden_size=128, num_hid
     num_key_value_heads=2, head_dim=64, rotary_dim=32, intermediate_size=64, num_local_experts=8,
     num_experts_per_tok=2, use_routing_bias=True, scoring_func="sigmoid", use_qk_norm=True, qk_norm_type="per_layer",
     tie_word_embeddings=False), ())  # fmt: skip
+# ERNIE 4.5 MoE (ernie4_5_moe): experts on layers 1 and 3 only (moe_layer_start_index / _end_index /
+# _interval), 2 shared experts, a float32 router (stored so) and correction bias, tied embeddings
+ROUTED_MOE["tiny-ernie45moe"] = ("Ernie4_5_MoeConfig", dict(hidden_size=128, num_hidden_layers=4, num_attention_heads=4,
+    num_key_value_heads=2, head_dim=64, moe_intermediate_size=64, moe_k=2, moe_num_experts=8, moe_num_shared_experts=2,
+    moe_layer_start_index=1, moe_layer_end_index=3, moe_layer_interval=2, use_bias=False, tie_word_embeddings=True),
+    ())  # fmt: skip

@@ -16,7 +16,7 @@ from validator.plan.quant import QuantFormat
 from validator.plan.quant_config import format_from_config
 from validator.plan.refusals import refuse_unmodelled
 from validator.plan.rope import context_limits, model_rope_tables
-from validator.plan.router_norms import FP32_ROUTER, QkNorm, qk_norm, router_bias
+from validator.plan.router_norms import ERNIE_MOE, FP32_ROUTER, QkNorm, ernie_moe_layers, qk_norm, router_bias
 from validator.plan.ssm_state import (
     ATTENTION,
     HYBRID_MODEL_TYPES,
@@ -239,7 +239,7 @@ def shape_from_config(cfg: Config) -> ModelShape:
     experts = experts if isinstance(experts, int) and not isinstance(experts, bool) and 0 < experts <= 1 << 16 else 0
     moe_inter = _optional_int(cfg, "moe_intermediate_size", "moe_intermediate_size")
     shared_inter = _first(cfg, "shared_expert_intermediate_size", default=0)
-    n_shared = cfg.get("n_shared_experts")
+    n_shared = _first(cfg, "n_shared_experts", "moe_num_shared_experts")  # ERNIE 4.5's
     if not shared_inter and isinstance(n_shared, int) and n_shared > 0 and moe_inter:
         shared_inter = n_shared * moe_inter
     dense_first = cfg.get("first_k_dense_replace") or 0
@@ -255,6 +255,8 @@ def shape_from_config(cfg: Config) -> ModelShape:
         dense_inter = _optional_int(cfg, "intermediate_size_mlp", "intermediate_size_mlp")
         moe_inter = _optional_int(cfg, "intermediate_size", "intermediate_size")
         shared_inter = moe_inter or 0
+    if model_type == ERNIE_MOE and experts:
+        moe_layers = ernie_moe_layers(cfg, layers)
     quant = cfg.get("quantization_config")
     quant = quant if isinstance(quant, dict) else {}
     qmethod = quant.get("quant_method") if isinstance(quant.get("quant_method"), str) else None
@@ -286,7 +288,9 @@ def shape_from_config(cfg: Config) -> ModelShape:
         moe=bool(moe),
         kv_shared_layers=int(shared) if isinstance(shared, int) else 0,
         num_experts=experts,
-        experts_per_token=_optional_int(cfg, "num_experts_per_tok", "num_experts_per_tok", "moe_topk", "top_k_experts")
+        experts_per_token=_optional_int(
+            cfg, "num_experts_per_tok", "num_experts_per_tok", "moe_topk", "top_k_experts", "moe_k"
+        )
         or 0,
         moe_intermediate_size=moe_inter,
         shared_expert_intermediate_size=shared_inter if isinstance(shared_inter, int) and shared_inter > 0 else 0,

@@ -1,17 +1,20 @@
 """What some routed-expert families hold beside their matrices, as vLLM 0.32's model classes build
 it (read from their source, measured on tiny models: tests/test_routed_moe_weights.py): a router held in
-float32 whatever the checkpoint's dtype, a float32 score-correction bias beside it, and q/k norms
-that config.json switches on, per head or across the heads."""
+float32 whatever the checkpoint's dtype, a float32 score-correction bias beside it, q/k norms that
+config.json switches on, per head or across the heads, and ERNIE 4.5's placement of its MoE layers."""
 
 from __future__ import annotations
 
 from enum import Enum
 from typing import Any
 
+from validator.errors import InputError
+
 # GateLinear built with params_dtype float32 and no quantization: glm4_moe.py (GLM-4.5 to 4.7),
-# glm4_moe_lite.py (GLM-4.7-Flash, MLA), minimax_m2.py (MiniMax-M2, M2.5)
-FP32_ROUTER = ("glm4_moe", "glm4_moe_lite", "minimax_m2")
+# glm4_moe_lite.py (GLM-4.7-Flash, MLA), minimax_m2.py (MiniMax-M2, M2.5), ernie45_moe.py (ERNIE 4.5)
+FP32_ROUTER = ("glm4_moe", "glm4_moe_lite", "minimax_m2", "ernie4_5_moe")
 DEEPSEEK = ("deepseek_v2", "deepseek_v3")
+ERNIE_MOE = "ernie4_5_moe"
 
 
 class QkNorm(Enum):
@@ -36,3 +39,18 @@ def qk_norm(cfg: dict[str, Any], model_type: str) -> QkNorm | None:
     if model_type == "minimax_m2":  # built whatever config.json's use_qk_norm says
         return QkNorm.LAYER
     return None
+
+
+def ernie_moe_layers(cfg: dict[str, Any], layers: int) -> tuple[int, ...]:
+    """ERNIE 4.5's MoE layers (ernie45_moe.py): every moe_layer_interval-th from moe_layer_start_index
+    to moe_layer_end_index (defaults 0, the last layer, 1), none where use_moe is false."""
+    got = {}
+    for key, default in (("moe_layer_start_index", 0), ("moe_layer_end_index", layers - 1), ("moe_layer_interval", 1)):
+        v = cfg.get(key, default)
+        if isinstance(v, bool) or not isinstance(v, int) or v < 0:
+            raise InputError(f"config.json: {key} must be a non-negative integer for an ERNIE 4.5 model, got {v!r:.40}")
+        got[key] = v
+    start, end, step = got["moe_layer_start_index"], got["moe_layer_end_index"], got["moe_layer_interval"]
+    if cfg.get("use_moe", True) is False or step == 0:
+        return ()
+    return tuple(i for i in range(layers) if start <= i <= end and (i + 1) % step == 0)

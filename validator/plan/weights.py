@@ -27,10 +27,10 @@ from validator.plan.layer_kinds import LINEAR
 from validator.plan.model_shape import DTYPE_BYTES, ModelShape
 from validator.plan.quant import Fp8, Int8Channel, Matrix, Mxfp4, QuantFormat, Role
 from validator.plan.quant_config import online_format
-from validator.plan.router_norms import FP32_ROUTER, QkNorm
+from validator.plan.router_norms import QkNorm
 from validator.units import cdiv
 
-OWN_LM_HEAD = ("gpt_oss", "deepseek_v2", "deepseek_v3", *FP32_ROUTER)  # vLLM's classes tie none
+OWN_LM_HEAD = ("gpt_oss", "deepseek_v2", "deepseek_v3", "glm4_moe", "glm4_moe_lite", "minimax_m2")  # never tied
 
 
 @dataclass(frozen=True, kw_only=True)
