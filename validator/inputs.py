@@ -22,6 +22,7 @@ from validator.plan.model_shape import shape_from_config
 from validator.plan.parallel_fit import expert_split
 from validator.plan.quant import for_cpu_w4a8, with_tile
 from validator.plan.quant_config import kv_cache_dtype_for_auto, normalized, not_counted
+from validator.plan.rope import holds_rope_table
 from validator.plan.runner_v2 import RUNNER_ENV
 from validator.plan.weights import count_weights, headers_as_held
 from validator.plan.weights_source import estimated_source
@@ -43,6 +44,8 @@ def plan_input_from_profile(profile: Profile) -> PlanInput:
     shape = stored_shape = shape_from_config(cfg)
     version = profile.vllm.version or installed_vllm_version()
     ver = parse_version(version)
+    if not holds_rope_table(shape.architecture, ver):  # served through vLLM's Transformers backend
+        shape = stored_shape = dataclasses.replace(shape, rope_tables=())
     tp, pp = profile.hardware.tensor_parallel_size, profile.hardware.pipeline_parallel_size
     gpu = profile.hardware.platform == "gpu"
     if gpu:

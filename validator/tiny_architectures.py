@@ -7,6 +7,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from validator.tiny_norm_families import NORM_FAMILIES
 from validator.tiny_routed_moe import ROUTED_MOE
 
 VOCAB = 512
@@ -308,4 +309,5 @@ ARCHITECTURES["tiny-qwen3next-64"] = (
 # not; their AutoRound int4 rewrites are quantized-weight vectors (tests/test_quantized_hybrids.py)
 ARCHITECTURES["tiny-nemotronh-h32"] = _variant("tiny-nemotronh", mamba_num_heads=32, mamba_head_dim=8)
 ARCHITECTURES["tiny-granite4-h32"] = _variant("tiny-granite4", mamba_n_heads=32, mamba_d_head=8)
-ARCHITECTURES.update(ROUTED_MOE)  # DeepSeek and GLM: validator/tiny_routed_moe.py
+ARCHITECTURES.update(ROUTED_MOE)  # DeepSeek, GLM, MiniMax-M2, ERNIE 4.5: validator/tiny_routed_moe.py
+ARCHITECTURES.update(NORM_FAMILIES)  # OLMo, Seed-OSS, HunYuan, Cohere 2: validator/tiny_norm_families.py

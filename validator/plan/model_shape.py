@@ -96,7 +96,7 @@ class ModelShape:
     ssm_dtype: str | None = None  # the recurrent state's dtype when the model fixes it
     mtp_layers: int = 0  # full-attention draft layers MTP speculative decoding adds (0: not modelled)
     router_bias: bool = False  # a float32 score-correction bias beside each router (DeepSeek-V3's noaux_tc)
-    router_fp32: bool = False  # the router's weight held in float32 whatever the dtype (GLM's, MiniMax-M2's)
+    router_fp32: bool = False  # the router held in float32 whatever the dtype (plan/router_norms.py FP32_ROUTER)
     qk_norm: QkNorm | None = None  # q/k norms of the families that make them optional (plan/router_norms.py)
     rope_tables: tuple[tuple[int, int], ...] = ()  # (positions, rotary dims) of each cos/sin table vLLM builds
     context_limits: tuple[int | None, int | None] = (None, None)  # vLLM's longest max_model_len: < 0.30, >= 0.30
@@ -211,6 +211,8 @@ def shape_from_config(cfg: Config) -> ModelShape:
         isinstance(sliding_window, bool) or not isinstance(sliding_window, int) or not 0 < sliding_window <= 1 << 40
     ):
         raise InputError(f"config.json: sliding_window must be a positive integer or null, got {sliding_window!r}")
+    if model_type in ("cohere2", "cohere2_moe") and sliding_window:  # vLLM 0.32: a token sees the window + itself
+        sliding_window += 1
     if roles is not None:
         kinds = [FULL if r == ATTENTION else LINEAR if r == STATE else NO_CACHE for r in roles]
     else:

@@ -81,6 +81,23 @@ def rope_tables(
     return tuple(seen.values())
 
 
+# architectures vLLM 0.32 serves through its Transformers modeling backend (registry.py
+# _TRANSFORMERS_SUPPORTED_MODELS, text ones): the model's own rotary embedding computes cos/sin each step
+# from inv_freq (256 B), no table is held (measured on tiny Olmo 2, Olmo 3, Seed-OSS, HunYuan). They moved
+# from native classes between 0.14 (GPTBigCode, Starcoder2) and 0.30 (Olmo 3, HunYuan): before 0.32 the
+# table is still counted (unmeasured)
+TRANSFORMERS_BACKEND = ("ArceeForCausalLM", "CwmForCausalLM", "FlexOlmoForCausalLM", "GlmForCausalLM",
+    "GPTBigCodeForCausalLM", "GPTNeoXForCausalLM", "HunYuanDenseV1ForCausalLM", "HunYuanMoEV1ForCausalLM",
+    "Jais2ForCausalLM", "MellumForCausalLM", "NanbeigeForCausalLM", "OlmoForCausalLM", "Olmo2ForCausalLM",
+    "Olmo3ForCausalLM", "PhiForCausalLM", "SeedOssForCausalLM", "SmolLM3ForCausalLM", "Starcoder2ForCausalLM",
+    "VaultGemmaForCausalLM")  # fmt: skip
+TRANSFORMERS_BACKEND_FROM = (0, 32, 0)
+
+
+def holds_rope_table(architecture: str, version: tuple[int, int, int]) -> bool:
+    return architecture not in TRANSFORMERS_BACKEND or version < TRANSFORMERS_BACKEND_FROM
+
+
 UNSCALED_CONTEXT = ("su", "longrope", "llama3")  # their max_position_embeddings is the scaled context
 YARN_FROM = (0, 30, 0)  # vllm-project/vllm#56446 (merged 2026-09-11, after 0.29.0): YaRN stops scaling the context
 YARN_NAMES = (*SCALED_BY_FACTOR_OF_ORIGINAL, "telechat3-yarn")  # from 0.30 vLLM reads telechat3-yarn as yarn

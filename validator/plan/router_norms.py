@@ -1,7 +1,8 @@
 """What some routed-expert families hold beside their matrices, as vLLM 0.32's model classes build
 it (read from their source, measured on tiny models: tests/test_routed_moe_weights.py): a router held in
 float32 whatever the checkpoint's dtype, a float32 score-correction bias beside it, q/k norms that
-config.json switches on, per head or across the heads, and ERNIE 4.5's placement of its MoE layers."""
+config.json switches on or the family always has, per head or across the heads, and ERNIE 4.5's
+placement of its MoE layers."""
 
 from __future__ import annotations
 
@@ -18,8 +19,9 @@ ERNIE_MOE = "ernie4_5_moe"
 
 
 class QkNorm(Enum):
-    HEAD = "one RMSNorm of head_dim for q and one for k, whole on every rank (GLM-4.5's use_qk_norm)"
+    HEAD = "one RMSNorm of head_dim for q and one for k, whole on every rank (GLM-4.5's, HunYuan's use_qk_norm)"
     LAYER = "RMSNorms across all q heads and all KV heads, split by TP as the heads (MiniMax-M2's)"
+    LAYER_WHOLE = "RMSNorms across all q heads and all KV heads, whole on every rank (OLMoE's, OLMo 2 and 3's)"
 
 
 def router_bias(cfg: dict[str, Any], model_type: str) -> bool:
@@ -36,8 +38,12 @@ def qk_norm(cfg: dict[str, Any], model_type: str) -> QkNorm | None:
     """The optional q/k norms (Qwen3's and Gemma 3's, always there, are counted by family)."""
     if model_type == "glm4_moe" and cfg.get("use_qk_norm") is True:
         return QkNorm.HEAD
+    if model_type in ("hunyuan_v1_dense", "hunyuan_v1_moe"):  # transformers' module, which vLLM serves, has them
+        return QkNorm.HEAD
     if model_type == "minimax_m2":  # built whatever config.json's use_qk_norm says
         return QkNorm.LAYER
+    if model_type in ("olmoe", "olmo2", "olmo3"):  # OLMoE gathers q and k across the ranks to norm them
+        return QkNorm.LAYER_WHOLE
     return None
 
 

@@ -30,7 +30,7 @@ from validator.plan.quant_config import online_format
 from validator.plan.router_norms import QkNorm
 from validator.units import cdiv
 
-OWN_LM_HEAD = ("gpt_oss", "deepseek_v2", "deepseek_v3", "glm4_moe", "glm4_moe_lite", "minimax_m2")  # never tied
+OWN_LM_HEAD = ("gpt_oss", "deepseek_v2", "deepseek_v3", "glm4_moe", "glm4_moe_lite", "minimax_m2", "olmoe")
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -205,12 +205,13 @@ def _other_params(shape: ModelShape, tp: int = 1) -> tuple[int, int]:
     h = shape.hidden_size or 0
     q = shape.num_attention_heads * shape.head_dim
     kv = max(shape.num_kv_heads, tp) * shape.head_dim
-    whole = 2 * h
+    whole = h if shape.model_type in ("cohere", "cohere2") else 2 * h  # Cohere: one norm before attention and MLP
     if shape.model_type.startswith(("gemma2", "gemma3")):
         whole += 2 * h  # pre- and post-feedforward norms
     if shape.model_type.startswith(("qwen3", "gemma3")) or shape.qk_norm is QkNorm.HEAD:
         whole += 2 * shape.head_dim  # q/k norms
     split = (q + 2 * kv if shape.attention_bias else 0) + (q + kv if shape.qk_norm is QkNorm.LAYER else 0)
+    whole += q + shape.num_kv_heads * shape.head_dim if shape.qk_norm is QkNorm.LAYER_WHOLE else 0
     if shape.model_type == "gpt_oss":
         inter, e = shape.intermediate_size or 0, shape.num_experts
         split += shape.num_attention_heads + e * 2 * inter  # sinks, expert gate/up biases
@@ -263,8 +264,7 @@ def count_weights(
             experts[-1] += b if m.role is Role.EXPERT else 0
         per_layer.append(split)
         whole.append(rep)
-    # gpt-oss and DeepSeek keep an LM head of their own whatever config.json says (gpt-oss its rotary
-    # table in float32); measured on the tiny ones
+    # OWN_LM_HEAD's keep an LM head of their own whatever config.json says (measured on the tiny ones)
     tied = shape.tie_word_embeddings and shape.model_type not in OWN_LM_HEAD
     return WeightCount(
         embedding=v * h * dt,
@@ -282,7 +282,7 @@ def count_weights(
         per_layer_replicated=tuple(whole),
         edge_tensors=(cdiv(v, 64) * 64 * h * dt, 0 if tied else cdiv(v, 64) * 64 * h * dt),
         # MLA: vLLM holds more than the checkpoint stores (W_UK_T / W_UV, an LM head of its own, a float32 bias);
-        # GLM: its router in float32, and the MTP layer its checkpoints store is skipped
+        # GLM, MiniMax-M2, ERNIE 4.5: the router in float32; the MTP layers their checkpoints store, skipped
         as_allocated=(fmt is not None and fmt.drops_stored) or shape.mla is not None or shape.router_fp32,
         num_experts=shape.num_experts or 0,
         expert_bytes=tuple(experts),

@@ -1,0 +1,22 @@
+"""The tiny models of families whose norms or rotary tables vLLM 0.32 holds its own way
+(validator/tiny_architectures.py lists them with the others): OLMo 2 / 3 and OLMoE's q/k norms across
+all the heads, HunYuan's per head, Cohere's one norm a layer, and the Transformers backend's rotary
+embedding, which holds no cos/sin table (OLMo 2 / 3, Seed-OSS, HunYuan: tests/test_norm_families.py)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+_GQA = dict(hidden_size=128, num_hidden_layers=2, num_attention_heads=4, num_key_value_heads=2)
+NORM_FAMILIES: dict[str, tuple[str, dict[str, Any], tuple[str, ...]]] = {
+    "tiny-olmo2": ("Olmo2Config", dict(_GQA, tie_word_embeddings=False), ()),
+    "tiny-olmo3": ("Olmo3Config", dict(_GQA, tie_word_embeddings=False), ()),
+    "tiny-olmoe": ("OlmoeConfig", dict(_GQA, num_experts=4, num_experts_per_tok=2), ()),
+    "tiny-seedoss": ("SeedOssConfig", dict(_GQA, head_dim=64, attention_bias=True, tie_word_embeddings=False), ()),
+    "tiny-hunyuan": ("HunYuanDenseV1Config", dict(_GQA, head_dim=64), ()),
+    "tiny-cohere2": (
+        "Cohere2Config",
+        dict(_GQA, head_dim=32, sliding_window=64, layer_types=["sliding_attention", "full_attention"]),
+        (),
+    ),  # fmt: skip
+}
