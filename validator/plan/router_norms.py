@@ -19,7 +19,7 @@ ERNIE_MOE = "ernie4_5_moe"
 
 
 class QkNorm(Enum):
-    HEAD = "one RMSNorm of head_dim for q and one for k, whole on every rank (GLM-4.5's, HunYuan's use_qk_norm)"
+    HEAD = "one RMSNorm of head_dim for q and one for k, whole on every rank (GLM-4.5's, HunYuan's, EXAONE 4's)"
     LAYER = "RMSNorms across all q heads and all KV heads, split by TP as the heads (MiniMax-M2's)"
     LAYER_WHOLE = "RMSNorms across all q heads and all KV heads, whole on every rank (OLMoE's, OLMo 2 and 3's)"
 
@@ -38,7 +38,7 @@ def qk_norm(cfg: dict[str, Any], model_type: str) -> QkNorm | None:
     """The optional q/k norms (Qwen3's and Gemma 3's, always there, are counted by family)."""
     if model_type == "glm4_moe" and cfg.get("use_qk_norm") is True:
         return QkNorm.HEAD
-    if model_type in ("hunyuan_v1_dense", "hunyuan_v1_moe"):  # transformers' module, which vLLM serves, has them
+    if model_type in ("hunyuan_v1_dense", "hunyuan_v1_moe", "exaone4"):  # always built (HunYuan: by transformers)
         return QkNorm.HEAD
     if model_type == "minimax_m2":  # built whatever config.json's use_qk_norm says
         return QkNorm.LAYER

