@@ -97,7 +97,7 @@ class ModelShape:
     mtp_layers: int = 0  # full-attention draft layers MTP speculative decoding adds (0: not modelled)
     router_bias: bool = False  # a float32 score-correction bias beside each router (DeepSeek-V3's noaux_tc)
     router_fp32: bool = False  # the router held in float32 whatever the dtype (plan/router_norms.py FP32_ROUTER)
-    qk_norm: QkNorm | None = None  # q/k norms of the families that make them optional (plan/router_norms.py)
+    qk_norm: QkNorm | None = None  # the family's q/k norms, per head or across the heads (plan/router_norms.py)
     rope_tables: tuple[tuple[int, int], ...] = ()  # (positions, rotary dims) of each cos/sin table vLLM builds
     context_limits: tuple[int | None, int | None] = (None, None)  # vLLM's longest max_model_len: < 0.30, >= 0.30
     multimodal: bool = False  # config.json has a vision_config

@@ -1,8 +1,8 @@
 """What some routed-expert families hold beside their matrices, as vLLM 0.32's model classes build
 it (read from their source, measured on tiny models: tests/test_routed_moe_weights.py): a router held in
-float32 whatever the checkpoint's dtype, a float32 score-correction bias beside it, q/k norms that
-config.json switches on or the family always has, per head or across the heads, and ERNIE 4.5's
-placement of its MoE layers."""
+float32 whatever the checkpoint's dtype, a float32 score-correction bias beside it, q/k norms per head
+or across the heads, the norms a layer holds, a shared expert's gate, and ERNIE 4.5's placement of its
+MoE layers (the norms measured in tests/test_norm_families.py)."""
 
 from __future__ import annotations
 
@@ -35,8 +35,8 @@ def router_bias(cfg: dict[str, Any], model_type: str) -> bool:
 
 
 def qk_norm(cfg: dict[str, Any], model_type: str) -> QkNorm | None:
-    """The optional q/k norms (Qwen3's and Gemma 3's, always there, are counted by family)."""
-    if model_type == "glm4_moe" and cfg.get("use_qk_norm") is True:
+    """The family's q/k norms, where it has them."""
+    if model_type.startswith(("qwen3", "gemma3")) or model_type == "glm4_moe" and cfg.get("use_qk_norm") is True:
         return QkNorm.HEAD
     if model_type in ("hunyuan_v1_dense", "hunyuan_v1_moe", "exaone4"):  # always built (HunYuan: by transformers)
         return QkNorm.HEAD
@@ -60,3 +60,16 @@ def ernie_moe_layers(cfg: dict[str, Any], layers: int) -> tuple[int, ...]:
     if cfg.get("use_moe", True) is False or step == 0:
         return ()
     return tuple(i for i in range(layers) if start <= i <= end and (i + 1) % step == 0)
+
+
+def layer_norms(model_type: str) -> int:
+    """Hidden-size norms a decoder layer holds: Cohere one before its attention and MLP side by side,
+    Gemma 2 / 3 four (pre- and post-feedforward too), GLM-4 four (post-attention and post-MLP too)."""
+    if model_type in ("cohere", "cohere2"):
+        return 1
+    return 4 if model_type.startswith(("gemma2", "gemma3")) or model_type == "glm4" else 2
+
+
+def shared_expert_gate(model_type: str) -> bool:
+    """A one-row gate beside the shared expert, whole on every rank (Qwen2-MoE's)."""
+    return model_type == "qwen2_moe"

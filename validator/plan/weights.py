@@ -27,7 +27,7 @@ from validator.plan.layer_kinds import LINEAR
 from validator.plan.model_shape import DTYPE_BYTES, ModelShape
 from validator.plan.quant import Fp8, Int8Channel, Matrix, Mxfp4, QuantFormat, Role
 from validator.plan.quant_config import online_format
-from validator.plan.router_norms import QkNorm
+from validator.plan.router_norms import QkNorm, layer_norms, shared_expert_gate
 from validator.units import cdiv
 
 OWN_LM_HEAD = ("gpt_oss", "deepseek_v2", "deepseek_v3", "glm4_moe", "glm4_moe_lite", "minimax_m2", "olmoe")
@@ -167,7 +167,7 @@ def layer_matrices(shape: ModelShape, layer: int, tp: int = 1, absorbed: bool = 
         s = shape.shared_expert_intermediate_size
         if s:
             out += [Matrix(s, h, 2, Role.SHARED_EXPERT), Matrix(h, s, 1, Role.SHARED_EXPERT)]
-            out += [Matrix(1, h, 1, Role.ROUTER, replicated=True)] if shape.model_type == "qwen2_moe" else []
+            out += [Matrix(1, h, 1, Role.ROUTER, replicated=True)] if shared_expert_gate(shape.model_type) else []
     else:
         i = shape.dense_intermediate_size or shape.intermediate_size
         if i is None:
@@ -206,11 +206,7 @@ def _other_params(shape: ModelShape, tp: int = 1) -> tuple[int, int]:
     h = shape.hidden_size or 0
     q = shape.num_attention_heads * shape.head_dim
     kv = max(shape.num_kv_heads, tp) * shape.head_dim
-    whole = h if shape.model_type in ("cohere", "cohere2") else 2 * h  # Cohere: one norm before attention and MLP
-    if shape.model_type.startswith(("gemma2", "gemma3")) or shape.model_type == "glm4":
-        whole += 2 * h  # pre- and post-feedforward norms (GLM-4: post-attention and post-MLP)
-    if shape.model_type.startswith(("qwen3", "gemma3")) or shape.qk_norm is QkNorm.HEAD:
-        whole += 2 * shape.head_dim  # q/k norms
+    whole = layer_norms(shape.model_type) * h + (2 * shape.head_dim if shape.qk_norm is QkNorm.HEAD else 0)
     split = (q + 2 * kv if shape.attention_bias else 0) + (q + kv if shape.qk_norm is QkNorm.LAYER else 0)
     whole += q + shape.num_kv_heads * shape.head_dim if shape.qk_norm is QkNorm.LAYER_WHOLE else 0
     if shape.model_type == "gpt_oss":
