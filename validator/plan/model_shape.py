@@ -10,13 +10,15 @@ from dataclasses import dataclass
 from typing import Any
 
 from validator.errors import InputError
+from validator.plan import router_norms as family
+from validator.plan.biases import UNGATED_MLP, XIELU_SCALARS, Biases, biases
 from validator.plan.layer_heads import gemma4_layers
 from validator.plan.layer_kinds import CHUNKED, FULL, LINEAR, LLAMA4_TYPES, NO_CACHE, SLIDING, layer_kinds
 from validator.plan.quant import QuantFormat
 from validator.plan.quant_config import format_from_config
 from validator.plan.refusals import refuse_unmodelled
 from validator.plan.rope import context_limits, model_rope_tables
-from validator.plan.router_norms import ERNIE_MOE, FP32_ROUTER, QkNorm, ernie_moe_layers, qk_norm, router_bias
+from validator.plan.router_norms import QkNorm
 from validator.plan.ssm_state import (
     ATTENTION,
     HYBRID_MODEL_TYPES,
@@ -42,8 +44,6 @@ TRANSFORMERS_DEFAULTS: dict[str, dict[str, Any]] = {
         rope_theta=1_000_000.0, rope_local_base_freq=10_000.0, sliding_window=4096, tie_word_embeddings=True),
     "glm4_moe": dict(partial_rotary_factor=0.5),  # vLLM's glm4_moe.py sets it where config.json does not
 }  # fmt: skip
-# families whose MLP is up, activation, down (no gate): vLLM's phi, gpt_neox, starcoder2, ...
-UNGATED_MLP = ("phi", "gpt_neox", "gpt2", "gptj", "gpt_bigcode", "starcoder2", "opt", "falcon", "bloom", "mpt")
 
 
 @dataclass(frozen=True)
@@ -90,7 +90,8 @@ class ModelShape:
     quant_method: str | None = None  # config.json quantization_config.quant_method
     quant_bits: int | None = None  # bits per quantized linear weight, when the config says
     quant: QuantFormat | None = None  # the linear weights' format (config.json quantization_config)
-    attention_bias: bool = False  # q/k/v (and gpt-oss's o) projections carry biases
+    biases: Biases = Biases()  # which layers carry biases, LayerNorms (plan/biases.py)
+    act_scalars: int = 0  # a layer's learned activation scalars, held in bfloat16 (Apertus' xIELU)
     gated_mlp: bool = True  # gate and up projections (SwiGLU); False: up and down only
     state: LayerState | None = None  # the per-request state of the LINEAR layers (hybrids, SSMs)
     ssm_dtype: str | None = None  # the recurrent state's dtype when the model fixes it
@@ -154,7 +155,7 @@ def shape_from_config(cfg: Config) -> ModelShape:
     top, text = cfg, cfg.get("text_config")
     if isinstance(text, dict):
         cfg = {k: v for k, v in cfg.items() if k != "text_config"} | text
-    cfg = TRANSFORMERS_DEFAULTS.get(str(cfg.get("model_type")), {}) | cfg
+    cfg = family.hunyuan_moe_config(TRANSFORMERS_DEFAULTS.get(str(cfg.get("model_type")), {}) | cfg)
     roles = layer_roles(cfg) if cfg.get("model_type") in HYBRID_MODEL_TYPES else None
     state = layer_state(cfg) if roles is not None and STATE in roles else None
     if roles is not None:
@@ -257,8 +258,8 @@ def shape_from_config(cfg: Config) -> ModelShape:
         dense_inter = _optional_int(cfg, "intermediate_size_mlp", "intermediate_size_mlp")
         moe_inter = _optional_int(cfg, "intermediate_size", "intermediate_size")
         shared_inter = moe_inter or 0
-    if model_type == ERNIE_MOE and experts:
-        moe_layers = ernie_moe_layers(cfg, layers)
+    if model_type == family.ERNIE_MOE and experts:
+        moe_layers = family.ernie_moe_layers(cfg, layers)
     quant = cfg.get("quantization_config")
     quant = quant if isinstance(quant, dict) else {}
     qmethod = quant.get("quant_method") if isinstance(quant.get("quant_method"), str) else None
@@ -302,14 +303,15 @@ def shape_from_config(cfg: Config) -> ModelShape:
         quant_method=qmethod,
         quant_bits=qbits,
         quant=format_from_config(quant) if quant else None,
-        attention_bias=bool(cfg.get("attention_bias")) or model_type in ("qwen2", "qwen2_moe"),
+        biases=biases(cfg, model_type),
+        act_scalars=XIELU_SCALARS.get(model_type, 0),
         gated_mlp=model_type not in UNGATED_MLP,
         state=state,
         ssm_dtype=_ssm_dtype(cfg),
         mtp_layers=mtp_layers_from_config(cfg),
-        router_bias=router_bias(cfg, model_type),
-        router_fp32=model_type in FP32_ROUTER,
-        qk_norm=qk_norm(cfg, model_type),
+        router_bias=family.router_bias(cfg, model_type),
+        router_fp32=model_type in family.FP32_ROUTER,
+        qk_norm=family.qk_norm(cfg, model_type),
         rope_tables=model_rope_tables(cfg, model_type, own_heads, mla.qk_rope_head_dim if mla else head_dim, max_pos),
         context_limits=context_limits(cfg, model_type, max_pos),
         multimodal=isinstance(top.get("vision_config"), dict),

@@ -19,7 +19,7 @@ ERNIE_MOE = "ernie4_5_moe"
 
 
 class QkNorm(Enum):
-    HEAD = "one RMSNorm of head_dim for q and one for k, whole on every rank (GLM-4.5's, HunYuan's, EXAONE 4's)"
+    HEAD = "one RMSNorm of head_dim for q and one for k, whole on every rank (GLM-4.5, HunYuan, EXAONE 4, Apertus)"
     LAYER = "RMSNorms across all q heads and all KV heads, split by TP as the heads (MiniMax-M2's)"
     LAYER_WHOLE = "RMSNorms across all q heads and all KV heads, whole on every rank (OLMoE's, OLMo 2 and 3's)"
 
@@ -38,7 +38,7 @@ def qk_norm(cfg: dict[str, Any], model_type: str) -> QkNorm | None:
     """The family's q/k norms, where it has them."""
     if model_type.startswith(("qwen3", "gemma3")) or model_type == "glm4_moe" and cfg.get("use_qk_norm") is True:
         return QkNorm.HEAD
-    if model_type in ("hunyuan_v1_dense", "hunyuan_v1_moe", "exaone4"):  # always built (HunYuan: by transformers)
+    if model_type in ("hunyuan_v1_dense", "hunyuan_v1_moe", "exaone4", "apertus", "dots1"):  # always built
         return QkNorm.HEAD
     if model_type == "minimax_m2":  # built whatever config.json's use_qk_norm says
         return QkNorm.LAYER
@@ -63,9 +63,10 @@ def ernie_moe_layers(cfg: dict[str, Any], layers: int) -> tuple[int, ...]:
 
 
 def layer_norms(model_type: str) -> int:
-    """Hidden-size norms a decoder layer holds: Cohere one before its attention and MLP side by side,
-    Gemma 2 / 3 four (pre- and post-feedforward too), GLM-4 four (post-attention and post-MLP too)."""
-    if model_type in ("cohere", "cohere2"):
+    """Hidden-size norms a decoder layer holds: Cohere and Phi-2 one before their attention and MLP
+    side by side, Gemma 2 / 3 four (pre- and post-feedforward too), GLM-4 four (post-attention and
+    post-MLP too)."""
+    if model_type in ("cohere", "cohere2", "phi"):
         return 1
     return 4 if model_type.startswith(("gemma2", "gemma3")) or model_type == "glm4" else 2
 
@@ -73,3 +74,17 @@ def layer_norms(model_type: str) -> int:
 def shared_expert_gate(model_type: str) -> bool:
     """A one-row gate beside the shared expert, whole on every rank (Qwen2-MoE's)."""
     return model_type == "qwen2_moe"
+
+
+def hunyuan_moe_config(cfg: dict[str, Any]) -> dict[str, Any]:
+    """HunYuan MoE as vLLM 0.32 builds it (through the Transformers backend: transformers'
+    modeling_hunyuan_v1_moe): experts and one shared MLP of intermediate_size, whatever
+    moe_intermediate_size and num_shared_expert say, and per-layer lists of moe_topk (Hunyuan-A13B's
+    config.json) read as their largest. Its checkpoints store the router in float32, held in the dtype."""
+    if cfg.get("model_type") != "hunyuan_v1_moe":
+        return cfg
+    topk = cfg.get("moe_topk")
+    if isinstance(topk, list) and topk and all(isinstance(k, int) and not isinstance(k, bool) for k in topk):
+        topk = max(topk)
+    out = {k: v for k, v in cfg.items() if k not in ("moe_intermediate_size", "num_shared_expert")}
+    return out | {"moe_topk": topk, "shared_expert_intermediate_size": cfg.get("intermediate_size")}

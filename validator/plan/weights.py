@@ -147,14 +147,18 @@ def _attention(shape: ModelShape, h: int, tp: int = 1, absorbed: bool = True) ->
     return qs + [Matrix(heads * (nope + v), m.kv_lora_rank, 1, a), Matrix(h, heads * v, 1, a)] + copies
 
 
+def _moe_layer(shape: ModelShape, layer: int) -> bool:
+    moe = layer in shape.moe_layers if shape.moe_layers is not None else layer >= shape.first_dense_layers
+    return bool(shape.num_experts) and moe
+
+
 def layer_matrices(shape: ModelShape, layer: int, tp: int = 1, absorbed: bool = True) -> list[Matrix] | None:
     h = shape.hidden_size
     assert h is not None
     out = _attention(shape, h, tp, absorbed)
     if out is None:
         return None
-    moe = layer in shape.moe_layers if shape.moe_layers is not None else layer >= shape.first_dense_layers
-    if shape.num_experts and moe:
+    if _moe_layer(shape, layer):
         inter = shape.mlp_width
         if inter is None:
             return None
@@ -199,20 +203,25 @@ def _fused_tensors(
     return tuple((b, r) for b, r, _ in kept), tuple(j for j, (_, _, e) in enumerate(kept) if e)
 
 
-def _other_params(shape: ModelShape, tp: int = 1) -> tuple[int, int]:
+def _other_params(shape: ModelShape, layer: int, tp: int = 1) -> tuple[int, int]:
     """Per-layer parameters outside the matrices (checkpoint dtype): (split by TP, on every rank).
-    Norms are whole on every rank, as are a row-parallel layer's bias (gpt-oss's o and expert-down
-    biases) and a router's; q/k/v biases, sinks and expert-up biases are split."""
-    h = shape.hidden_size or 0
+    Norms (and a LayerNorm's bias) are whole on every rank, as are a row-parallel layer's bias (o's,
+    down's, gpt-oss's expert-down biases) and a router's; q/k/v, gate/up and expert-up biases and
+    sinks are split."""
+    h, b = shape.hidden_size or 0, shape.biases
     q = shape.num_attention_heads * shape.head_dim
     kv = max(shape.num_kv_heads, tp) * shape.head_dim
-    whole = layer_norms(shape.model_type) * h + (2 * shape.head_dim if shape.qk_norm is QkNorm.HEAD else 0)
-    split = (q + 2 * kv if shape.attention_bias else 0) + (q + kv if shape.qk_norm is QkNorm.LAYER else 0)
+    whole = layer_norms(shape.model_type) * h * (2 if b.norm else 1) + (h if b.o else 0)
+    whole += 2 * shape.head_dim if shape.qk_norm is QkNorm.HEAD else 0
+    split = (q + 2 * kv if b.qkv else 0) + (q + kv if shape.qk_norm is QkNorm.LAYER else 0)
     whole += q + shape.num_kv_heads * shape.head_dim if shape.qk_norm is QkNorm.LAYER_WHOLE else 0
+    if b.mlp and not _moe_layer(shape, layer):
+        split += (2 if shape.gated_mlp else 1) * (shape.dense_intermediate_size or shape.intermediate_size or 0)
+        whole += h
     if shape.model_type == "gpt_oss":
         inter, e = shape.intermediate_size or 0, shape.num_experts
         split += shape.num_attention_heads + e * 2 * inter  # sinks, expert gate/up biases
-        whole += (h if shape.attention_bias else 0) + e + e * h  # o bias, router bias, expert down biases
+        whole += e + e * h  # router bias, expert down biases
     return split, whole
 
 
@@ -240,9 +249,9 @@ def count_weights(
         fused, stacks = _fused_tensors(mats, fmt, dt)
         tensors.append(fused)
         slots.append(stacks)
-        split, rep = (n * dt for n in _other_params(shape, tp))
+        split, rep = (n * dt for n in _other_params(shape, i, tp))
         bias = shape.num_experts * 4 if shape.router_bias and any(m.role is Role.ROUTER for m in mats) else 0
-        rep += mla_norms + bias  # the float32 correction bias beside the router
+        rep += mla_norms + bias + shape.act_scalars * 2  # the float32 correction bias beside the router
         experts.append(0)
         for m in mats:
             if m.role is Role.ROUTER and shape.router_fp32:
@@ -264,9 +273,9 @@ def count_weights(
     tied = shape.tie_word_embeddings and shape.model_type not in OWN_LM_HEAD
     return WeightCount(
         embedding=v * h * dt,
-        lm_head=0 if tied else v * h * dt,
+        lm_head=0 if tied else v * (h + shape.biases.lm_head) * dt,
         per_layer=tuple(per_layer),
-        final_norm=h * dt,
+        final_norm=h * dt * (2 if shape.biases.norm else 1),
         format_label=fmt.label if fmt is not None else f"{dt * 8}-bit",
         # vLLM counts its rotary embeddings' cos/sin tables in "Model loading took", in the model
         # dtype (+0.031 GiB logged over the weights for 131,072 positions of 128, +0.50 GiB for Gemma
@@ -279,38 +288,15 @@ def count_weights(
         edge_tensors=(cdiv(v, 64) * 64 * h * dt, 0 if tied else cdiv(v, 64) * 64 * h * dt),
         # MLA: vLLM holds more than the checkpoint stores (W_UK_T / W_UV, an LM head of its own, a float32 bias);
         # GLM, MiniMax-M2, ERNIE 4.5: the router in float32; the MTP layers their checkpoints store, skipped
-        as_allocated=(fmt is not None and fmt.drops_stored) or shape.mla is not None or shape.router_fp32,
+        # Apertus: the checkpoint stores xIELU's beta and eps, vLLM holds them as constants; HunYuan MoE
+        # stores its routers in float32, held in the dtype
+        as_allocated=(fmt is not None and fmt.drops_stored)
+        or shape.mla is not None
+        or shape.router_fp32
+        or bool(shape.act_scalars)
+        or shape.model_type == "hunyuan_v1_moe",
         num_experts=shape.num_experts or 0,
         expert_bytes=tuple(experts),
         expert_width=(shape.mlp_width or 0) if shape.num_experts else 0,
         expert_slots=tuple(slots),
     )
-
-
-def headers_as_held(
-    headers: int,
-    count: WeightCount,
-    stored: WeightCount | None,
-    tp: int,
-    pp: int,
-    held: list[str],
-    *,
-    ep: bool = False,
-    width: int = 0,
-) -> tuple[int, int, str]:
-    """The checkpoint's bytes as vLLM holds them (the whole model's, rank 0's, and the words of the
-    source): its rotary cos/sin tables on every rank beside the tensors (2.5 GiB for Llama 4 Scout's
-    10M positions), and where the count as stored (`stored`: at the checkpoint's dtype, MXFP4 experts
-    unpadded) equals the headers to the byte, the count as held: its split by TP (norms, KV heads
-    fewer than the ranks, whole on each; tiny-gqa at TP 2, measured), a float32 checkpoint in
-    bfloat16, MXFP4 experts padded to the GPU kernel's tile (gpt-oss-20b: 13,761,264,768 B stored,
-    the count to the byte; 13.70 GiB held on an A100, 13.72 logged). Experts whole on each rank
-    (`ep`) or padded (`width`) add rank 0's surplus either way."""
-    rope = f" + {count.rope_cache / 2**20:.1f} MiB of rotary cos/sin tables vLLM allocates on every rank"
-    rope = rope if count.rope_cache else ""
-    if stored is None or headers != stored.total_bytes:
-        rank = cdiv(headers, tp * pp) + count.rope_cache + (count.ep_surplus(tp, pp) if ep else 0)
-        return headers, rank + count.pad_surplus(tp, width, pp), "safetensors headers, split evenly by TP/PP" + rope
-    how = "".join(f", {h}" for h in held)
-    source = f"safetensors headers (equal to the count from config.json{how}, split by TP/PP as vLLM does){rope}"
-    return count.total_bytes, count.rank_bytes(tp, pp, ep=ep, width=width), source

@@ -1,4 +1,5 @@
-"""The words a plan gives for weights counted from config.json alone (pure): what the count holds."""
+"""The words a plan gives for weights counted from config.json alone, and the checkpoint's headers
+as vLLM holds them (pure)."""
 
 from __future__ import annotations
 
@@ -29,3 +30,32 @@ def estimated_source(shape: ModelShape, count: WeightCount, served: str, ep: boo
         + split_words
         + "split by TP/PP)"
     )
+
+
+def headers_as_held(
+    headers: int,
+    count: WeightCount,
+    stored: WeightCount | None,
+    tp: int,
+    pp: int,
+    held: list[str],
+    *,
+    ep: bool = False,
+    width: int = 0,
+) -> tuple[int, int, str]:
+    """The checkpoint's bytes as vLLM holds them (the whole model's, rank 0's, and the words of the
+    source): its rotary cos/sin tables on every rank beside the tensors (2.5 GiB for Llama 4 Scout's
+    10M positions), and where the count as stored (`stored`: at the checkpoint's dtype, MXFP4 experts
+    unpadded) equals the headers to the byte, the count as held: its split by TP (norms, KV heads
+    fewer than the ranks, whole on each; tiny-gqa at TP 2, measured), a float32 checkpoint in
+    bfloat16, MXFP4 experts padded to the GPU kernel's tile (gpt-oss-20b: 13,761,264,768 B stored,
+    the count to the byte; 13.70 GiB held on an A100, 13.72 logged). Experts whole on each rank
+    (`ep`) or padded (`width`) add rank 0's surplus either way."""
+    rope = f" + {count.rope_cache / 2**20:.1f} MiB of rotary cos/sin tables vLLM allocates on every rank"
+    rope = rope if count.rope_cache else ""
+    if stored is None or headers != stored.total_bytes:
+        rank = cdiv(headers, tp * pp) + count.rope_cache + (count.ep_surplus(tp, pp) if ep else 0)
+        return headers, rank + count.pad_surplus(tp, width, pp), "safetensors headers, split evenly by TP/PP" + rope
+    how = "".join(f", {h}" for h in held)
+    source = f"safetensors headers (equal to the count from config.json{how}, split by TP/PP as vLLM does){rope}"
+    return count.total_bytes, count.rank_bytes(tp, pp, ep=ep, width=width), source
