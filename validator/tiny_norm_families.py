@@ -64,6 +64,26 @@ NORM_FAMILIES: dict[str, tuple[str, dict[str, Any], tuple[str, ...]]] = {
         ),
         (),
     ),
+    # FlexOlmo: OLMoE-style q/k norms across the heads (Transformers backend); OLMo 1: LayerNorms without
+    # parameters; Granite MoE with a shared MLP (shared_intermediate_size)
+    "tiny-flexolmo": (
+        "FlexOlmoConfig",
+        dict(_GQA, tie_word_embeddings=False, pad_token_id=0, num_experts=4, num_experts_per_tok=2),
+        (),
+    ),
+    "tiny-olmo": ("OlmoConfig", dict(_GQA, tie_word_embeddings=False, pad_token_id=0), ()),
+    "tiny-granitemoeshared": (
+        "GraniteMoeSharedConfig",
+        dict(_GQA, num_local_experts=4, num_experts_per_tok=2, shared_intermediate_size=96),
+        (),
+    ),
+    # Helium and Ministral: architectures vLLM has no class for, served through the Transformers backend
+    "tiny-helium": ("HeliumConfig", dict(_GQA, head_dim=32, pad_token_id=0), ()),
+    "tiny-ministral": (
+        "MinistralConfig",
+        dict(_GQA, head_dim=32, sliding_window=None, layer_types=["full_attention", "full_attention"]),
+        (),
+    ),
     # dots.llm1: vLLM removed its class in 0.23 and serves it through the Transformers backend (no rotary
     # table); per-head q/k norms, a dense first layer, one shared expert
     "tiny-dots1": (

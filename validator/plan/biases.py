@@ -9,15 +9,16 @@ from dataclasses import dataclass
 from typing import Any
 
 # families whose MLP is up, activation, down (no gate): vLLM's phi, gpt_neox, starcoder2, ...;
-# Nemotron's and Arcee's squared ReLU, Apertus' xIELU
+# Nemotron's, Arcee's and Jais 2's squared ReLU, Apertus' xIELU
 UNGATED_MLP = ("phi", "gpt_neox", "gpt2", "gptj", "gpt_bigcode", "starcoder2", "opt", "falcon", "bloom", "mpt",
-               "nemotron", "arcee", "apertus")  # fmt: skip
+               "nemotron", "arcee", "apertus", "jais2")  # fmt: skip
 # attention_bias gives q/k/v a bias and leaves o without (their classes' qkv_bias); elsewhere, as in
 # vLLM's llama.py (and Granite, EXAONE, Gemma 2 / 3, Nemotron, Apertus, gpt-oss, transformers' Arcee,
 # SmolLM3, OLMo 3, HunYuan) o follows it
-QKV_ONLY = ("qwen2", "qwen2_moe", "qwen3", "qwen3_moe", "glm4", "glm4_moe", "glm4_moe_lite", "minimax_m2")
-# LayerNorms (a bias beside each weight): GPT-NeoX, Starcoder2, Phi-2, StableLM, PhiMoE; Nemotron's LayerNorm1P
-LAYER_NORM = ("gpt_neox", "starcoder2", "phi", "stablelm", "phimoe", "nemotron")
+QKV_ONLY = ("qwen2", "qwen2_moe", "qwen3", "qwen3_moe", "glm", "glm4", "glm4_moe", "glm4_moe_lite", "minimax_m2")
+# LayerNorms (a bias beside each weight): GPT-NeoX, Starcoder2, Phi-2, StableLM, PhiMoE, Jais 2; Nemotron's
+# LayerNorm1P
+LAYER_NORM = ("gpt_neox", "starcoder2", "phi", "stablelm", "phimoe", "nemotron", "jais2")
 # xIELU's learned scalars (alpha_p, alpha_n), held in bfloat16 whatever the dtype (vLLM's activation.py)
 XIELU_SCALARS = {"apertus": 2}
 

@@ -155,7 +155,7 @@ def shape_from_config(cfg: Config) -> ModelShape:
     top, text = cfg, cfg.get("text_config")
     if isinstance(text, dict):
         cfg = {k: v for k, v in cfg.items() if k != "text_config"} | text
-    cfg = family.hunyuan_moe_config(TRANSFORMERS_DEFAULTS.get(str(cfg.get("model_type")), {}) | cfg)
+    cfg = family.as_vllm_reads(TRANSFORMERS_DEFAULTS.get(str(cfg.get("model_type")), {}) | cfg)
     roles = layer_roles(cfg) if cfg.get("model_type") in HYBRID_MODEL_TYPES else None
     state = layer_state(cfg) if roles is not None and STATE in roles else None
     if roles is not None:

@@ -95,9 +95,14 @@ TRANSFORMERS_BACKEND_FROM = (0, 32, 0)
 # classes vLLM removed (registry.py _PREVIOUSLY_SUPPORTED_MODELS) whose architecture transformers
 # implements: from that release vLLM falls back to the backend for them (dots.llm1 measured on 0.32)
 REMOVED_TO_BACKEND = {"Dots1ForCausalLM": (0, 23, 0)}
+# transformers architectures vLLM has no class for and serves through the backend (registry.py's fallback
+# for an architecture it does not list; measured on 0.32)
+FALLBACK_TO_BACKEND = ("HeliumForCausalLM", "MinistralForCausalLM")
 
 
 def holds_rope_table(architecture: str, version: tuple[int, int, int]) -> bool:
+    if architecture in FALLBACK_TO_BACKEND:
+        return False
     if architecture in REMOVED_TO_BACKEND:
         return version < REMOVED_TO_BACKEND[architecture]
     return architecture not in TRANSFORMERS_BACKEND or version < TRANSFORMERS_BACKEND_FROM

@@ -21,7 +21,7 @@ ERNIE_MOE = "ernie4_5_moe"
 class QkNorm(Enum):
     HEAD = "one RMSNorm of head_dim for q and one for k, whole on every rank (GLM-4.5, HunYuan, EXAONE 4, Apertus)"
     LAYER = "RMSNorms across all q heads and all KV heads, split by TP as the heads (MiniMax-M2's)"
-    LAYER_WHOLE = "RMSNorms across all q heads and all KV heads, whole on every rank (OLMoE's, OLMo 2 and 3's)"
+    LAYER_WHOLE = "RMSNorms across all q heads and all KV heads, whole on every rank (OLMoE, OLMo 2 / 3, FlexOlmo)"
 
 
 def router_bias(cfg: dict[str, Any], model_type: str) -> bool:
@@ -42,7 +42,7 @@ def qk_norm(cfg: dict[str, Any], model_type: str) -> QkNorm | None:
         return QkNorm.HEAD
     if model_type == "minimax_m2":  # built whatever config.json's use_qk_norm says
         return QkNorm.LAYER
-    if model_type in ("olmoe", "olmo2", "olmo3"):  # OLMoE gathers q and k across the ranks to norm them
+    if model_type in ("olmoe", "olmo2", "olmo3", "flex_olmo"):  # OLMoE gathers q and k across the ranks to norm them
         return QkNorm.LAYER_WHOLE
     return None
 
@@ -62,10 +62,15 @@ def ernie_moe_layers(cfg: dict[str, Any], layers: int) -> tuple[int, ...]:
     return tuple(i for i in range(layers) if start <= i <= end and (i + 1) % step == 0)
 
 
+NO_NORM_WEIGHTS = ("olmo",)  # OLMo 1's LayerNorms hold no parameters (elementwise_affine off)
+
+
 def layer_norms(model_type: str) -> int:
     """Hidden-size norms a decoder layer holds: Cohere and Phi-2 one before their attention and MLP
     side by side, Gemma 2 / 3 four (pre- and post-feedforward too), GLM-4 four (post-attention and
     post-MLP too)."""
+    if model_type in NO_NORM_WEIGHTS:
+        return 0
     if model_type in ("cohere", "cohere2", "phi"):
         return 1
     return 4 if model_type.startswith(("gemma2", "gemma3")) or model_type == "glm4" else 2
@@ -76,12 +81,18 @@ def shared_expert_gate(model_type: str) -> bool:
     return model_type == "qwen2_moe"
 
 
-def hunyuan_moe_config(cfg: dict[str, Any]) -> dict[str, Any]:
-    """HunYuan MoE as vLLM 0.32 builds it (through the Transformers backend: transformers'
-    modeling_hunyuan_v1_moe): experts and one shared MLP of intermediate_size, whatever
-    moe_intermediate_size and num_shared_expert say, and per-layer lists of moe_topk (Hunyuan-A13B's
-    config.json) read as their largest. Its checkpoints store the router in float32, held in the dtype."""
-    if cfg.get("model_type") != "hunyuan_v1_moe":
+def as_vllm_reads(cfg: dict[str, Any]) -> dict[str, Any]:
+    """config.json's keys as vLLM 0.32 reads them for families that name them their own way.
+
+    HunYuan MoE (through the Transformers backend: transformers' modeling_hunyuan_v1_moe) holds its
+    experts and one shared MLP of intermediate_size, whatever moe_intermediate_size and
+    num_shared_expert say, and per-layer lists of moe_topk (Hunyuan-A13B's config.json) are read as
+    their largest; its checkpoints store the router in float32, held in the dtype. Granite MoE's
+    shared MLP is shared_intermediate_size wide (granitemoeshared.py; 0: none)."""
+    model_type = cfg.get("model_type")
+    if model_type == "granitemoeshared":
+        return cfg | {"shared_expert_intermediate_size": cfg.get("shared_intermediate_size")}
+    if model_type != "hunyuan_v1_moe":
         return cfg
     topk = cfg.get("moe_topk")
     if isinstance(topk, list) and topk and all(isinstance(k, int) and not isinstance(k, bool) for k in topk):

@@ -27,7 +27,7 @@ from validator.plan.layer_kinds import LINEAR
 from validator.plan.model_shape import DTYPE_BYTES, ModelShape
 from validator.plan.quant import Fp8, Int8Channel, Matrix, Mxfp4, QuantFormat, Role
 from validator.plan.quant_config import online_format
-from validator.plan.router_norms import QkNorm, layer_norms, shared_expert_gate
+from validator.plan.router_norms import NO_NORM_WEIGHTS, QkNorm, layer_norms, shared_expert_gate
 from validator.units import cdiv
 
 OWN_LM_HEAD = ("gpt_oss", "deepseek_v2", "deepseek_v3", "glm4_moe", "glm4_moe_lite", "minimax_m2", "olmoe")
@@ -275,7 +275,7 @@ def count_weights(
         embedding=v * h * dt,
         lm_head=0 if tied else v * (h + shape.biases.lm_head) * dt,
         per_layer=tuple(per_layer),
-        final_norm=h * dt * (2 if shape.biases.norm else 1),
+        final_norm=h * dt * (2 if shape.biases.norm else 1) * (shape.model_type not in NO_NORM_WEIGHTS),
         format_label=fmt.label if fmt is not None else f"{dt * 8}-bit",
         # vLLM counts its rotary embeddings' cos/sin tables in "Model loading took", in the model
         # dtype (+0.031 GiB logged over the weights for 131,072 positions of 128, +0.50 GiB for Gemma
