@@ -251,7 +251,7 @@ def count_weights(
         slots.append(stacks)
         split, rep = (n * dt for n in _other_params(shape, i, tp))
         bias = shape.num_experts * 4 if shape.router_bias and any(m.role is Role.ROUTER for m in mats) else 0
-        rep += mla_norms + bias + shape.act_scalars * 2  # the float32 correction bias beside the router
+        rep += mla_norms + bias + shape.act_scalars * 2  # a router's float32 bias; xIELU's bfloat16 scalars
         experts.append(0)
         for m in mats:
             if m.role is Role.ROUTER and shape.router_fp32:
