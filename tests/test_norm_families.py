@@ -53,10 +53,14 @@ ALLOCATED = {
     ("tiny-hunyuanmoe", 2): 1_249_024,
     ("tiny-dots1", 1): 969_472,  # before: 1,493,248 (a rotary table, the q/k norms); the headers 8 B over
     ("tiny-dots1", 2): 486_144,
+    # no class in vLLM 0.32 (not in plan/vllm_architectures.py), so the backend; the headers 32 B over
+    ("tiny-solaropen", 1): 953_600,  # before: 1,215,744 (a rotary table)
+    ("tiny-solaropen", 2): 478_464,
 }
 # the count wins over headers that hold what vLLM does not (HunYuan MoE's float32 routers, held in the
 # dtype); dots.llm1's headers (its correction bias, a buffer vLLM does not count) are split evenly
 HEADERS = {("tiny-hunyuanmoe", 1): 2_494_208, ("tiny-hunyuanmoe", 2): 1_249_024, ("tiny-dots1", 1): 969_480}
+HEADERS[("tiny-solaropen", 1)] = 953_632
 
 
 def plan_weights(path, tp: int, version: str = "0.32.0"):
@@ -80,7 +84,7 @@ def test_counted_from_config_json_alone_as_vllm_allocates_it(tiny_model, tmp_pat
     assert inp.weights_source.startswith("estimated from config.json")
 
 
-@pytest.mark.parametrize(("name", "tp"), [k for k in ALLOCATED if k[0] not in ("tiny-hunyuanmoe", "tiny-dots1")])
+@pytest.mark.parametrize(("name", "tp"), [k for k in ALLOCATED if k[0] not in {n for n, _ in HEADERS}])
 def test_the_headers_are_split_as_vllm_does(tiny_model, name, tp):
     """With the checkpoint: its headers equal the count, so they are split as vLLM splits them."""
     inp = plan_weights(tiny_model(name), tp)
@@ -91,7 +95,8 @@ def test_the_headers_are_split_as_vllm_does(tiny_model, name, tp):
 @pytest.mark.parametrize(("name", "tp"), list(HEADERS))
 def test_headers_holding_other_than_vllm_are_used_as_measured(tiny_model, name, tp):
     """HunYuan MoE's checkpoint stores its routers in float32 (2,048 B more than vLLM holds): the count
-    from config.json is preferred; dots.llm1's headers hold 8 B vLLM's parameters do not."""
+    from config.json is preferred; dots.llm1's and Solar Open's headers hold 8 and 32 B (their correction
+    biases, buffers) vLLM's parameters do not."""
     inp = plan_weights(tiny_model(name), tp)
     assert inp.weights_rank_bytes == HEADERS[name, tp]
     expected = "counted from config.json" if name == "tiny-hunyuanmoe" else "safetensors headers, split evenly"
@@ -114,6 +119,20 @@ def test_dots_llm1_holds_no_rotary_table_from_the_release_that_removed_its_class
     (tmp_path / "config.json").write_text(json.dumps(load_config(tiny_model("tiny-dots1"))))
     assert plan_weights(tmp_path, 1, "0.23.0").weights_rank_bytes == ALLOCATED["tiny-dots1", 1]
     assert plan_weights(tmp_path, 1, "0.22.0").weights_rank_bytes == ALLOCATED["tiny-dots1", 1] + 524_288
+
+
+def test_an_architecture_vllm_has_no_class_for_holds_no_rotary_table_from_0_32(tiny_model, tmp_path):
+    """From 0.32 any architecture outside vLLM's registry (plan/vllm_architectures.py) goes through the
+    Transformers backend: Solar Open measured without a table; renamed to a class vLLM has (Llama's
+    layout otherwise) it holds one, and so does an architecture config.json does not name."""
+    cfg = load_config(tiny_model("tiny-solaropen"))
+    (tmp_path / "config.json").write_text(json.dumps(cfg))
+    assert plan_weights(tmp_path, 1).weights_rank_bytes == ALLOCATED["tiny-solaropen", 1]
+    table = 4096 * 32 * 2
+    assert plan_weights(tmp_path, 1, "0.31.0").weights_rank_bytes == ALLOCATED["tiny-solaropen", 1] + table
+    for other in ({"architectures": ["DeepseekV3ForCausalLM"]}, {"architectures": None}):
+        (tmp_path / "config.json").write_text(json.dumps(cfg | other))
+        assert plan_weights(tmp_path, 1).weights_rank_bytes == ALLOCATED["tiny-solaropen", 1] + table
 
 
 @pytest.mark.vllm

@@ -84,6 +84,19 @@ NORM_FAMILIES: dict[str, tuple[str, dict[str, Any], tuple[str, ...]]] = {
         dict(_GQA, head_dim=32, sliding_window=None, layer_types=["full_attention", "full_attention"]),
         (),
     ),
+    # Solar Open: no class in vLLM 0.32 either (an MoE with a shared expert and a correction bias)
+    "tiny-solaropen": (
+        "SolarOpenConfig",
+        dict(
+            _GQA,
+            head_dim=32,
+            tie_word_embeddings=False,
+            n_routed_experts=4,
+            num_experts_per_tok=2,
+            moe_intermediate_size=64,
+        ),
+        (),
+    ),  # fmt: skip
     # dots.llm1: vLLM removed its class in 0.23 and serves it through the Transformers backend (no rotary
     # table); per-head q/k norms, a dense first layer, one shared expert
     "tiny-dots1": (

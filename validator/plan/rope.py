@@ -21,6 +21,7 @@ from typing import Any
 
 from validator.plan.layer_heads import GEMMA4
 from validator.plan.layer_kinds import gemma4_layer_types
+from validator.plan.vllm_architectures import NATIVE_0_32, REMOVED
 
 Config = dict[str, Any]
 SCALED_BY_FACTOR_OF_ORIGINAL = ("yarn", "deepseek_yarn", "deepseek_llama_scaling")
@@ -92,19 +93,22 @@ TRANSFORMERS_BACKEND = ("ArceeForCausalLM", "CwmForCausalLM", "FlexOlmoForCausal
     "Olmo3ForCausalLM", "PhiForCausalLM", "SeedOssForCausalLM", "SmolLM3ForCausalLM", "Starcoder2ForCausalLM",
     "VaultGemmaForCausalLM")  # fmt: skip
 TRANSFORMERS_BACKEND_FROM = (0, 32, 0)
-# classes vLLM removed (registry.py _PREVIOUSLY_SUPPORTED_MODELS) whose architecture transformers
-# implements: from that release vLLM falls back to the backend for them (dots.llm1 measured on 0.32)
-REMOVED_TO_BACKEND = {"Dots1ForCausalLM": (0, 23, 0)}
 # transformers architectures vLLM has no class for and serves through the backend (registry.py's fallback
-# for an architecture it does not list; measured on 0.32)
+# for an architecture it does not list; measured on 0.32, before it too)
 FALLBACK_TO_BACKEND = ("HeliumForCausalLM", "MinistralForCausalLM")
 
 
 def holds_rope_table(architecture: str, version: tuple[int, int, int]) -> bool:
+    """Whether vLLM builds the model's rotary cos/sin table: not through its Transformers backend, which
+    serves the architectures mapped to it, those it removed from that release (dots.llm1 measured on
+    0.32, its class removed in 0.23), and from 0.32 any it has no class for (plan/vllm_architectures.py:
+    Solar Open measured)."""
     if architecture in FALLBACK_TO_BACKEND:
         return False
-    if architecture in REMOVED_TO_BACKEND:
-        return version < REMOVED_TO_BACKEND[architecture]
+    if architecture in REMOVED:
+        return version < REMOVED[architecture]
+    if version >= TRANSFORMERS_BACKEND_FROM and architecture != "unknown" and architecture not in NATIVE_0_32:
+        return False
     return architecture not in TRANSFORMERS_BACKEND or version < TRANSFORMERS_BACKEND_FROM
 
 
