@@ -15,7 +15,7 @@ import pytest
 import yaml
 
 from tests.conftest import TEST_CPU, ProcessWatch, Validate, run_validate
-from tests.vllm_cases import CACHE_EXTRA, CASES, CASES_BF16_STATE, REFUSAL, profile_for
+from tests.vllm_cases import CACHE_EXTRA, CASES, CASES_BF16_STATE, REFUSAL, VLLM_ARGS, profile_for
 from validator.inputs import plan_input_from_profile
 from validator.plan.limits import make_plan
 from validator.profile import from_dict
@@ -43,7 +43,9 @@ def test_startup_cross_check_is_exact(name, tiny_model, tmp_path):
     from validator.inputs import cpu_flags
 
     model, *rest = CASES[name]
-    prof = write_profile(tmp_path, profile_for(tiny_model(model), *rest[:7], **CACHE_EXTRA.get(name, {})))
+    spec = profile_for(tiny_model(model), *rest[:7], **CACHE_EXTRA.get(name, {}))
+    spec["vllm"]["extra_args"] += VLLM_ARGS.get(name, [])
+    prof = write_profile(tmp_path, spec)
     r = validate("--launch-only", "--json", "--profile", str(prof), "--out", str(tmp_path / "run"))
     flags = cpu_flags()
     if rest[5].startswith("fp8") and not {"avx512f", "amx_tile"} & flags:

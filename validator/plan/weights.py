@@ -25,6 +25,7 @@ from validator.plan.allocator import rounding_bytes
 from validator.plan.layer_heads import GEMMA4
 from validator.plan.layer_kinds import LINEAR
 from validator.plan.model_shape import DTYPE_BYTES, ModelShape
+from validator.plan.nemotron_nas import NAS_TYPES
 from validator.plan.quant import Fp8, Int8Channel, Matrix, Mxfp4, QuantFormat, Role
 from validator.plan.quant_config import online_format
 from validator.plan.router_norms import NO_NORM_WEIGHTS, QkNorm, layer_norms, shared_expert_gate
@@ -233,9 +234,10 @@ def count_weights(
     MLA included; None for shapes it does not describe (state-space hybrids, missing sizes). `tp`:
     the ranks the count will be split over (KV heads fewer than them are replicated)."""
     h, v = shape.hidden_size, shape.vocab_size
+    # Nemotron-NAS's blocks skip attention or MLP, each its own width: plan/nas_weights.py
     # Gemma 4 adds what this count has no term for (per-layer input embeddings, a dense MLP beside the
     # experts, K doubling as V, full layers of their own head size): plan/gemma4_weights.py counts it
-    if LINEAR in shape.layer_kinds or h is None or v is None or shape.model_type in GEMMA4:
+    if LINEAR in shape.layer_kinds or h is None or v is None or shape.model_type in (*GEMMA4, *NAS_TYPES):
         return None
     dt = DTYPE_BYTES[dtype or shape.dtype]
     fmt = fmt or shape.quant or online_format(shape.quant_method)
