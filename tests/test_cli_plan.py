@@ -336,9 +336,11 @@ def test_gemma4s_full_layers_are_planned_with_their_own_heads(tmp_path, form):
     assert ("Gemma 4 vision tower" in line) is (form == "multimodal") and "NOT the vision tower" not in line, line
 
 
-def test_layers_with_an_attention_shape_of_their_own_are_refused(tmp_path):
-    """Step 3.5's config gives its full layers 64 query heads and its sliding ones 96
-    (attention_other_setting); one head shape for all would be a guess, so the key is named."""
+def test_step_3_5_other_setting_must_name_what_vllm_reads(tmp_path):
+    """Step 3.5's config gives its sliding layers an attention of their own (attention_other_setting:
+    96 query heads where the full layers have 64); vLLM's step3p5.py reads its heads, groups and head
+    size, so one missing is named (exit 2); given, the sliding layers cache their own KV heads
+    (plan/step3p5.py, tests/test_step3p5.py). It was refused as not modelled before."""
     cfg = {
         "model_type": "step3p5",
         "num_hidden_layers": 4,
@@ -354,8 +356,14 @@ def test_layers_with_an_attention_shape_of_their_own_are_refused(tmp_path):
     (tmp_path / "config.json").write_text(json.dumps(cfg))
     r = validate("--plan-only", "--model", str(tmp_path), "--kv-cache-bytes", "1GiB", "--max-model-len", "1024")
     assert r.returncode == 2 and "Traceback" not in r.stderr
-    assert r.stderr.startswith("validate: error: not modelled: step3p5: layers with an attention shape of their own")
-    assert "attention_other_setting" in r.stderr
+    assert r.stderr.startswith("validate: error: config.json: attention_other_setting.head_dim must be a positive")
+    other = cfg["attention_other_setting"] | {"num_attention_groups": 16, "head_dim": 128}
+    (tmp_path / "config.json").write_text(json.dumps(cfg | {"attention_other_setting": other}))
+    r = validate(
+        "--plan-only", "--json", "--model", str(tmp_path), "--kv-cache-bytes", "1GiB", "--max-model-len", "1024"
+    )
+    assert r.returncode == 0, r.stderr
+    assert json.loads(r.stdout)["model"]["own_layer_heads"] == [[1, 128, 16], [2, 128, 16]]
 
 
 @pytest.mark.parametrize("P,G,token_reads,gib_read", [(8192, 1025, 8_912_384, 1224), (2048, 2048, 6_286_337, None)])

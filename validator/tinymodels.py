@@ -18,7 +18,7 @@ from pathlib import Path
 
 from validator.errors import InputError
 from validator.tiny_architectures import ARCHITECTURES, COMMON, VOCAB
-from validator.tiny_nemotron_nas import OWN_BUILDS
+from validator.tiny_own_builds import OWN_BUILDS
 
 BUILDER_VERSION = "1"
 

@@ -13,6 +13,7 @@ from typing import Any
 from validator.errors import InputError
 from validator.plan.layer_kinds import FULL, NO_CACHE
 from validator.plan.nemotron_nas import NAS_TYPES, nas_layers
+from validator.plan.step3p5 import STEP3P5, step_heads
 
 GEMMA4 = ("gemma4_text", "gemma4")  # the model types read here: text-only, or a multimodal text_config
 GEMMA4_GLOBAL_HEAD_DIM = 512  # Gemma4TextConfig's default for global_head_dim
@@ -69,11 +70,13 @@ def own_attention(
     cfg: dict[str, Any], model_type: str, kinds: list[str], shared: Any, head_dim: int, kv_heads: int
 ) -> tuple[list[str], Any, tuple[tuple[int, int], ...]]:
     """Gemma 4's layers as vLLM builds them: the shared ones without a cache, each with its heads;
-    Nemotron-NAS's blocks (plan/nemotron_nas.py); any other model's as given (its shared layers, if
-    any, are refused when planned)."""
+    Nemotron-NAS's blocks (plan/nemotron_nas.py), Step 3.5's other setting (plan/step3p5.py); any
+    other model's as given (its shared layers, if any, are refused when planned)."""
     if model_type in NAS_TYPES:
         nas_kinds, heads = nas_layers(cfg, head_dim, kv_heads)
         return nas_kinds, shared, heads
+    if model_type == STEP3P5:
+        return kinds, shared, step_heads(cfg, kinds, head_dim, kv_heads)
     if model_type not in GEMMA4:
         return kinds, shared, ()
     kinds, shared = without_shared_caches(kinds, shared)

@@ -20,7 +20,7 @@ PER_LAYER_ATTENTION_KEYS = (
 
 def refuse_unmodelled(cfg: dict[str, Any], model_type: str) -> None:
     """Raise NotModelled for a config with per-layer attention shapes kvgate does not read."""
-    if model_type in GEMMA4:
+    if model_type in (*GEMMA4, "step3p5"):  # plan/step3p5.py reads attention_other_setting
         return
     own = [k for k in PER_LAYER_ATTENTION_KEYS if cfg.get(k) is not None]
     if own:

@@ -1,10 +1,12 @@
-"""A tiny Nemotron-NAS checkpoint (DeciLMForCausalLM, model type nemotron-nas), built from code.
+"""Tiny checkpoints transformers has no class for, built from code.
 
-transformers has no class for it: its checkpoints ship their config class as remote code, which
-vLLM loads with --trust-remote-code. This one ships a minimal one (block_configs as attribute
-objects, as vLLM's nemotron_nas.py reads them) and writes the weights under the names vLLM loads
-(a Llama's), layer by layer as the blocks say: attention skipped in the second block, the MLP in the
-third, MLP widths 256 and 512 (ffn_mult 2.0 and 4.5 of hidden 128, rounded up to 256)."""
+A Nemotron-NAS (DeciLMForCausalLM, model type nemotron-nas): its checkpoints ship their config class
+as remote code, which vLLM loads with --trust-remote-code. This one ships a minimal one (block_configs
+as attribute objects, as vLLM's nemotron_nas.py reads them) and writes the weights under the names
+vLLM loads (a Llama's), layer by layer as the blocks say: attention skipped in the second block, the
+MLP in the third, MLP widths 256 and 512 (ffn_mult 2.0 and 4.5 of hidden 128, rounded up to 256).
+A Step 3.5 (step3p5): its config.json only (vLLM ships the config class and serves it with
+--load-format dummy)."""
 
 from __future__ import annotations
 
@@ -129,3 +131,48 @@ def build_nemotron_nas(out: Path) -> None:
 
 
 OWN_BUILDS = {"tiny-nemotron-nas": build_nemotron_nas}
+
+
+# Step 3.5 (step3p5): vLLM ships its config class; no weights are written, vLLM serves it with
+# --load-format dummy (random weights of the shapes it builds). Two sliding layers of 4 KV heads (the
+# other setting) between full ones of 2, MoE on layers 1 and 3 (vLLM's class needs one).
+STEP3P5_CONFIG = {
+    "architectures": ["Step3p5ForCausalLM"],
+    "model_type": "step3p5",
+    "hidden_size": _HIDDEN,
+    "intermediate_size": 256,
+    "num_attention_heads": _HEADS,
+    "num_attention_groups": 2,
+    "head_dim": _HEAD_DIM,
+    "num_hidden_layers": 4,
+    "vocab_size": _VOCAB,
+    "max_position_embeddings": 4096,
+    "max_seq_len": 4096,
+    "sliding_window": 64,
+    "layer_types": ["sliding_attention", "full_attention", "sliding_attention", "full_attention"],
+    "attention_other_setting": {
+        "attention_type": "sliding_attention",
+        "num_attention_heads": 8,
+        "num_attention_groups": 4,
+        "head_dim": _HEAD_DIM,
+    },
+    "use_moe": True,
+    "moe_layers_enum": "1,3",
+    "moe_num_experts": 4,
+    "moe_top_k": 2,
+    "moe_intermediate_size": 64,
+    "share_expert_dim": 64,
+    "rope_theta": 10000.0,
+    "rms_norm_eps": 1e-5,
+    "torch_dtype": "bfloat16",
+    "tie_word_embeddings": False,
+    "bos_token_id": 1,
+    "eos_token_id": 2,
+}
+
+
+def build_step3p5(out: Path) -> None:
+    (out / "config.json").write_text(json.dumps(STEP3P5_CONFIG, indent=2, sort_keys=True))
+
+
+OWN_BUILDS["tiny-step3p5"] = build_step3p5
