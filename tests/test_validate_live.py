@@ -689,6 +689,19 @@ def test_a_family_holding_its_weights_its_own_way_runs_the_demo_job_as_planned(t
     assert {checks[n]["expected"] for n in decoded(checks, passed, "warm.")} == {40}
 
 
+@pytest.mark.parametrize(
+    ("build", "blocks", "args"),
+    [("tiny-nemotron-nas", 65, ["--trust-remote-code"]), ("tiny-step3p5", 105, ["--load-format", "dummy"])],
+)
+def test_a_family_transformers_has_no_class_for_runs_the_demo_job_as_planned(tmp_path, build, blocks, args):
+    """Nemotron-NAS (a layer without attention caches nothing; its config class shipped, trusted) and
+    Step 3.5 (sliding layers of their own KV heads; vLLM's config class, dummy weights): vLLM's
+    start-up is the plan's and every check passed, the warm run's prefix hits and freezes included."""
+    checks, passed = several_groups_run(tmp_path, build, blocks, args)
+    assert checks["startup.num_gpu_blocks"]["observed"] == blocks
+    assert checks["warm.prefix_hits"]["status"] == "pass" and checks["warm.prefix_hits"]["observed"] > 0
+
+
 def test_a_run_with_the_prefix_cache_off_is_judged_without_sharing(tmp_path):
     """`cache.enable_prefix_caching: false` on the demo's tiny model: launched with
     --no-enable-prefix-caching and judged so: no query, no hit, and every request's blocks its own

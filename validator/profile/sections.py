@@ -9,6 +9,7 @@ from typing import Any
 
 from loadgen.transport.fast import TRANSPORTS
 from validator.tiny_architectures import ARCHITECTURES
+from validator.tiny_own_builds import OWN_BUILDS
 
 
 @dataclass(frozen=True)
@@ -43,7 +44,7 @@ class ModelSection:
         None,
         "Build this tiny random-weight model from code at model.path if missing (kvgate's builder; CPU "
         "demos and tests).",
-        choices=tuple(ARCHITECTURES),
+        choices=(*ARCHITECTURES, *OWN_BUILDS),
     )
     served_name: str | None = spec(
         "str", None, "Name the server answers to (--served-model-name); default: model.path."
