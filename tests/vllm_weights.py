@@ -83,6 +83,7 @@ def main() -> None:
         enable_prefix_caching=False,
         gpu_memory_utilization=0.1,  # on the CPU: the share of RAM reserved, mostly for the KV cache
         trust_remote_code=os.environ.get("TRUST_REMOTE_CODE") == "1",  # a config class the model ships (DeciLM)
+        load_format=os.environ.get("LOAD_FORMAT", "auto"),  # dummy: a config.json without weights (Step 3.5)
         **backend,
     )
     print(json.dumps({"ranks": llm.apply_model(by_name)}), flush=True)

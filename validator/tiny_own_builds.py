@@ -5,8 +5,9 @@ as remote code, which vLLM loads with --trust-remote-code. This one ships a mini
 as attribute objects, as vLLM's nemotron_nas.py reads them) and writes the weights under the names
 vLLM loads (a Llama's), layer by layer as the blocks say: attention skipped in the second block, the
 MLP in the third, MLP widths 256 and 512 (ffn_mult 2.0 and 4.5 of hidden 128, rounded up to 256).
-A Step 3.5 (step3p5): its config.json only (vLLM ships the config class and serves it with
---load-format dummy)."""
+A Step 3.5 (step3p5) and a DBRX (transformers refuses to build a DbrxConfig whose attn_config has
+no rope_theta, and saves its experts under names vLLM does not load): their config.json only, served
+with --load-format dummy (random weights of the shapes vLLM builds)."""
 
 from __future__ import annotations
 
@@ -176,3 +177,29 @@ def build_step3p5(out: Path) -> None:
 
 
 OWN_BUILDS["tiny-step3p5"] = build_step3p5
+
+
+# DBRX: its own key names, attention and MoE settings nested; 4 experts of 64, 2 KV heads of 4
+DBRX_CONFIG = {
+    "architectures": ["DbrxForCausalLM"],
+    "model_type": "dbrx",
+    "d_model": _HIDDEN,
+    "n_heads": _HEADS,
+    "n_layers": 2,
+    "max_seq_len": 4096,
+    "vocab_size": _VOCAB,
+    "attn_config": {"kv_n_heads": 2, "rope_theta": 10000.0, "clip_qkv": 8.0},
+    "ffn_config": {"ffn_hidden_size": 64, "moe_num_experts": 4, "moe_top_k": 2},
+    "tie_word_embeddings": False,
+    "torch_dtype": "bfloat16",
+    "bos_token_id": 1,
+    "eos_token_id": 2,
+    "pad_token_id": 0,
+}
+
+
+def build_dbrx(out: Path) -> None:
+    (out / "config.json").write_text(json.dumps(DBRX_CONFIG, indent=2, sort_keys=True))
+
+
+OWN_BUILDS["tiny-dbrx"] = build_dbrx
