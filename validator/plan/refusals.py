@@ -9,7 +9,7 @@ from validator.errors import NotModelled
 from validator.plan.layer_heads import GEMMA4
 
 # Keys that give some layers an attention shape of their own: read for Gemma 4 (plan/layer_heads.py,
-# as vLLM's gemma4.py builds them); elsewhere (Step 3.5's other-setting layers, ...) refused
+# as vLLM's gemma4.py builds them) and Step 3.5 (attention_other_setting, plan/step3p5.py); elsewhere refused
 PER_LAYER_ATTENTION_KEYS = (
     "per_layer_config",
     "global_head_dim",

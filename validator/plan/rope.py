@@ -94,7 +94,7 @@ TRANSFORMERS_BACKEND = ("ArceeForCausalLM", "CwmForCausalLM", "FlexOlmoForCausal
     "VaultGemmaForCausalLM")  # fmt: skip
 TRANSFORMERS_BACKEND_FROM = (0, 32, 0)
 # transformers architectures vLLM has no class for and serves through the backend (registry.py's fallback
-# for an architecture it does not list; measured on 0.32, before it too)
+# for an architecture it does not list; measured on 0.32, planned so for every version)
 FALLBACK_TO_BACKEND = ("HeliumForCausalLM", "MinistralForCausalLM")
 
 
