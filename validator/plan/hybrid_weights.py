@@ -279,22 +279,16 @@ def count_hybrid(
     if layers is None:
         return None
     dt = DTYPE_BYTES[dtype or shape.dtype]
-
-    def size(ts: list[Tensor], split: bool) -> int:
-        return sum(lt.held_bytes(t, fmt, dt) for t in ts if t.split is split)
-
     tied = shape.tie_word_embeddings and shape.model_type in TIES
     rope = sum(n * d for n, d in shape.rope_tables) if shape.model_type in ROTARY else 0
-    return WeightCount(
-        embedding=v * h * dt,
-        lm_head=0 if tied else v * h * dt,
-        per_layer=tuple(size(ts, True) for ts in layers),
-        per_layer_replicated=tuple(size(ts, False) for ts in layers),
-        final_norm=h * dt,
-        format_label=fmt.label if fmt is not None else f"{dt * 8}-bit",
+    return lt.count_of_layers(
+        layers,
+        v,
+        h,
+        fmt,
+        dt,
+        tied,
         rope_cache=(rope + (shape.vision.rotary_table if shape.vision else 0)) * dt,
         vision=shape.vision.params * dt if shape.vision else 0,
-        layer_tensors=tuple(lt.segments(ts, fmt, dt) for ts in layers),
-        edge_tensors=(cdiv(v, 64) * 64 * h * dt, 0 if tied else cdiv(v, 64) * 64 * h * dt),
         as_allocated=True,
     )

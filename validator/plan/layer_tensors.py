@@ -9,6 +9,8 @@ from typing import Any
 
 from validator.errors import InputError
 from validator.plan.quant import Fp8, Int8Channel, QuantFormat, Role
+from validator.plan.weights import WeightCount
+from validator.units import cdiv
 
 Shards = tuple[tuple[int, int, int], ...]  # a fused weight's matrices: (out, in, count)
 
@@ -99,3 +101,27 @@ def whole(cfg: dict[str, Any], key: str, default: int = 0) -> int:
 
 
 Layers = list[list[Tensor]]
+
+
+def count_of_layers(
+    layers: Layers, vocab: int, h: int, fmt: QuantFormat | None, dt: int, tied: bool, **extra: Any
+) -> WeightCount:
+    """The count of a decoder counted tensor by tensor (plan/hybrid_weights.py, plan/nas_weights.py):
+    each layer's split and whole bytes and its allocations, the vocabulary-padded embedding and LM head
+    (none when tied), a final norm of hidden_size; `extra`: the family's other WeightCount terms."""
+
+    def size(ts: list[Tensor], split: bool) -> int:
+        return sum(held_bytes(t, fmt, dt) for t in ts if t.split is split)
+
+    edge = cdiv(vocab, 64) * 64 * h * dt
+    return WeightCount(
+        embedding=vocab * h * dt,
+        lm_head=0 if tied else vocab * h * dt,
+        per_layer=tuple(size(ts, True) for ts in layers),
+        per_layer_replicated=tuple(size(ts, False) for ts in layers),
+        final_norm=h * dt,
+        format_label=fmt.label if fmt is not None else f"{dt * 8}-bit",
+        layer_tensors=tuple(segments(ts, fmt, dt) for ts in layers),
+        edge_tensors=(edge, 0 if tied else edge),
+        **extra,
+    )

@@ -13,7 +13,6 @@ from validator.plan.layer_tensors import Tensor, attention_heads, mlp
 from validator.plan.model_shape import DTYPE_BYTES, ModelShape
 from validator.plan.nemotron_nas import NAS_TYPES, nas_blocks
 from validator.plan.weights import WeightCount
-from validator.units import cdiv
 
 
 def count_nas(cfg: dict[str, Any], shape: ModelShape, dtype: str | None = None, tp: int = 1) -> WeightCount | None:
@@ -34,18 +33,5 @@ def count_nas(cfg: dict[str, Any], shape: ModelShape, dtype: str | None = None, 
             layer += mlp(h, width, True) + [Tensor(h, split=False)]
         layers.append(layer)
 
-    def size(ts: list[Tensor], split: bool) -> int:
-        return sum(lt.held_bytes(t, fmt, dt) for t in ts if t.split is split)
-
-    tied = shape.tie_word_embeddings
-    return WeightCount(
-        embedding=v * h * dt,
-        lm_head=0 if tied else v * h * dt,
-        per_layer=tuple(size(ts, True) for ts in layers),
-        per_layer_replicated=tuple(size(ts, False) for ts in layers),
-        final_norm=h * dt,
-        format_label=fmt.label if fmt is not None else f"{dt * 8}-bit",
-        rope_cache=sum(n * d for n, d in shape.rope_tables) * dt,
-        layer_tensors=tuple(lt.segments(ts, fmt, dt) for ts in layers),
-        edge_tensors=(cdiv(v, 64) * 64 * h * dt, 0 if tied else cdiv(v, 64) * 64 * h * dt),
-    )
+    rope = sum(n * d for n, d in shape.rope_tables) * dt
+    return lt.count_of_layers(layers, v, h, fmt, dt, shape.tie_word_embeddings, rope_cache=rope)
