@@ -16,6 +16,7 @@ import pytest
 
 from tests.test_norm_families import plan_weights as _plan
 from tests.vllm_tool import run_tool
+from validator.errors import InputError
 from validator.inputs import load_config
 from validator.plan.model_shape import shape_from_config
 
@@ -128,3 +129,18 @@ def test_dbrx_is_read_under_its_own_key_names(tiny_model, tp):
 def test_the_installed_vllm_allocates_what_is_recorded_for_dbrx(tiny_model):
     (rank,) = run_tool("tests.vllm_weights", str(tiny_model("tiny-dbrx")), env={"LOAD_FORMAT": "dummy"})["ranks"]
     assert rank["params"] + rank["rotary"] == DBRX[1]
+
+
+@pytest.mark.parametrize(
+    ("doctored", "named"),
+    [
+        ({"attn_config": "x"}, "attn_config must be an object"),
+        ({"ffn_config": [4]}, "ffn_config must be an object"),
+        ({"ffn_config": {"ffn_hidden_size": 64, "moe_num_experts": -1, "moe_top_k": 2}}, "ffn_config.moe_num_experts"),
+        ({"ffn_config": {"ffn_hidden_size": "64", "moe_num_experts": 4, "moe_top_k": 2}}, "ffn_config.ffn_hidden_size"),
+    ],
+)
+def test_dbrx_settings_vllm_could_not_read_are_refused(tiny_model, doctored, named):
+    """Before: attn_config "x" planned every head cached, moe_num_experts -1 a dense model (exit 0)."""
+    with pytest.raises(InputError, match=named):
+        shape_from_config(load_config(tiny_model("tiny-dbrx")) | doctored)

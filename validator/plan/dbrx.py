@@ -9,6 +9,8 @@ from __future__ import annotations
 
 from typing import Any
 
+from validator.errors import InputError
+
 _TOP = {"d_model": "hidden_size", "n_heads": "num_attention_heads", "n_layers": "num_hidden_layers",
         "max_seq_len": "max_position_embeddings"}  # fmt: skip
 _FFN = {"ffn_hidden_size": "moe_intermediate_size", "moe_num_experts": "num_local_experts",
@@ -20,11 +22,17 @@ def dbrx_reads(cfg: dict[str, Any]) -> dict[str, Any]:
         return cfg
     out = {_TOP.get(k, k): v for k, v in cfg.items()}
     attn, ffn = cfg.get("attn_config"), cfg.get("ffn_config")
+    for key, value in (("attn_config", attn), ("ffn_config", ffn)):  # vLLM reads their keys: no other type
+        if value is not None and not isinstance(value, dict):
+            raise InputError(f"config.json: {key} must be an object of DBRX's settings, got {value!r:.60}")
     if isinstance(attn, dict):
         if attn.get("kv_n_heads") is not None:
             out["num_key_value_heads"] = attn["kv_n_heads"]
         if attn.get("rope_theta") is not None:
             out.setdefault("rope_theta", attn["rope_theta"])
     if isinstance(ffn, dict):
+        for k, v in ffn.items():
+            if k in _FFN and (isinstance(v, bool) or not isinstance(v, int) or v <= 0):
+                raise InputError(f"config.json: ffn_config.{k} must be a positive integer, got {v!r:.60}")
         out |= {_FFN[k]: v for k, v in ffn.items() if k in _FFN}
     return out | {"tie_word_embeddings": False}
