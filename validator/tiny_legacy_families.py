@@ -42,4 +42,6 @@ LEGACY_FAMILIES: dict[str, tuple[str, dict[str, Any], tuple[str, ...]]] = {
     # GPT-J: 16 of each head's 32 dims rotated, attention and MLP side by side after one LayerNorm, an LM
     # head of its own with a bias
     "tiny-gptj": ("GPTJConfig", dict(n_embd=128, n_layer=2, n_head=4, rotary_dim=16, tie_word_embeddings=False), ()),
+    # BLOOM: ALiBi (no rotary table), a LayerNorm after the embeddings, biases everywhere, a 4 x hidden MLP
+    "tiny-bloom": ("BloomConfig", dict(hidden_size=128, n_layer=2, n_head=4), ()),
 }

@@ -17,9 +17,9 @@ UNGATED_MLP = ("phi", "gpt_neox", "gpt2", "gptj", "gpt_bigcode", "starcoder2", "
 # SmolLM3, OLMo 3, HunYuan) o follows it
 QKV_ONLY = ("qwen2", "qwen2_moe", "qwen3", "qwen3_moe", "glm", "glm4", "glm4_moe", "glm4_moe_lite", "minimax_m2")
 # LayerNorms (a bias beside each weight): GPT-NeoX, Starcoder2, Phi-2, StableLM, PhiMoE, Jais 2; Nemotron's
-# LayerNorm1P, Falcon; GPT-2, GPTBigCode, OPT (and GPT-J's one a layer)
+# LayerNorm1P, Falcon; GPT-2, GPTBigCode, OPT, BLOOM (and GPT-J's one a layer)
 LAYER_NORM = ("gpt_neox", "starcoder2", "phi", "stablelm", "phimoe", "nemotron", "jais2", "falcon", "gpt2",
-              "gpt_bigcode", "opt")  # fmt: skip
+              "gpt_bigcode", "opt", "bloom")  # fmt: skip
 # xIELU's learned scalars (alpha_p, alpha_n), held in bfloat16 whatever the dtype (vLLM's activation.py)
 XIELU_SCALARS = {"apertus": 2}
 

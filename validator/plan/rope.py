@@ -19,7 +19,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from validator.plan.classic import LEARNED_POSITIONS
+from validator.plan.classic import NO_ROTARY
 from validator.plan.layer_heads import GEMMA4
 from validator.plan.layer_kinds import gemma4_layer_types
 from validator.plan.vllm_architectures import NATIVE_0_32, REMOVED
@@ -154,7 +154,7 @@ def model_rope_tables(
     """The rotary tables vLLM builds for the model. Gemma 4's: one per layer type in use, at that
     type's head size (vLLM gives each layer's rotary embedding its own), with Gemma4TextConfig's
     rope parameters and positions where config.json has none."""
-    if cfg.get("alibi") is True or model_type in LEARNED_POSITIONS:  # Falcon-RW's ALiBi; GPT-2's, OPT's positions
+    if cfg.get("alibi") is True or model_type in NO_ROTARY:  # ALiBi (Falcon-RW, BLOOM); learned positions
         return ()
     rotary = cfg.get("rotary_dim")  # MiniMax-M2's rotated part of the head, where no factor is given
     if model_type == "minimax_m2" and "partial_rotary_factor" not in cfg and isinstance(rotary, int) and head_dim:
