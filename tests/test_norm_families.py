@@ -150,3 +150,15 @@ def test_a_sliding_window_of_0_is_no_window(tiny_model):
     no window (config/model.py), and so does the plan: every layer full attention, one KV group."""
     shape = plan_weights(tiny_model("tiny-qwen2moe"), 1).shape
     assert shape.sliding_window is None and set(shape.layer_kinds) == {"full"}
+
+
+def test_bitnet_holds_a_norm_inside_attention_and_inside_the_mlp(tmp_path):
+    """BitNet (through the Transformers backend) normalises attention's output (hidden wide) and the MLP's
+    hidden state (intermediate wide) before projecting: 2 x 384 values a layer of the tiny one below, which
+    vLLM 0.32 held at 854,784 B (kvgate, from config.json alone, 853,248 before)."""
+    cfg = {"architectures": ["BitNetForCausalLM"], "model_type": "bitnet", "hidden_act": "relu2", "hidden_size": 128,
+           "intermediate_size": 256, "num_attention_heads": 4, "num_hidden_layers": 2, "num_key_value_heads": 2,
+           "max_position_embeddings": 4096, "rope_parameters": {"rope_theta": 500000.0, "rope_type": "default"},
+           "tie_word_embeddings": False, "torch_dtype": "bfloat16", "vocab_size": 512}  # fmt: skip
+    (tmp_path / "config.json").write_text(json.dumps(cfg))
+    assert plan_weights(tmp_path, 1).weights_rank_bytes == 854_784

@@ -221,6 +221,8 @@ def _other_params(shape: ModelShape, layer: int, tp: int = 1) -> tuple[int, int]
     if b.mlp and not _moe_layer(shape, layer):
         split += (2 if shape.gated_mlp else 1) * (shape.dense_intermediate_size or shape.intermediate_size or 0)
         whole += h
+    if shape.model_type == "bitnet":  # transformers' BitNet: RMS norms inside attention (hidden) and MLP (its width)
+        whole += h + (shape.intermediate_size or 0)
     if shape.model_type == "gpt_oss":
         inter, e = shape.intermediate_size or 0, shape.num_experts
         split += shape.num_attention_heads + e * 2 * inter  # sinks, expert gate/up biases
