@@ -26,6 +26,7 @@ import pytest
 
 from tests.vllm_tool import run_tool
 from validator.inputs import load_config, plan_input_from_profile
+from validator.plan.model_shape import shape_from_config
 from validator.profile import from_dict
 
 # rank 0 at TP 1 (and 2 where measured), what vLLM 0.32 allocated, and the count before this change
@@ -162,3 +163,22 @@ def test_bitnet_holds_a_norm_inside_attention_and_inside_the_mlp(tmp_path):
            "tie_word_embeddings": False, "torch_dtype": "bfloat16", "vocab_size": 512}  # fmt: skip
     (tmp_path / "config.json").write_text(json.dumps(cfg))
     assert plan_weights(tmp_path, 1).weights_rank_bytes == 854_784
+
+
+def test_jetmoe_attention_experts_and_kv_channels(tmp_path):
+    """JetMoE (through the Transformers backend): attention experts, each a q and an o of the KV heads' width,
+    one shared k/v, a router and a bias after attention and after the MLP; the tiny one below held
+    2,038,016 B in vLLM 0.32 (1,903,872 counted before). Heads are kv_channels wide (JetMoeConfig maps
+    head_dim to it), num_key_value_heads x top-k of them: JetMoE-8B's 128 (before: exit 2 without
+    num_attention_heads in config.json, and with it hidden / heads, 64: half its KV cache)."""
+    cfg = {"architectures": ["JetMoeForCausalLM"], "model_type": "jetmoe", "hidden_size": 128, "intermediate_size": 256,
+           "kv_channels": 32, "num_attention_heads": 4, "num_hidden_layers": 2, "num_key_value_heads": 2,
+           "num_local_experts": 4, "num_experts_per_tok": 2, "max_position_embeddings": 4096,
+           "tie_word_embeddings": True, "torch_dtype": "bfloat16", "vocab_size": 512}  # fmt: skip
+    (tmp_path / "config.json").write_text(json.dumps(cfg))
+    assert plan_weights(tmp_path, 1).weights_rank_bytes == 2_038_016
+    jetmoe_8b = cfg | {"hidden_size": 2048, "kv_channels": 128, "num_key_value_heads": 16, "num_local_experts": 8,
+                       "num_hidden_layers": 24, "intermediate_size": 5632, "vocab_size": 32000}  # fmt: skip
+    jetmoe_8b.pop("num_attention_heads")
+    s = shape_from_config(jetmoe_8b)
+    assert (s.head_dim, s.num_kv_heads, s.num_attention_heads) == (128, 16, 32)

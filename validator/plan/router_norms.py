@@ -97,9 +97,13 @@ def as_vllm_reads(cfg: dict[str, Any]) -> dict[str, Any]:
     their largest; its checkpoints store the router in float32, held in the dtype. Granite MoE's
     shared MLP is shared_intermediate_size wide (granitemoeshared.py; 0: none). Falcon: plan/falcon.py;
     Nemotron-NAS: plan/nemotron_nas.py; Step 3.5: plan/step3p5.py; DBRX: plan/dbrx.py; GPT-2,
-    GPTBigCode, OPT, GPT-J: plan/classic.py."""
+    GPTBigCode, OPT, GPT-J, BLOOM: plan/classic.py."""
     cfg = classic_reads(step_reads(nas_reads(falcon_reads(dbrx_reads(cfg)))))
     model_type = cfg.get("model_type")
+    if model_type == "jetmoe":  # JetMoeConfig: kv_channels a head, num_key_value_heads x top-k query heads
+        kv, k = cfg.get("num_key_value_heads"), cfg.get("num_experts_per_tok", 2)
+        heads = kv * k if all(isinstance(x, int) and not isinstance(x, bool) for x in (kv, k)) else None
+        return cfg | {"head_dim": cfg.get("kv_channels", 128), "num_attention_heads": heads}
     if model_type == "granitemoeshared":
         return cfg | {"shared_expert_intermediate_size": cfg.get("shared_intermediate_size")}
     if model_type != "hunyuan_v1_moe":

