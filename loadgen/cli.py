@@ -198,6 +198,8 @@ def check_ranges(a) -> None:
         raise UsageError(f"--random-range-ratio: {a.random_range_ratio} is out of range; give a number in [0, 1)")
     if not (math.isfinite(a.ramp_up) and 0 <= a.ramp_up <= 10**9):
         raise UsageError(f"--ramp-up: {a.ramp_up} is out of range; give seconds from 0")
+    if a.seed < 0:  # numpy's generators take none below 0 (any size above: no upper bound here)
+        raise UsageError(f"--seed: {a.seed} is out of range; give a whole number from 0")
     if a.requests is not None and a.warmup >= a.requests:
         raise UsageError(f"--warmup: {a.warmup} would leave none of the {a.requests} requests measured")
 

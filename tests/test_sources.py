@@ -157,3 +157,16 @@ def test_validate_takes_the_dataset_from_flags_over_the_profile(tmp_path):
     args = build_parser().parse_args(["--profile", str(p), "--dataset-name", "sharegpt", "--dataset-path", "s.json"])
     ds = resolve_profile(args).workload.dataset
     assert ds is not None and ds["name"] == "sharegpt" and ds["timed_trace_sec_multiplier"] == 1.0  # a new kind: fresh
+
+
+def test_a_negative_seed_is_refused_by_name_before_any_run(tmp_path):
+    """Found by tests/test_fuzz_input.py: --seed -1 reached numpy's generator (a ValueError traceback)."""
+    from loadgen.cli import parse
+    from validator.errors import InputError
+    from validator.profile import from_dict
+
+    with pytest.raises(UsageError, match="--seed: -1 is out of range; give a whole number from 0"):
+        parse(["--url", "http://127.0.0.1:9", "--model", "m", "--seed", "-1"])
+    assert parse(["--url", "http://127.0.0.1:9", "--model", "m", "--seed", str(2**40)]).seed == 2**40
+    with pytest.raises(InputError, match="workload.seed: must be at least 0"):
+        from_dict({"model": {"build": "tiny-gqa"}, "workload": {"seed": -1}})

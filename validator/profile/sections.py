@@ -203,7 +203,7 @@ class WorkloadSection:
         minimum=1,
         maximum=4294967296,
     )
-    seed: int = spec("int", 0, "Seed for prompts and arrivals.")
+    seed: int = spec("int", 0, "Seed for prompts and arrivals.", minimum=0)
     workers: int = spec(
         "int",
         1,
