@@ -26,13 +26,15 @@ ALLOCATED = {
     ("tiny-gpt2", 1): 1_973_248,  # before: 918,784 / 2,235,392
     ("tiny-gpt2", 2): 1_512_704,  # before: 591,104 / 1,248,768
     ("tiny-gptbigcode", 1): 1_874_176,  # before: 558,336 / 1,874,176
+    # through the Transformers backend, no TP plan: q/k/v and o split (the one KV head on both ranks), the MLP whole
+    ("tiny-gptbigcode", 2): 1_742_848,  # before: 296,192 / 937,088 (an even split: 1,479,680)
     ("tiny-opt", 1): 1_677_312,  # before: 918,784 / 1,939,456
     ("tiny-opt", 2): 1_381_120,  # before: 591,104 / 1,100,800
     ("tiny-gptj", 1): 1_053_696 + 131_072,  # before: 1,049,856 / 1,315,840
     ("tiny-gptj", 2): 527_872 + 131_072,  # before: 656,640 / 788,992
     ("tiny-bloom", 1): 925_184,  # before: 918,784 / 1,187,328
     ("tiny-bloom", 2): 464_640,  # before: 591,104 / 724,736
-    # through the Transformers backend (TP 1 only, as GPTBigCode): q/k LayerNorms with their biases
+    # through the Transformers backend (TP 1 only): q/k LayerNorms with their biases
     ("tiny-persimmon", 1): 662_016,  # before: 787,712 (a gated MLP, RMS norms, no biases) / 662,016
 }
 

@@ -9,8 +9,8 @@ Transformers backend), OPT (opt.py), GPT-J (gpt_j.py) and BLOOM (bloom.py).
 - An ungated MLP of n_inner (4 x hidden where null; BLOOM's always; OPT's ffn_dim), LayerNorms, and a
   bias on every linear layer (OPT: enable_bias); GPT-J's attention has none, its MLP and LM head do, and one
   LayerNorm a layer feeds attention and MLP side by side. GPT-J rotates rotary_dim of each head.
-- GPTBigCode: one KV head with multi_query (its default). OPT's last LayerNorm only with
-  do_layer_norm_before and without _remove_final_layer_norm (OPT-350m has none).
+- GPTBigCode: one KV head with multi_query (its default); at TP >= 2 its MLP whole on every rank. OPT's
+  last LayerNorm only with do_layer_norm_before and without _remove_final_layer_norm (OPT-350m has none).
 - transformers' config defaults where config.json is silent (tied embeddings but for GPT-J).
 Measured on tiny models of each (tests/test_legacy_families.py)."""
 
@@ -29,6 +29,9 @@ _DEFAULTS: dict[str, dict[str, Any]] = {
     "gptj": dict(tie_word_embeddings=False, n_positions=2048, rotary_dim=64),
     "bloom": dict(tie_word_embeddings=True),
 }
+# through the Transformers backend without a TP plan (GPTBigCode's config has none) vLLM fuses and splits
+# the packed q/k/v and o, and holds an ungated MLP whole on every rank (the tiny one's rank 0 at TP 2)
+UNSHARDED_MLP = ("gpt_bigcode",)
 OPT_POSITION_OFFSET = 2  # OPTLearnedPositionalEmbedding: positions + 2
 
 

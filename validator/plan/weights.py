@@ -22,6 +22,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from validator.plan.allocator import rounding_bytes
+from validator.plan.classic import UNSHARDED_MLP
 from validator.plan.layer_heads import GEMMA4
 from validator.plan.layer_kinds import LINEAR
 from validator.plan.model_shape import DTYPE_BYTES, ModelShape
@@ -182,7 +183,8 @@ def layer_matrices(shape: ModelShape, layer: int, tp: int = 1, absorbed: bool = 
         i = shape.dense_intermediate_size or shape.intermediate_size
         if i is None:
             return None
-        out += [Matrix(i, h, 2 if shape.gated_mlp else 1, Role.MLP), Matrix(h, i, 1, Role.MLP)]
+        rep = shape.model_type in UNSHARDED_MLP
+        out += [Matrix(i, h, 2 if shape.gated_mlp else 1, Role.MLP, rep), Matrix(h, i, 1, Role.MLP, rep)]
     return out
 
 
@@ -223,8 +225,8 @@ def _other_params(shape: ModelShape, layer: int, tp: int = 1) -> tuple[int, int]
     split = (q + 2 * kv if b.qkv else 0) + (q + kv if shape.qk_norm is QkNorm.LAYER else 0)
     whole += q + shape.num_kv_heads * shape.head_dim if shape.qk_norm is QkNorm.LAYER_WHOLE else 0
     if b.mlp and not _moe_layer(shape, layer):
-        split += (2 if shape.gated_mlp else 1) * (shape.dense_intermediate_size or shape.intermediate_size or 0)
-        whole += h
+        up = (2 if shape.gated_mlp else 1) * (shape.dense_intermediate_size or shape.intermediate_size or 0)
+        split, whole = (split, whole + up + h) if shape.model_type in UNSHARDED_MLP else (split + up, whole + h)
     whole += 2 * h if shape.model_type == "jetmoe" else 0  # a bias after the attention experts and the MLP's
     if shape.model_type == "bitnet":  # transformers' BitNet: RMS norms inside attention (hidden) and MLP (its width)
         whole += h + (shape.intermediate_size or 0)
