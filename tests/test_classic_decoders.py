@@ -7,53 +7,18 @@ cache). Their KV start-ups were already exact; their weights were not:
   hidden), RMS norms and no biases, OPT's tokens at the hidden width (OPT-350m embeds narrower and
   projects), BLOOM's embedding LayerNorm and biases, and a rotary table for families that have none;
 - from the checkpoint, the headers were right but a rotary table was added: one for GPT-2, OPT and
-  BLOOM (learned positions, ALiBi), a whole head's for GPT-J (which rotates rotary_dim of it)."""
+  BLOOM (learned positions, ALiBi), a whole head's for GPT-J (which rotates rotary_dim of it).
+
+Their rank-0 figures at TP 1 and 2 are in tests/test_legacy_families.py's ALLOCATED, planned there from
+config.json alone and from the headers by the same two tests as Falcon's."""
 
 from __future__ import annotations
 
-import json
-
 import pytest
 
-from tests.test_norm_families import plan_weights as _plan
+from tests.test_legacy_families import ALLOCATED
 from tests.vllm_tool import run_tool
-from validator.inputs import load_config
 from validator.plan.model_shape import shape_from_config
-
-# rank 0 at TP 1 and 2, what vLLM 0.32 allocated (params + rotary); kvgate before, from config.json alone /
-# from the headers
-ALLOCATED = {
-    ("tiny-gpt2", 1): 1_973_248,  # before: 918,784 / 2,235,392
-    ("tiny-gpt2", 2): 1_512_704,  # before: 591,104 / 1,248,768
-    ("tiny-gptbigcode", 1): 1_874_176,  # before: 558,336 / 1,874,176
-    # through the Transformers backend, no TP plan: q/k/v and o split (the one KV head on both ranks), the MLP whole
-    ("tiny-gptbigcode", 2): 1_742_848,  # before: 296,192 / 937,088 (an even split: 1,479,680)
-    ("tiny-opt", 1): 1_677_312,  # before: 918,784 / 1,939,456
-    ("tiny-opt", 2): 1_381_120,  # before: 591,104 / 1,100,800
-    ("tiny-gptj", 1): 1_053_696 + 131_072,  # before: 1,049,856 / 1,315,840
-    ("tiny-gptj", 2): 527_872 + 131_072,  # before: 656,640 / 788,992
-    ("tiny-bloom", 1): 925_184,  # before: 918,784 / 1,187,328
-    ("tiny-bloom", 2): 464_640,  # before: 591,104 / 724,736
-    # through the Transformers backend (TP 1 only): q/k LayerNorms with their biases
-    ("tiny-persimmon", 1): 662_016,  # before: 787,712 (a gated MLP, RMS norms, no biases) / 662,016
-}
-
-
-@pytest.mark.parametrize(("name", "tp"), list(ALLOCATED))
-def test_counted_from_config_json_alone_as_vllm_allocates_it(tiny_model, tmp_path, name, tp):
-    """Planned before download (config.json only): rank 0 is vLLM's to the byte."""
-    (tmp_path / "config.json").write_text(json.dumps(load_config(tiny_model(name))))
-    inp = _plan(tmp_path, tp)
-    assert inp.weights_rank_bytes == ALLOCATED[name, tp]
-    assert inp.weights_source.startswith("estimated from config.json")
-
-
-@pytest.mark.parametrize(("name", "tp"), list(ALLOCATED))
-def test_the_checkpoint_adds_no_rotary_table_it_does_not_have(tiny_model, name, tp):
-    """With the checkpoint: its headers, and GPT-J's rotary table of rotary_dim (16 of 32), none for the others."""
-    inp = _plan(tiny_model(name), tp)
-    assert inp.weights_rank_bytes == ALLOCATED[name, tp]
-    assert inp.weights_source.startswith("safetensors headers (equal to the count")
 
 
 def test_published_configs_are_read_as_vllm_reads_them():

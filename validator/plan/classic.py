@@ -52,10 +52,8 @@ def classic_reads(cfg: dict[str, Any]) -> dict[str, Any]:
     out = cfg | {"hidden_size": hidden, "max_position_embeddings": positions}
     inner = cfg.get("n_inner") if model_type != "bloom" else None
     out["intermediate_size"] = inner if inner is not None else 4 * hidden if hidden else None
-    for key in ("n_layer", "n_head"):  # the planner's names win where both are present
-        out.setdefault({"n_layer": "num_hidden_layers", "n_head": "num_attention_heads"}[key], cfg.get(key))
     if model_type == "gptj":
-        heads = _int(out.get("num_attention_heads"))
+        heads = _int(cfg.get("num_attention_heads", cfg.get("n_head")))
         rotary = _int(cfg.get("rotary_dim"))
         if hidden and heads and rotary and hidden % heads == 0:
             out["partial_rotary_factor"] = rotary / (hidden // heads)
