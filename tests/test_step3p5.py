@@ -2,13 +2,11 @@
 start-up of tiny-step3p5 (validator/tiny_own_builds.py: sliding layers of the other setting's 4 KV
 heads between full layers of num_attention_groups 2, served with --load-format dummy) is a recorded
 truth (tests/vllm_cases.py step3p5-b32: 32,768 blocks, 691,843 tokens, 337.81 x); kvgate refused it
-before (not modelled). Its demo job (105 blocks of 32) passed every check."""
+before (not modelled). Its demo job (105 blocks of 32) passed every check. Its weights:
+tests/test_step3p5_weights.py."""
 
 from __future__ import annotations
 
-import json
-
-from tests.test_norm_families import plan_weights as _plan
 from validator.inputs import load_config
 from validator.plan.layer_kinds import FULL, SLIDING
 from validator.plan.model_shape import shape_from_config
@@ -34,11 +32,3 @@ def test_layer_types_beyond_the_layers_are_the_mtp_layers(tiny_model):
     cfg = load_config(tiny_model("tiny-step3p5"))
     cfg["layer_types"] = cfg["layer_types"] + ["full_attention"] * 3
     assert shape_from_config(cfg).layer_kinds == (SLIDING, FULL, SLIDING, FULL)
-
-
-def test_its_weights_are_not_counted_from_config_json(tiny_model, tmp_path):
-    """A head-wise gate, MoE layers by moe_layers_enum, the other setting's q heads: not counted, and
-    said so (the checkpoint's headers or model.weights_bytes give them on a GPU)."""
-    (tmp_path / "config.json").write_text(json.dumps(load_config(tiny_model("tiny-step3p5"))))
-    inp = _plan(tmp_path, 1)
-    assert inp.weights_bytes is None and inp.weights_source.startswith("unknown")

@@ -23,8 +23,10 @@ from validator.plan.nas_weights import count_nas
 from validator.plan.parallel_fit import expert_split
 from validator.plan.quant import for_cpu_w4a8, with_tile
 from validator.plan.quant_config import kv_cache_dtype_for_auto, normalized, not_counted
+from validator.plan.refusals import refuse_removed
 from validator.plan.rope import holds_rope_table
 from validator.plan.runner_v2 import RUNNER_ENV
+from validator.plan.step3p5_weights import count_step3p5
 from validator.plan.weights import WeightCount, count_weights
 from validator.plan.weights_source import estimated_source, headers_as_held
 from validator.profile import Profile
@@ -42,9 +44,9 @@ def plan_input_from_profile(profile: Profile) -> PlanInput:
 
         ensure_tiny_model(profile.model.build, p)
     cfg = load_config(p)
-    shape = stored_shape = shape_from_config(cfg)
     version = profile.vllm.version or installed_vllm_version()
-    ver = parse_version(version)
+    refuse_removed(cfg, version, ver := parse_version(version))  # before the shape: its keys are read as vLLM's
+    shape = stored_shape = shape_from_config(cfg)
     if not holds_rope_table(shape.architecture, ver):  # served through vLLM's Transformers backend
         shape = stored_shape = dataclasses.replace(shape, rope_tables=())
     tp, pp = profile.hardware.tensor_parallel_size, profile.hardware.pipeline_parallel_size
@@ -80,6 +82,7 @@ def plan_input_from_profile(profile: Profile) -> PlanInput:
             or count_hybrid(cfg, s, dtype, ranks, fp32_router)
             or count_gemma4(cfg, s, dtype, ranks)
             or count_nas(cfg, s, dtype, ranks)
+            or count_step3p5(cfg, s, dtype, ranks)
         )
 
     count = counted(shape, served, tp, gpu or kernel is CpuMlaKernel.REFERENCE)

@@ -136,7 +136,7 @@ OWN_BUILDS = {"tiny-nemotron-nas": build_nemotron_nas}
 
 # Step 3.5 (step3p5): vLLM ships its config class; no weights are written, vLLM serves it with
 # --load-format dummy (random weights of the shapes it builds). Two sliding layers of 4 KV heads (the
-# other setting) between full ones of 2, MoE on layers 1 and 3 (vLLM's class needs one).
+# other setting) between full ones of 2, MoE on layers 1 and 3 (vLLM's class needs one), a head-wise gate.
 STEP3P5_CONFIG = {
     "architectures": ["Step3p5ForCausalLM"],
     "model_type": "step3p5",
@@ -163,7 +163,18 @@ STEP3P5_CONFIG = {
     "moe_top_k": 2,
     "moe_intermediate_size": 64,
     "share_expert_dim": 64,
-    "rope_theta": 10000.0,
+    # Step-3.5-Flash's rotary layout: its own base and part of the head for each layer type, scaled on one
+    "rope_theta": [10000.0, 500000.0, 10000.0, 500000.0],
+    "partial_rotary_factors": [1.0, 0.5, 1.0, 0.5],
+    "yarn_only_types": ["full_attention"],
+    "rope_scaling": {
+        "rope_type": "llama3",
+        "factor": 2.0,
+        "low_freq_factor": 1.0,
+        "high_freq_factor": 32.0,
+        "original_max_position_embeddings": 2048,
+    },
+    "use_head_wise_attn_gate": True,
     "rms_norm_eps": 1e-5,
     "torch_dtype": "bfloat16",
     "tie_word_embeddings": False,

@@ -159,6 +159,8 @@ def model_rope_tables(
     rotary = cfg.get("rotary_dim")  # MiniMax-M2's rotated part of the head, where no factor is given
     if model_type == "minimax_m2" and "partial_rotary_factor" not in cfg and isinstance(rotary, int) and head_dim:
         cfg = {**cfg, "partial_rotary_factor": rotary / head_dim}
+    if model_type == "step3p5":
+        return step_rope_tables(cfg, heads, head_dim, max_pos)
     if model_type not in GEMMA4:
         return rope_tables(cfg, head_dim, max_pos)
     dims: dict[str, int] = {}
@@ -167,3 +169,28 @@ def model_rope_tables(
         dims.setdefault(kind, heads[i][0] if heads else head_dim)
     with_rope = {**cfg, "rope_parameters": cfg.get("rope_parameters") or GEMMA4_DEFAULT_ROPE}
     return rope_tables(with_rope, head_dim, max_pos or GEMMA4_MAX_POSITIONS, dims)
+
+
+def step_rope_tables(
+    cfg: Config, heads: tuple[tuple[int, int], ...], head_dim: int, max_pos: int | None
+) -> tuple[tuple[int, int], ...]:
+    """Step 3.5's (vLLM's step3p5.py): a rotary embedding a layer of its head size, its rope_theta (a list:
+    one a layer) and partial_rotary_factors; the scaling only on yarn_only_types' layers where given. get_rope
+    shares a table where its arguments match, and the scaled layers' parameters (transformers' standardized
+    dict) never match the others' ({rope_type: default} first)."""
+    if not max_pos:
+        return ()
+    types, only = cfg.get("layer_types"), cfg.get("yarn_only_types") or []
+    theta, factors = cfg.get("rope_theta"), cfg.get("partial_rotary_factors")
+    scaling = cfg.get("rope_scaling") or cfg.get("rope_parameters")
+    scaling = scaling if isinstance(scaling, dict) else {}
+    seen: dict[tuple[object, ...], tuple[int, int]] = {}
+    for i in range(int(cfg.get("num_hidden_layers") or 0)):
+        head = heads[i][0] if heads else head_dim
+        scaled = not only or (isinstance(types, list) and i < len(types) and types[i] in only)
+        base = theta[i] if isinstance(theta, list) and i < len(theta) else theta
+        factor = _number(factors[i]) if isinstance(factors, list) and i < len(factors) else None
+        params = scaling if scaled else {}
+        dim = int(head * factor) if factor and factor < 1 else head
+        seen.setdefault((head, dim, scaled, repr(base)), (_positions(params, max_pos), dim))
+    return tuple(seen.values())

