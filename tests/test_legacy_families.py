@@ -44,6 +44,8 @@ ALLOCATED = {
     ("tiny-bloom", 2): 464_640,  # before: 591,104 / 724,736
     # through the Transformers backend (TP 1 only): q/k LayerNorms with their biases
     ("tiny-persimmon", 1): 662_016,  # before: 787,712 (a gated MLP, RMS norms, no biases) / 662,016
+    # the Transformers backend's fusers match none of its linear layers: every rank holds them whole
+    ("tiny-persimmon", 2): 596_480,  # before: 333,056 (split as a native class would) / the same
 }
 # the KV heads vLLM caches, from its start-up blocks (1 GiB in blocks of 32 of 2 layers x K and V x heads x
 # 32 x 2 B: 131,072 / 65,536 / 32,768 blocks)

@@ -163,6 +163,9 @@ def test_bitnet_holds_a_norm_inside_attention_and_inside_the_mlp(tmp_path):
            "tie_word_embeddings": False, "torch_dtype": "bfloat16", "vocab_size": 512}  # fmt: skip
     (tmp_path / "config.json").write_text(json.dumps(cfg))
     assert plan_weights(tmp_path, 1).weights_rank_bytes == 854_784
+    # at TP 2 the Transformers backend splits q/k/v, o and gate/up but holds the MLP's down whole (ReLU
+    # squared has no AndMul kernel, so its GLU fuser declines): 494,336 B at rank 0 (before: 428,800)
+    assert plan_weights(tmp_path, 2).weights_rank_bytes == 494_336
 
 
 def test_jetmoe_attention_experts_and_kv_channels(tmp_path):
@@ -177,6 +180,9 @@ def test_jetmoe_attention_experts_and_kv_channels(tmp_path):
            "tie_word_embeddings": True, "torch_dtype": "bfloat16", "vocab_size": 512}  # fmt: skip
     (tmp_path / "config.json").write_text(json.dumps(cfg))
     assert plan_weights(tmp_path, 1).weights_rank_bytes == 2_038_016
+    # at TP 2 no fuser matches its attention or MLP experts: every rank holds them whole, only the vocabulary
+    # is split: 1,972,480 B at rank 0 (before: 1,022,208)
+    assert plan_weights(tmp_path, 2).weights_rank_bytes == 1_972_480
     jetmoe_8b = cfg | {"hidden_size": 2048, "kv_channels": 128, "num_key_value_heads": 16, "num_local_experts": 8,
                        "num_hidden_layers": 24, "intermediate_size": 5632, "vocab_size": 32000}  # fmt: skip
     jetmoe_8b.pop("num_attention_heads")

@@ -29,9 +29,13 @@ _DEFAULTS: dict[str, dict[str, Any]] = {
     "gptj": dict(tie_word_embeddings=False, n_positions=2048, rotary_dim=64),
     "bloom": dict(tie_word_embeddings=True),
 }
-# through the Transformers backend without a TP plan (GPTBigCode's config has none) vLLM fuses and splits
-# the packed q/k/v and o, and holds an ungated MLP whole on every rank (the tiny one's rank 0 at TP 2)
-UNSHARDED_MLP = ("gpt_bigcode",)
+# vLLM 0.32's Transformers backend with no TP plan in the config splits what its fusers match (q/k/v with
+# o; gate/up, and down where the activation has an AndMul kernel) and holds every other linear layer
+# whole on every rank (transformers/base.py: "replicate the rest"). What each family's tiny one held whole
+# at TP 2 (rank 0 measured): GPTBigCode its ungated MLP (c_attn and c_proj split); BitNet its MLP's down
+# (ReLU squared has none); Persimmon (a packed query_key_value no fuser matches) and JetMoE (attention and
+# MLP experts) every layer: only the vocabulary is split
+WHOLE_AT_TP = {"gpt_bigcode": "mlp", "bitnet": "down", "persimmon": "all", "jetmoe": "all"}
 OPT_POSITION_OFFSET = 2  # OPTLearnedPositionalEmbedding: positions + 2
 
 

@@ -19,10 +19,10 @@ refined block, plan/parallel_fit.py) each rank holds `width` of the experts' wid
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from validator.plan.allocator import rounding_bytes
-from validator.plan.classic import UNSHARDED_MLP
+from validator.plan.classic import WHOLE_AT_TP
 from validator.plan.layer_heads import GEMMA4
 from validator.plan.layer_kinds import LINEAR
 from validator.plan.model_shape import DTYPE_BYTES, ModelShape
@@ -183,9 +183,9 @@ def layer_matrices(shape: ModelShape, layer: int, tp: int = 1, absorbed: bool = 
         i = shape.dense_intermediate_size or shape.intermediate_size
         if i is None:
             return None
-        rep = shape.model_type in UNSHARDED_MLP
-        out += [Matrix(i, h, 2 if shape.gated_mlp else 1, Role.MLP, rep), Matrix(h, i, 1, Role.MLP, rep)]
-    return out
+        up, whole = 2 if shape.gated_mlp else 1, WHOLE_AT_TP.get(shape.model_type)
+        out += [Matrix(i, h, up, Role.MLP, whole == "mlp"), Matrix(h, i, 1, Role.MLP, whole in ("mlp", "down"))]
+    return [replace(m, replicated=True) for m in out] if WHOLE_AT_TP.get(shape.model_type) == "all" else out
 
 
 def _fused_tensors(
@@ -226,7 +226,8 @@ def _other_params(shape: ModelShape, layer: int, tp: int = 1) -> tuple[int, int]
     whole += q + shape.num_kv_heads * shape.head_dim if shape.qk_norm is QkNorm.LAYER_WHOLE else 0
     if b.mlp and not _moe_layer(shape, layer):
         up = (2 if shape.gated_mlp else 1) * (shape.dense_intermediate_size or shape.intermediate_size or 0)
-        split, whole = (split, whole + up + h) if shape.model_type in UNSHARDED_MLP else (split + up, whole + h)
+        mlp_whole = WHOLE_AT_TP.get(shape.model_type) == "mlp"
+        split, whole = (split, whole + up + h) if mlp_whole else (split + up, whole + h)
     whole += 2 * h if shape.model_type == "jetmoe" else 0  # a bias after the attention experts and the MLP's
     if shape.model_type == "bitnet":  # transformers' BitNet: RMS norms inside attention (hidden) and MLP (its width)
         whole += h + (shape.intermediate_size or 0)
@@ -234,7 +235,7 @@ def _other_params(shape: ModelShape, layer: int, tp: int = 1) -> tuple[int, int]
         inter, e = shape.intermediate_size or 0, shape.num_experts
         split += shape.num_attention_heads + e * 2 * inter  # sinks, expert gate/up biases
         whole += e + e * h  # router bias, expert down biases
-    return split, whole
+    return (0, split + whole) if WHOLE_AT_TP.get(shape.model_type) == "all" else (split, whole)
 
 
 def count_weights(
