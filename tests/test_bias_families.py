@@ -29,6 +29,7 @@ ALLOCATED = {
     ("tiny-starcoder2", 1): 595_456,  # before: 591,104 (no bias, RMS norms)
     ("tiny-starcoder2", 2): 299_520,  # the headers split evenly: 297,728 (o's, down's, norms' biases whole)
     ("tiny-gptneox", 1): 792_576,  # before: 789,248
+    ("tiny-gptneox", 2): 398_080,  # the Transformers backend, split by its TP plan
     ("tiny-phi2", 1): 726_528,  # before: 722,176 (and two norms a layer)
     ("tiny-phi2", 2): 364_544,  # the headers split evenly: 363,264
     ("tiny-stablelm", 1): 855_552 + 65_536,  # before: 918,784
@@ -36,10 +37,12 @@ ALLOCATED = {
     ("tiny-phimoe", 2): 1_021_952 + 262_144,  # the headers split evenly: 1,281,536
     ("tiny-nemotron", 1): 723_456 + 131_072,  # before: 984,320 (a gate)
     ("tiny-arcee", 1): 722_176,  # before: 853,248
+    ("tiny-arcee", 2): 361_728,  # the Transformers backend, split by its TP plan
     ("tiny-apertus", 1): 722_440 + 262_144,  # before: 1,115,392; the headers 8 B over
     ("tiny-jais2", 1): 726_528,  # before: 854,272 (a gate, RMS norms, o's and the MLP's biases missed)
     ("tiny-jais2", 2): 365_056,
     ("tiny-glm", 1): 854_272,  # q/k/v biases, none on o (Llama's rule would add 512 B)
+    ("tiny-glm", 2): 427_776,  # the Transformers backend, split by its TP plan
     ("tiny-llama-bias", 1): 857_344 + 262_144,  # before: 1,116,416 (o's and the MLP's biases)
     ("tiny-llama-bias", 2): 429_824 + 262_144,  # the headers split evenly: 690,816
 }

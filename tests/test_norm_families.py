@@ -35,8 +35,11 @@ ALLOCATED = {
     ("tiny-olmo2", 1): 854_016,  # before: 1,115,392 (a rotary table, the q/k norms missed)
     ("tiny-olmo2", 2): 428_032,  # norms whole on each rank
     ("tiny-olmo3", 1): 854_016,
+    ("tiny-olmo3", 2): 428_032,  # the Transformers backend, split by its TP plan
     ("tiny-seedoss", 1): 1_051_904,  # before: 1,576,192 (a rotary table of 4,096 x 64)
+    ("tiny-seedoss", 2): 526_592,  # the Transformers backend, split by its TP plan
     ("tiny-hunyuan", 1): 919_296,  # before: 1,443,072
+    ("tiny-hunyuan", 2): 460_544,  # no TP plan in its config, but the backend's fusers match q/k/v, o, gate/up, down
     ("tiny-olmoe", 1): 2_035_712 + 262_144,  # native class: its table; before: 2,166,016 (no LM head, norms)
     ("tiny-olmoe", 2): 1_019_904 + 262_144,
     ("tiny-cohere2", 1): 721_664 + 262_144,  # before: 984,320 (two norms a layer)
@@ -46,10 +49,13 @@ ALLOCATED = {
     ("tiny-flexolmo", 1): 2_035_712,  # before: 2,034,944 (the q/k norms across the heads)
     ("tiny-flexolmo", 2): 1_019_904,
     ("tiny-olmo", 1): 851_968,  # before: 853,248 (norm weights OLMo 1 does not have)
+    ("tiny-olmo", 2): 425_984,  # the Transformers backend, split by its TP plan
     ("tiny-granitemoeshared", 1): 2_051_328 + 262_144,  # before: 2,166,016 (no shared MLP)
     ("tiny-granitemoeshared", 2): 1_027_328 + 262_144,
     ("tiny-helium", 1): 722_176,  # before: 984,320 (a rotary table: no vLLM class, the backend serves it)
+    ("tiny-helium", 2): 361_728,  # the Transformers backend, split by its TP plan
     ("tiny-ministral", 1): 722_176,  # before: 984,320
+    ("tiny-ministral", 2): 361_728,  # the Transformers backend, split by its TP plan
     ("tiny-hunyuanmoe", 1): 2_494_208,  # before: refused, exit 2 (per-layer lists); the headers 2,048 B over
     ("tiny-hunyuanmoe", 2): 1_249_024,
     ("tiny-dots1", 1): 969_472,  # before: 1,493,248 (a rotary table, the q/k norms); the headers 8 B over
