@@ -159,14 +159,22 @@ def test_a_sliding_window_of_0_is_no_window(tiny_model):
     assert shape.sliding_window is None and set(shape.layer_kinds) == {"full"}
 
 
+# two configs of the survey (their tiny ones, served with --load-format dummy); tests/test_backend_tp.py too
+BITNET = {"architectures": ["BitNetForCausalLM"], "model_type": "bitnet", "hidden_act": "relu2", "hidden_size": 128,
+          "intermediate_size": 256, "num_attention_heads": 4, "num_hidden_layers": 2, "num_key_value_heads": 2,
+          "max_position_embeddings": 4096, "rope_parameters": {"rope_theta": 500000.0, "rope_type": "default"},
+          "tie_word_embeddings": False, "torch_dtype": "bfloat16", "vocab_size": 512}  # fmt: skip
+JETMOE = {"architectures": ["JetMoeForCausalLM"], "model_type": "jetmoe", "hidden_size": 128, "intermediate_size": 256,
+          "kv_channels": 32, "num_attention_heads": 4, "num_hidden_layers": 2, "num_key_value_heads": 2,
+          "num_local_experts": 4, "num_experts_per_tok": 2, "max_position_embeddings": 4096,
+          "tie_word_embeddings": True, "torch_dtype": "bfloat16", "vocab_size": 512}  # fmt: skip
+
+
 def test_bitnet_holds_a_norm_inside_attention_and_inside_the_mlp(tmp_path):
     """BitNet (through the Transformers backend) normalises attention's output (hidden wide) and the MLP's
     hidden state (intermediate wide) before projecting: 2 x 384 values a layer of the tiny one below, which
     vLLM 0.32 held at 854,784 B (kvgate, from config.json alone, 853,248 before)."""
-    cfg = {"architectures": ["BitNetForCausalLM"], "model_type": "bitnet", "hidden_act": "relu2", "hidden_size": 128,
-           "intermediate_size": 256, "num_attention_heads": 4, "num_hidden_layers": 2, "num_key_value_heads": 2,
-           "max_position_embeddings": 4096, "rope_parameters": {"rope_theta": 500000.0, "rope_type": "default"},
-           "tie_word_embeddings": False, "torch_dtype": "bfloat16", "vocab_size": 512}  # fmt: skip
+    cfg = BITNET
     (tmp_path / "config.json").write_text(json.dumps(cfg))
     assert plan_weights(tmp_path, 1).weights_rank_bytes == 854_784
     # at TP 2 the Transformers backend splits q/k/v, o and gate/up but holds the MLP's down whole (ReLU
@@ -180,10 +188,7 @@ def test_jetmoe_attention_experts_and_kv_channels(tmp_path):
     2,038,016 B in vLLM 0.32 (1,903,872 counted before). Heads are kv_channels wide (JetMoeConfig maps
     head_dim to it), num_key_value_heads x top-k of them: JetMoE-8B's 128 (before: exit 2 without
     num_attention_heads in config.json, and with it hidden / heads, 64: half its KV cache)."""
-    cfg = {"architectures": ["JetMoeForCausalLM"], "model_type": "jetmoe", "hidden_size": 128, "intermediate_size": 256,
-           "kv_channels": 32, "num_attention_heads": 4, "num_hidden_layers": 2, "num_key_value_heads": 2,
-           "num_local_experts": 4, "num_experts_per_tok": 2, "max_position_embeddings": 4096,
-           "tie_word_embeddings": True, "torch_dtype": "bfloat16", "vocab_size": 512}  # fmt: skip
+    cfg = JETMOE
     (tmp_path / "config.json").write_text(json.dumps(cfg))
     assert plan_weights(tmp_path, 1).weights_rank_bytes == 2_038_016
     # at TP 2 no fuser matches its attention or MLP experts: every rank holds them whole, only the vocabulary

