@@ -18,6 +18,7 @@ from tests.vllm_tool import run_tool
 from validator.errors import InputError
 from validator.inputs import load_config
 from validator.plan.model_shape import shape_from_config
+from validator.plan.rope import step_rope_tables
 
 # rank 0 at TP 1 and 2 (2026-12-07); each the same on rank 1
 ALLOCATED = {1: 1_749_792 + 393_216, 2: 878_368 + 393_216}
@@ -65,3 +66,21 @@ def test_moe_layers_enum_vllm_cannot_read_is_bad_input(tiny_model, tmp_path, bad
 def test_the_installed_vllm_allocates_what_is_recorded(tiny_model):
     (rank,) = run_tool("tests.vllm_weights", str(tiny_model("tiny-step3p5")), env={"LOAD_FORMAT": "dummy"})["ranks"]
     assert (rank["params"] + rank["rotary"], rank["rotary"]) == (ALLOCATED[1], ROTARY)
+
+
+@pytest.mark.parametrize(
+    ("change", "tables"),
+    [
+        ({}, 2),  # transformers' dict for no scaling puts rope_theta first: the scaled layers' key differs
+        ({"rope_scaling": {"rope_type": "default"}}, 1),  # the unscaled layers' own parameters, in their order
+        ({"rope_scaling": {"rope_theta": 10000.0, "rope_type": "default"}}, 2),  # the same values, not the order
+        ({"yarn_only_types": None}, 1),  # every layer scaled alike
+    ],
+)
+def test_tables_are_shared_where_get_ropes_arguments_match_in_order(change, tables):
+    """One base a layer (the same), one head size: how many tables vLLM's get_rope builds follows its cache key,
+    the layer's parameters as an ordered tuple. Counted with vLLM 0.32's Step3p5Config and step3p5.py's
+    construction of those parameters (2026-12-07); the tiny one's two tables were measured above."""
+    cfg = {"num_hidden_layers": 4, "layer_types": ["sliding_attention", "full_attention"] * 2,
+           "yarn_only_types": ["full_attention"], "rope_theta": [10000.0] * 4} | change  # fmt: skip
+    assert step_rope_tables(cfg, (), 32, 4096) == ((4096, 32),) * tables

@@ -176,18 +176,20 @@ def step_rope_tables(
 ) -> tuple[tuple[int, int], ...]:
     """Step 3.5's (vLLM's step3p5.py): a rotary embedding a layer of its head size, its rope_theta (a list:
     one a layer) and partial_rotary_factors; the scaling only on yarn_only_types' layers where given. get_rope
-    shares a table where its arguments match, and the scaled layers' parameters (transformers' standardized
-    dict) never match the others' ({rope_type: default} first)."""
+    shares a table where its arguments match (their order too): the scaled layers' parameters match the others'
+    ({rope_type: default, rope_theta, partial_rotary_factor}) only where config.json's scaling is that default
+    in that order; transformers' dict for none puts rope_theta first (Step3p5Config measured)."""
     if not max_pos:
         return ()
     types, only = cfg.get("layer_types"), cfg.get("yarn_only_types") or []
     theta, factors = cfg.get("rope_theta"), cfg.get("partial_rotary_factors")
     scaling = cfg.get("rope_scaling") or cfg.get("rope_parameters")
     scaling = scaling if isinstance(scaling, dict) else {}
+    default = list(scaling) in (["rope_type"], ["rope_type", "rope_theta"]) and scaling["rope_type"] == "default"
     seen: dict[tuple[object, ...], tuple[int, int]] = {}
     for i in range(int(cfg.get("num_hidden_layers") or 0)):
         head = heads[i][0] if heads else head_dim
-        scaled = not only or (isinstance(types, list) and i < len(types) and types[i] in only)
+        scaled = not default and (not only or (isinstance(types, list) and i < len(types) and types[i] in only))
         base = theta[i] if isinstance(theta, list) and i < len(theta) else theta
         factor = _number(factors[i]) if isinstance(factors, list) and i < len(factors) else None
         params = scaling if scaled else {}
