@@ -13,6 +13,11 @@ MODELS = ROOT / "models"
 # the CPU this test process pins its vLLM servers to (scripts/test.sh runs two processes side by
 # side, each with a CPU of its own); the client keeps the others
 TEST_CPU = os.environ.get("KVGATE_TEST_CPU", "0")
+# The Gated DeltaNet live tests' figures (freezes, hits, first preemptions) were recorded where vLLM keeps the
+# recurrent state in float32 (a CPU with AVX-512 BF16: platforms/cpu.py); elsewhere it keeps the model's dtype,
+# half the state, and other pools. Those tests ask for float32 (--mamba-ssm-cache-dtype, which kvgate plans
+# and passes on), so that their figures hold on any host (a CI machine without AVX-512 BF16 failed all 7).
+RECORDED_STATE_DTYPE = "float32"
 
 
 @pytest.fixture(scope="session")

@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 
 from tests import doctor
-from tests.conftest import ROOT, run_validate, tiny_profile_file
+from tests.conftest import RECORDED_STATE_DTYPE, ROOT, run_validate, tiny_profile_file
 
 pytestmark = pytest.mark.vllm
 
@@ -225,10 +225,12 @@ def test_doctored_dataset_runs_fail(chat_server, tmp_path):
     assert "--enable-prompt-tokens-details" in c["explanation"]
 
 
-def model_server(tiny_model, d: Path, build: str, blocks: int, *extra: str, budget: int | None = None):
+def model_server(
+    tiny_model, d: Path, build: str, blocks: int, *extra: str, budget: int | None = None, state: str | None = None
+):
     """The chat profile's server (max_model_len 1024, 2 sequences) on the tiny `build` with `blocks`
-    in the pool, `extra` vLLM flags and, given, `budget` tokens a step (max_num_batched_tokens),
-    launched as kvgate launches it: (server, profile file) while it runs."""
+    in the pool, `extra` vLLM flags and, given, `budget` tokens a step (max_num_batched_tokens) and the
+    recurrent `state`'s dtype, launched as kvgate launches it: (server, profile file) while it runs."""
     from validator.inputs import plan_input_from_profile
     from validator.plan.limits import make_plan
     from validator.profile import load
@@ -243,6 +245,7 @@ def model_server(tiny_model, d: Path, build: str, blocks: int, *extra: str, budg
         slo__ttft_p99_ms=SLO_TTFT_MS,
         vllm__extra_args=["--enforce-eager", *extra],
         **({} if budget is None else {"limits__max_num_batched_tokens": budget}),
+        **({} if state is None else {"cache__mamba_ssm_cache_dtype": state}),
     )
     text = f.read_text().replace(str(tiny_model("tiny-gqa")), str(tiny_model(build)))
     f.write_text(text.replace("num_gpu_blocks_override: 65", f"num_gpu_blocks_override: {blocks}"))
@@ -385,7 +388,9 @@ def test_sharegpt_on_a_hybrid_prefilled_a_block_a_step_freezes_exactly(lfm2_budg
 def gdn_server(tiny_model, tmp_path_factory):
     """A tiny Qwen3-Next (3 Gated DeltaNet state groups beside a full one, block 160) with 27 blocks: 2
     requests of 1,024 tokens reserve 7 attention blocks and 2 pages a state group each, and the null block."""
-    yield from model_server(tiny_model, tmp_path_factory.mktemp("gdn-server"), "tiny-qwen3next-64", 27)
+    yield from model_server(
+        tiny_model, tmp_path_factory.mktemp("gdn-server"), "tiny-qwen3next-64", 27, state=RECORDED_STATE_DTYPE
+    )
 
 
 def test_a_trace_on_a_gated_deltanet_hybrid_is_exact_request_by_request(gdn_server, tmp_path):
@@ -404,7 +409,9 @@ def test_sharegpt_on_a_gated_deltanet_hybrid_freezes_exactly_per_group(gdn_serve
 def gdn_fine_server(tiny_model, tmp_path_factory):
     """gdn_server's model and pool with prefix hits every 32 tokens (--prefix-match-unit 32)."""
     d = tmp_path_factory.mktemp("gdn-fine-server")
-    yield from model_server(tiny_model, d, "tiny-qwen3next-64", 27, "--prefix-match-unit", "32")
+    yield from model_server(
+        tiny_model, d, "tiny-qwen3next-64", 27, "--prefix-match-unit", "32", state=RECORDED_STATE_DTYPE
+    )
 
 
 def test_hits_inside_a_state_block_are_not_judged_by_the_block_rule(gdn_fine_server, tmp_path):

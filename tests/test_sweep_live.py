@@ -12,18 +12,20 @@ import pytest
 import yaml
 
 from tests import doctor
-from tests.conftest import ROOT, TEST_CPU, run_validate
+from tests.conftest import RECORDED_STATE_DTYPE, ROOT, TEST_CPU, run_validate
 
 pytestmark = pytest.mark.vllm
 
 
-def kvbound_sweep(d: Path, model: Path, steps: str, blocks: int | None = None, **sweep: int):
-    """profiles/tiny-cpu-kvbound.yaml on `model` (its blocks and sweep shape changed where given),
-    swept at `steps` on the test CPU: (the completed `validate`, its run directory)."""
+def kvbound_sweep(d: Path, model: Path, steps: str, blocks: int | None = None, state: str | None = None, **sweep: int):
+    """profiles/tiny-cpu-kvbound.yaml on `model` (its blocks, recurrent state dtype and sweep shape changed
+    where given), swept at `steps` on the test CPU: (the completed `validate`, its run directory)."""
     prof = yaml.safe_load((ROOT / "profiles" / "tiny-cpu-kvbound.yaml").read_text())
     prof["model"] |= {"path": str(model), "build": model.name}
     if blocks is not None:
         prof["cache"]["num_gpu_blocks_override"] = blocks
+    if state is not None:
+        prof["cache"]["mamba_ssm_cache_dtype"] = state
     prof["vllm"]["cpus"] = TEST_CPU
     prof["sweep"] |= sweep
     f = d / "kvbound.yaml"
@@ -240,7 +242,7 @@ def test_a_gated_deltanet_sweep_first_preempts_where_the_ledger_says(tiny_model,
     group, 10 a request: 3 hold, and vLLM first preempts at 4, where the ledger's run of the scheduler
     says. No check fails: a freeze that caught a preempted request the client still saw decoding is
     not measured, saying so (the verdict then inconclusive), any other is judged."""
-    r, out = kvbound_sweep(tmp_path, tiny_model("tiny-qwen3next-64"), "3,4,5", blocks=31)
+    r, out = kvbound_sweep(tmp_path, tiny_model("tiny-qwen3next-64"), "3,4,5", blocks=31, state=RECORDED_STATE_DTYPE)
     rep = json.loads((out / "report.json").read_text())
     c = checks(rep)
     assert rep["counts"]["failed"] == 0 and r.returncode in (0, 1), r.stderr[-3000:]
@@ -262,7 +264,13 @@ def test_a_gated_deltanet_prompt_prefilled_a_checkpoint_a_step_first_preempts_wh
     be computing it again, which vLLM counts only with its next token) is not measured, saying so (2 runs
     of 8, the verdict then inconclusive), any other is judged."""
     r, out = kvbound_sweep(
-        tmp_path, tiny_model("tiny-qwen3next-64"), "4,5,6", blocks=41, prompt_tokens=480, output_tokens=32
+        tmp_path,
+        tiny_model("tiny-qwen3next-64"),
+        "4,5,6",
+        blocks=41,
+        prompt_tokens=480,
+        output_tokens=32,
+        state=RECORDED_STATE_DTYPE,
     )
     rep = json.loads((out / "report.json").read_text())
     c = checks(rep)

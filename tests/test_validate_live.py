@@ -14,7 +14,7 @@ import pytest
 import yaml
 
 from tests import doctor
-from tests.conftest import TEST_CPU, Validate, run_validate, tiny_profile_file
+from tests.conftest import RECORDED_STATE_DTYPE, TEST_CPU, Validate, run_validate, tiny_profile_file
 
 pytestmark = pytest.mark.vllm
 ROOT = Path(__file__).resolve().parents[1]
@@ -416,7 +416,7 @@ def test_qwen3next_freezes_and_hits_follow_the_state_checkpoints_and_the_pool_ev
     full enough that vLLM evicts the primed prefix's state checkpoints while a wave of 4 runs: the
     first request of every wave misses (18 x 160 hit tokens), which the block pool replay of the
     prime and warm runs says, where the sequential model's 23 x 160 failed the run."""
-    checks, passed = several_groups_run(tmp_path, "tiny-qwen3next-64", 41)
+    checks, passed = several_groups_run(tmp_path, "tiny-qwen3next-64", 41, mamba_ssm_cache_dtype=RECORDED_STATE_DTYPE)
     assert checks["startup.block_size"]["observed"] == 160 and checks["startup.max_concurrency"]["observed"] == 4.1
     assert checks["warm.prefix_hits"]["status"] == "pass" and checks["warm.prefix_hits"]["expected"] == 18 * 160
     assert all(checks[n]["expected"] > 4 * 4 for n in decoded(checks, passed, "cold."))  # one group: 16 at most
@@ -443,7 +443,7 @@ def test_qwen3next_warm_hits_follow_the_prefill_a_checkpoint_a_step(tmp_path, ti
     failed the run): vLLM prefills a checkpoint a step, each hit's state pages freed before the wave's
     last chunks and first decode step take the pool's last pages, evicting them; the first request
     of each wave misses, 18 x 160 (tests/test_replaychunks.py holds one such run)."""
-    checks, _ = several_groups_run(tmp_path, "tiny-qwen3next-64", 49)
+    checks, _ = several_groups_run(tmp_path, "tiny-qwen3next-64", 49, mamba_ssm_cache_dtype=RECORDED_STATE_DTYPE)
     assert checks["warm.prefix_hits"]["status"] == "pass" and checks["warm.prefix_hits"]["expected"] == 18 * 160
 
 
