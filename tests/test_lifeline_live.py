@@ -102,6 +102,7 @@ MOMENTS = [
 ]
 
 
+@pytest.mark.process_tree
 @pytest.mark.vllm
 @pytest.mark.parametrize("moment,line", MOMENTS, ids=[m for m, _ in MOMENTS])
 def test_validate_killed_at_any_moment_leaves_no_vllm_process(moment, line, tiny_model, tmp_path):
@@ -117,6 +118,7 @@ def test_validate_killed_at_any_moment_leaves_no_vllm_process(moment, line, tiny
     assert not left, f"alive {GONE_WITHIN_S:g} s after kvgate was killed ({moment}): {left}"
 
 
+@pytest.mark.process_tree
 @pytest.mark.vllm
 def test_without_the_lifeline_a_killed_validate_leaves_vllm_running(tiny_model, tmp_path):
     """The check above can fail: with the mechanism switched off, the same kill leaves the server."""

@@ -23,6 +23,7 @@ tiny_profile = tiny_profile_file
 validate = run_validate
 
 
+@pytest.mark.process_tree
 @pytest.mark.vllm
 def test_frozen_server_ends_the_run_within_its_deadline(tiny_model, tmp_path):
     f = tiny_profile(tiny_model, tmp_path, observe__read_timeout_s=3, observe__run_timeout_s=60)
@@ -162,6 +163,7 @@ def test_wrong_token_counts_through_validate(stub, tiny_model, tmp_path):
         ("run latency:", signal.SIGINT, 130, 2),
     ],
 )
+@pytest.mark.process_tree
 def test_interrupted_during_load_keeps_a_partial_report(phase, sig, code, workers, tiny_model, tmp_path):
     """The last case interrupts the run sent by `loadgen --workers 2`: none of its processes stays."""
     import psutil

@@ -481,6 +481,7 @@ def test_gemma4_freezes_count_each_group_at_its_own_block(tmp_path, tiny_model):
     assert all(checks[n]["status"] == "pass" for n in checks if n.endswith(".kv_samples_bound"))
 
 
+@pytest.mark.process_tree
 @pytest.mark.parametrize("victim", ["python", "VLLM::EngineCore"])
 def test_vllm_killed_mid_run_exits_3_and_keeps_what_was_recorded(victim, tmp_path, tiny_model):
     """SIGKILL to the API server, or to its engine core: exit 3 within 2 s (issue 11), what was

@@ -161,6 +161,7 @@ def test_refusal_quotes_vllm_and_matches_the_plan(tiny_model, tmp_path):
     assert not watch.survivors()
 
 
+@pytest.mark.process_tree
 def test_start_health_stop_and_exception_path(tiny_model, tmp_path):
     watch = ProcessWatch()
     server = Server(_spec(tiny_model("tiny-gqa")), tmp_path, progress=watch.feed)
@@ -177,6 +178,7 @@ def test_start_health_stop_and_exception_path(tiny_model, tmp_path):
     assert not watch.survivors()
 
 
+@pytest.mark.process_tree
 def test_startup_timeout_tears_down(tiny_model, tmp_path):
     watch = ProcessWatch()
     server = Server(_spec(tiny_model("tiny-gqa"), timeout=3), tmp_path, progress=watch.feed)
@@ -188,6 +190,7 @@ def test_startup_timeout_tears_down(tiny_model, tmp_path):
     assert watch.pid is not None and not watch.survivors()
 
 
+@pytest.mark.process_tree
 def test_crash_at_startup_is_reported(tiny_model, tmp_path):
     # head_dim 16 is refused by CPU attention; here: a block size vLLM's CPU backend rejects at start
     spec = _spec(tiny_model("tiny-gqa"))
@@ -200,6 +203,7 @@ def test_crash_at_startup_is_reported(tiny_model, tmp_path):
     assert not watch.survivors()
 
 
+@pytest.mark.process_tree
 @pytest.mark.parametrize("sig,code", [(signal.SIGINT, 130), (signal.SIGTERM, 143)])
 def test_interrupting_kvgate_stops_vllm(sig, code, tiny_model, tmp_path):
     prof = write_profile(
