@@ -87,7 +87,18 @@ def test_without_vllms_per_request_ttft_the_step_order_is_unknown_and_the_predic
 #   Spread evenly, the chunk fell 0.1 ms before t24's finish: t32's prefill evicted the hit, t33
 #   predicted 0.
 RUNS = Path(__file__).parent / "data" / "runs"
-STEP_ORDER = {"qwen3next-trace-step-order": ("t24", 160, 11 * 160), "lfm2-trace-finish-order": ("t33", 128, 134 * 32)}
+# - tiny-qwen3next-64 again, on a 2-core host without AVX-512 BF16 (its official CI failed the same way): t21's
+#   last chunk (9 tokens, after one of 160) ran in the step of t20's second token, whose first came from the
+#   step before it with both requests' earlier chunks in it (180 ms; a decode step takes 11). Spread
+#   evenly over t21's 208 ms from scheduling to first token, the last chunk fell 72 ms before t20's decode
+#   step, beyond the half step (52 ms) that snaps a chunk to one: the replay freed t21's hit first and
+#   predicted t24 0 where vLLM gave 160. The last chunk is now counted back from the first token (the
+#   step whose token t20 had at the same moment).
+STEP_ORDER = {
+    "qwen3next-trace-step-order": ("t24", 160, 11 * 160),
+    "lfm2-trace-finish-order": ("t33", 128, 134 * 32),
+    "qwen3next-trace-last-chunk": ("t24", 160, 11 * 160),
+}
 
 
 @pytest.mark.parametrize("name", sorted(STEP_ORDER))

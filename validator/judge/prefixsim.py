@@ -114,6 +114,7 @@ class _Replay(Lookups, Prefills):
         self.one_chunk = (
             budget is not None and budget > 0 and all(len(r.prompt) + sum(longest) <= budget for r in order)
         )
+        self.budget = budget
         self.forcing = 0
         self.pool = BlockPool(usable)
         # per request, the times of its events in its own order: scheduled, the step of each token

@@ -10,7 +10,8 @@ their last chunk's pages and their first decode step's: a nearly full pool evict
 Qwen3-Next at 45-53 blocks: the first request of every wave of 4 missed the primed prefix, which
 the prompt taken whole at its first token kept). The client sees none of these steps: they are
 spread evenly from vLLM's scheduling of the request (its per-request TTFT back from the first
-token) to its first token. A step budget below the prompt splits it further, a block a step; those
+token) to its first token, but for the last, which ran in the step that made the first token
+(`last_step`). A step budget below the prompt splits it further, a block a step; those
 steps are not replayed: each takes a state page that the next frees to the head of the free queue
 and takes again (measured exact at 48 tokens a step, block 32: docs/kv-accounting.md). Where vLLM
 did not say (a server without --enable-per-request-metrics), the run is replayed with them all just
@@ -44,6 +45,8 @@ class Prefills:
     due: list[tuple[float, int]]  # (time, request) of every pending chunk: a heap
     own: list[array[float]]  # per request, its events' times: scheduled, each decode step, finished
     blocks: dict[int, list[list[int | None]]]  # the running requests (their blocks)
+    order: list[SimRequest]  # the requests in arrival order (their token times)
+    budget: int | None  # the step's token budget (max_num_batched_tokens)
 
     def advance(
         self, i: int, start: int, n: int, t: float, k: int | None = None, tail: frozenset[int] = frozenset()
@@ -57,13 +60,39 @@ class Prefills:
         prompt), a step each, the first now and the others spread until its first token."""
         span = max(first_token - t, 0.0) / len(ends)
         starts = [tokens, *ends[:-1]]
+        last = self.last_step(i, t, first_token, ends[-1] - starts[-1]) if len(ends) > 1 else None
         times = [t]
         for k in range(1, len(ends)):
             times.append(max(self.step_of(i, t + k * span, span / 2), times[-1]))
+        if last is not None:  # the earlier chunks stay spread, none after the last
+            times = [min(w, last) for w in times[:-1]] + [last]
         self.prefills[i] = [(w, a, e, tail) for w, a, e in zip(times, starts, ends, strict=True)]
         for when, _, _, _ in self.prefills[i][1:]:
             heapq.heappush(self.due, (when, i))
         self.prefill_chunks(i, t)
+
+    def last_step(self, i: int, t: float, first_token: float, size: int) -> float | None:
+        """The step of request i's last chunk, counted back from its first token: the step that gave a
+        request running before it the token the client had at the same moment (one step's tokens reach
+        it together, its steps apart), whose decode step the chunk follows. Spread evenly instead, a
+        last chunk of 9 tokens after one of 160 fell 72 ms before the decode step it followed (half a
+        step is 52 ms there: a tiny Qwen3-Next on a 2-core host without AVX-512 BF16). None where no
+        such token is seen, or where the step's token budget may split the chunk further."""
+        if self.budget is not None and size + len(self.blocks) - 1 > self.budget:
+            return None
+        best: float | None = None
+        for j in self.blocks:
+            times, steps = self.order[j].token_times, self.own[j]
+            if j >= i or len(times) < 2:
+                continue
+            q = bisect_left(times, first_token)
+            for x in (q - 1, q):  # token x + 1, made in j's decode step steps[x] (1 <= x <= its output - 1)
+                if not 1 <= x < min(len(times), len(steps) - 1):
+                    continue
+                gap = min(abs(times[x] - times[y]) for y in (x - 1, x + 1) if 0 <= y < len(times))
+                if 2 * abs(times[x] - first_token) < gap and steps[x] > t:
+                    best = steps[x] if best is None else max(best, steps[x])
+        return best
 
     def step_of(self, i: int, when: float, within: float) -> float:
         """The step boundary within `within` of `when` among the requests running before request i:
